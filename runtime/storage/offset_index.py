@@ -1,0 +1,342 @@
+"""Dense per-partition offsets derived from the order of a topic's Delta log.
+
+A record's offset is the number of records committed to its partition before it. Each data
+file holds the records of one partition, so the offsets of a file are a contiguous range
+``[base, base + count)``: the index keeps, per partition, the live files ("segments") sorted
+by base offset, and the log-end offset.
+
+How a version assigns bases:
+
+- A commit by our producer carries ``streams.offsets`` in its commitInfo: the file list
+  with partition, base offset, record count and max timestamp, and the resulting end
+  offsets. The index checks that each base equals the partition's end before the commit (it
+  always does, because the commit was a compare-and-swap on the version it was computed
+  from) and takes the files in that order.
+- A foreign append (Spark or delta-rs writing the table directly) gets offsets in the order
+  of its add actions, with counts from the Delta statistics (``numRecords``) or the parquet
+  footer. So users may fill input topics with any Delta writer.
+- A remove drops the file from the index (retention): the log-start offset moves up.
+- A rewrite (``dataChange = false`` adds, e.g. OPTIMIZE) would re-order records and is
+  refused: offsets must never silently change.
+
+Snapshots of the index are kept under ``<table>/_streams_index/`` every
+``SNAPSHOT_EVERY`` versions, so opening a topic never replays more than that many commits,
+and offsets stay answerable after Delta cleans up old log files.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.storage.delta_log import LogEntry, read_entry, relative_file_path
+from runtime.storage.fs import StorageRoot
+from streams.errors import StorageError, UnknownTopicError
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_EVERY = 100
+SNAPSHOTS_KEPT = 3
+INDEX_DIR = "_streams_index"
+_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One data file of a partition: offsets ``[base, base + count)``."""
+
+    base: int
+    count: int
+    path: str
+    max_timestamp: int | None
+
+    @property
+    def end(self) -> int:
+        """Return the offset after the segment's last record."""
+        return self.base + self.count
+
+
+class PartitionLog:
+    """The live segments of one partition, sorted by base offset, and its end offset."""
+
+    __slots__ = ("_bases", "end", "segments")
+
+    def __init__(self) -> None:
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.end = 0
+
+    @property
+    def start(self) -> int:
+        """Return the log-start offset (the end offset when no data is left)."""
+        return self.segments[0].base if self.segments else self.end
+
+    @property
+    def records(self) -> int:
+        """Return how many records the live segments hold."""
+        return sum(s.count for s in self.segments)
+
+    def append(self, segment: Segment) -> None:
+        """Add a segment at the end of the log."""
+        self.segments.append(segment)
+        self._bases.append(segment.base)
+        self.end = segment.end
+
+    def remove(self, path: str) -> bool:
+        """Drop the segment of file ``path``; return False when it is not here."""
+        for i, segment in enumerate(self.segments):
+            if segment.path == path:
+                del self.segments[i]
+                del self._bases[i]
+                return True
+        return False
+
+    def segments_from(self, offset: int) -> list[Segment]:
+        """Return the segments holding offsets ``>= offset``, in order."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i < 0 or self.segments[i].end <= offset:
+            i += 1
+        return self.segments[i:]
+
+
+class OffsetIndex:
+    """Offsets of every partition of one topic as of one Delta version."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.version = -1
+        self.num_partitions = 0
+        self.logs: dict[int, PartitionLog] = {}
+
+    def log(self, partition: int) -> PartitionLog:
+        """Return the log of ``partition`` (empty when nothing was written there yet)."""
+        found = self.logs.get(partition)
+        if found is None:
+            found = self.logs[partition] = PartitionLog()
+        return found
+
+    def end_offsets(self) -> dict[int, int]:
+        """Return the log-end offset of every partition."""
+        return {p: self.log(p).end for p in range(self.num_partitions)}
+
+    def apply(self, entry: LogEntry, count_rows: Callable[[str], int]) -> None:
+        """Advance the index by one committed version.
+
+        Args:
+            entry: the version's actions; must be ``self.version + 1``.
+            count_rows: reads a data file's row count when a foreign add has no statistics.
+
+        Raises:
+            StorageError: the version is out of order, rewrites data, or disagrees with the
+                offsets recorded in its commit metadata.
+        """
+        if entry.version != self.version + 1:
+            raise StorageError(
+                f"topic {self.topic}: offset index at version {self.version} "
+                f"cannot apply version {entry.version}"
+            )
+        if entry.partitions is not None:
+            self.num_partitions = entry.partitions
+        for action in entry.removes:
+            self._remove(relative_file_path(action["path"]))
+        meta = entry.offsets_metadata
+        if meta is not None:
+            self._apply_ours(entry, meta)
+        else:
+            self._apply_foreign(entry, count_rows)
+        self.version = entry.version
+
+    def _apply_ours(self, entry: LogEntry, meta: dict[str, Any]) -> None:
+        for path, partition, base, count, max_ts in meta.get("files", []):
+            plog = self.log(int(partition))
+            if base != plog.end:
+                raise StorageError(
+                    f"topic {self.topic} version {entry.version}: file {path} claims base "
+                    f"offset {base} but partition {partition} ends at {plog.end}; the log "
+                    "was changed by a writer that does not keep offsets"
+                )
+            plog.append(Segment(int(base), int(count), path, max_ts))
+
+    def _apply_foreign(self, entry: LogEntry, count_rows: Callable[[str], int]) -> None:
+        for add in entry.adds:
+            path = relative_file_path(add["path"])
+            if not add.get("dataChange", True):
+                raise StorageError(
+                    f"topic {self.topic} version {entry.version} rewrote data files "
+                    f"({path}); rewrites such as OPTIMIZE re-order records and break offsets. "
+                    "Do not compact topic tables with external tools"
+                )
+            raw = (add.get("partitionValues") or {}).get("partition")
+            if raw is None:
+                raise StorageError(
+                    f"topic {self.topic} version {entry.version}: file {path} has no "
+                    "'partition' value"
+                )
+            stats = _parse_stats(add.get("stats"))
+            count = stats.get("numRecords")
+            if count is None:
+                count = count_rows(path)
+            max_ts = (stats.get("maxValues") or {}).get("timestamp")
+            plog = self.log(int(raw))
+            plog.append(Segment(plog.end, int(count), path, _as_millis(max_ts)))
+
+    def _remove(self, path: str) -> None:
+        for plog in self.logs.values():
+            if plog.remove(path):
+                return
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the index as a JSON-able snapshot."""
+        return {
+            "format": _FORMAT,
+            "topic": self.topic,
+            "version": self.version,
+            "partitions": self.num_partitions,
+            "logs": {
+                str(p): {
+                    "end": plog.end,
+                    "segments": [[s.base, s.count, s.path, s.max_timestamp] for s in plog.segments],
+                }
+                for p, plog in sorted(self.logs.items())
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OffsetIndex:
+        """Rebuild an index from :meth:`to_json` output."""
+        if data.get("format") != _FORMAT:
+            raise StorageError(f"offset index snapshot has unknown format {data.get('format')}")
+        index = cls(data["topic"])
+        index.version = int(data["version"])
+        index.num_partitions = int(data["partitions"])
+        for p, raw in data["logs"].items():
+            plog = index.log(int(p))
+            for base, count, path, max_ts in raw["segments"]:
+                plog.append(Segment(base, count, path, max_ts))
+            plog.end = int(raw["end"])
+        return index
+
+
+def _parse_stats(raw: Any) -> dict[str, Any]:
+    if not raw:
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _as_millis(value: Any) -> int | None:
+    """Return a statistics max timestamp as epoch millis (long or ISO text)."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    return None  # a timestamp-typed column written by another tool: treat as unknown
+
+
+class TopicLog:
+    """Keeps one topic's offset index in step with its Delta log."""
+
+    def __init__(self, root: StorageRoot, topic: str, table_path: str) -> None:
+        self.root = root
+        self.topic = topic
+        self.table_path = table_path
+        self._index: OffsetIndex | None = None
+        self._snapshot_version = -1
+
+    @property
+    def index(self) -> OffsetIndex:
+        """Return the index as of the last refresh (refreshing once if never read)."""
+        if self._index is None:
+            return self.refresh()
+        return self._index
+
+    def refresh(self, upto: int | None = None) -> OffsetIndex:
+        """Read the versions committed since the last refresh (at most up to ``upto``).
+
+        Returns:
+            The index; the entries just applied are in :attr:`last_entries`.
+
+        Raises:
+            UnknownTopicError: the topic table does not exist.
+            StorageError: the log cannot be read or interpreted.
+        """
+        if self._index is None:
+            self._index = self._load_snapshot()
+        index = self._index
+        self.last_entries: list[LogEntry] = []
+        while upto is None or index.version < upto:
+            entry = read_entry(self.root, self.table_path, index.version + 1)
+            if entry is None:
+                break
+            index.apply(entry, self._count_rows)
+            self.last_entries.append(entry)
+        if index.version < 0 and self.root.exists(f"{self.table_path}/_delta_log"):
+            raise StorageError(
+                f"topic {self.topic}: the Delta log has no version 0 and no offset index "
+                f"snapshot under {self._snapshot_dir()}; offsets cannot be derived"
+            )
+        if index.version < 0:
+            raise UnknownTopicError(
+                f"topic {self.topic!r} does not exist under {self.root.uri}; create it with "
+                "'streams-eos topics --create'"
+            )
+        if upto is not None and index.version < upto:
+            raise StorageError(
+                f"topic {self.topic}: version {index.version + 1} of the Delta log is missing"
+            )
+        if index.version - self._snapshot_version >= SNAPSHOT_EVERY:
+            self._write_snapshot(index)
+        return index
+
+    def _count_rows(self, path: str) -> int:
+        import pyarrow.parquet as pq
+
+        full = path if "://" in path else f"{self.table_path}/{path}"
+        with self.root.fs.open_input_file(full) as f:
+            return int(pq.ParquetFile(f).metadata.num_rows)
+
+    def _snapshot_dir(self) -> str:
+        return f"{self.table_path}/{INDEX_DIR}"
+
+    def _load_snapshot(self) -> OffsetIndex:
+        names = sorted(
+            (info.base_name for info in self.root.list_dir(self._snapshot_dir())),
+            reverse=True,
+        )
+        for name in names:
+            if not name.endswith(".json.gz"):
+                continue
+            raw = self.root.read_bytes(f"{self._snapshot_dir()}/{name}")
+            try:
+                index = OffsetIndex.from_json(json.loads(gzip.decompress(raw or b"")))
+            except (OSError, ValueError, KeyError, StorageError) as exc:
+                log.warning("[topic %s] skipping unreadable index snapshot %s: %s",
+                            self.topic, name, exc)
+                continue
+            self._snapshot_version = index.version
+            return index
+        return OffsetIndex(self.topic)
+
+    def _write_snapshot(self, index: OffsetIndex) -> None:
+        # The snapshot is derived from immutable commits, so writing it twice (two
+        # processes at once) is harmless; a torn write is skipped by _load_snapshot.
+        data = gzip.compress(json.dumps(index.to_json()).encode(), compresslevel=1)
+        self.root.write_bytes(f"{self._snapshot_dir()}/{index.version:020d}.json.gz", data)
+        self._snapshot_version = index.version
+        old = sorted(
+            info.path
+            for info in self.root.list_dir(self._snapshot_dir())
+            if info.base_name.endswith(".json.gz")
+        )
+        for path in old[:-SNAPSHOTS_KEPT]:
+            self.root.delete_file(path)

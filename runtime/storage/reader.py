@@ -1,0 +1,169 @@
+"""Read a topic partition from an offset, in offset order; look offsets up by time.
+
+Reads go straight to the parquet files the offset index names, and only to the row groups
+that hold the asked-for offsets. Only committed data is ever listed in the Delta log, so
+every read is ``read_committed``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from runtime.storage.fs import StorageRoot
+from runtime.storage.offset_index import OffsetIndex, Segment
+from runtime.storage.records import FILE_SCHEMA, READ_SCHEMA, ConsumerRecord, records_from_table
+from runtime.storage.topics import TopicAdmin
+from streams.errors import InvalidPartitionsError, OffsetOutOfRangeError, StorageError
+
+#: Special timestamps of Kafka's ListOffsets: the log-end and the log-start offset.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+
+@dataclass(frozen=True, slots=True)
+class _Slice:
+    segment: Segment
+    start: int  # row in the file
+    length: int
+
+
+class TopicReader:
+    """Reads committed records of topics under one storage root.
+
+    Args:
+        root: the storage root (path, URI, ``StorageRoot`` or ``TopicAdmin``).
+    """
+
+    def __init__(self, root: str | StorageRoot | TopicAdmin) -> None:
+        self.admin = root if isinstance(root, TopicAdmin) else TopicAdmin(root)
+        self.root = self.admin.root
+
+    def index(self, topic: str) -> OffsetIndex:
+        """Return the topic's offset index, refreshed to the latest commit."""
+        return self.admin.index(topic)
+
+    def beginning_offsets(self, topic: str) -> dict[int, int]:
+        """Return the log-start offset of every partition."""
+        index = self.index(topic)
+        return {p: index.log(p).start for p in range(index.num_partitions)}
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """Return the log-end offset (next offset to be written) of every partition."""
+        return self.index(topic).end_offsets()
+
+    def read(
+        self, topic: str, partition: int, offset: int, max_records: int | None = None
+    ) -> pa.Table:
+        """Return the records of ``partition`` from ``offset`` on, in offset order.
+
+        Args:
+            max_records: at most this many records (all up to the log end when None).
+
+        Returns:
+            A table of ``READ_SCHEMA`` (``partition, offset, key, value, timestamp,
+            headers``); empty when ``offset`` is the log-end offset.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is below log-start or above log-end.
+        """
+        plog = self._partition_log(topic, partition)
+        if offset < plog.start or offset > plog.end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {topic}-{partition} "
+                f"(log-start {plog.start}, log-end {plog.end})"
+            )
+        remaining = plog.end - offset if max_records is None else max_records
+        slices = []
+        for segment in plog.segments_from(offset):
+            if remaining <= 0:
+                break
+            start = max(0, offset - segment.base)
+            length = min(segment.count - start, remaining)
+            slices.append(_Slice(segment, start, length))
+            remaining -= length
+        tables = [self._read_slice(topic, partition, s) for s in slices]
+        if not tables:
+            return READ_SCHEMA.empty_table()
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    def records(
+        self, topic: str, partition: int, offset: int, max_records: int | None = None
+    ) -> list[ConsumerRecord]:
+        """Return :meth:`read` as ``ConsumerRecord`` objects."""
+        return records_from_table(topic, self.read(topic, partition, offset, max_records))
+
+    def offsets_for_times(self, topic: str, timestamp: int) -> dict[int, int | None]:
+        """Return, per partition, the first offset whose timestamp is ``>= timestamp``.
+
+        ``-1`` gives the log-end and ``-2`` the log-start offsets, as Kafka's ListOffsets.
+        A partition with no such record maps to None.
+        """
+        if timestamp == LATEST_TIMESTAMP:
+            return dict(self.end_offsets(topic))
+        if timestamp == EARLIEST_TIMESTAMP:
+            return dict(self.beginning_offsets(topic))
+        if timestamp < 0:
+            raise ValueError(f"timestamp must be >= 0, -1 (latest) or -2 (earliest): {timestamp}")
+        index = self.index(topic)
+        return {
+            p: self._offset_for_time(topic, index, p, timestamp)
+            for p in range(index.num_partitions)
+        }
+
+    def _offset_for_time(
+        self, topic: str, index: OffsetIndex, partition: int, timestamp: int
+    ) -> int | None:
+        for segment in index.log(partition).segments:
+            if segment.max_timestamp is not None and segment.max_timestamp < timestamp:
+                continue
+            ts = self._open(topic, segment).read(columns=["timestamp"]).column(0)
+            hits = np.flatnonzero(np.asarray(pc.greater_equal(ts, timestamp)))
+            if len(hits):
+                return segment.base + int(hits[0])
+        return None
+
+    def _partition_log(self, topic: str, partition: int):  # type: ignore[no-untyped-def]
+        index = self.index(topic)
+        if not 0 <= partition < index.num_partitions:
+            raise InvalidPartitionsError(
+                f"partition {partition} is not a partition of topic {topic!r} "
+                f"(it has {index.num_partitions})"
+            )
+        return index.log(partition)
+
+    def _open(self, topic: str, segment: Segment) -> pq.ParquetFile:
+        path = segment.path
+        full = path if "://" in path else f"{self.admin.table_path(topic)}/{path}"
+        try:
+            return pq.ParquetFile(self.root.fs.open_input_file(full))
+        except (OSError, pa.ArrowException) as exc:
+            raise StorageError(
+                f"cannot read data file {full} of topic {topic} (offsets {segment.base}.."
+                f"{segment.end - 1}): {exc}"
+            ) from exc
+
+    def _read_slice(self, topic: str, partition: int, piece: _Slice) -> pa.Table:
+        pfile = self._open(topic, piece.segment)
+        meta = pfile.metadata
+        if meta.num_rows != piece.segment.count:
+            raise StorageError(
+                f"data file {piece.segment.path} of {topic}-{partition} holds {meta.num_rows} "
+                f"records, the log says {piece.segment.count}"
+            )
+        firsts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        lo = bisect.bisect_right(firsts.tolist(), piece.start) - 1
+        hi = bisect.bisect_left(firsts.tolist(), piece.start + piece.length)
+        groups = list(range(max(lo, 0), min(hi, meta.num_row_groups)))
+        data = pfile.read_row_groups(groups, columns=FILE_SCHEMA.names)
+        data = data.slice(piece.start - int(firsts[groups[0]]), piece.length)
+        first = piece.segment.base + piece.start
+        offsets = pa.array(np.arange(first, first + piece.length, dtype=np.int64))
+        parts = pa.array(np.full(piece.length, partition, dtype=np.int32))
+        columns = [parts, offsets, *(data.column(name) for name in FILE_SCHEMA.names)]
+        return pa.Table.from_arrays(columns, schema=READ_SCHEMA)

@@ -1,0 +1,95 @@
+"""Record layout of a topic table and the record objects users see.
+
+A topic is a Delta table with the columns ``partition`` (int, the Delta partition column),
+``key`` and ``value`` (nullable binary), ``timestamp`` (epoch milliseconds, long) and
+``headers`` (an ordered list of ``{key: string, value: binary}``, duplicates allowed, as
+Kafka's headers). Offsets are not stored in the data files: they are derived from the order
+of the Delta log (see :mod:`runtime.storage.offset_index`), which is what lets staged files
+be committed unchanged after a lost compare-and-swap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
+HEADERS_TYPE = pa.list_(HEADER_TYPE)
+
+#: Columns stored in each parquet data file (``partition`` lives in the Delta log only).
+FILE_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.int64()),
+        ("headers", HEADERS_TYPE),
+    ]
+)
+
+#: The Delta table schema of every topic.
+TABLE_SCHEMA = pa.schema([pa.field("partition", pa.int32()), *FILE_SCHEMA])
+
+#: What a reader returns: the table columns plus the derived ``offset``.
+READ_SCHEMA = pa.schema(
+    [
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        *FILE_SCHEMA,
+    ]
+)
+
+Headers = list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    """One record read from a topic partition, with its offset."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where a committed write landed: ``count`` records from ``base_offset`` on."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    count: int
+
+    @property
+    def last_offset(self) -> int:
+        """Return the offset of the last record written (``base_offset + count - 1``)."""
+        return self.base_offset + self.count - 1
+
+
+def records_from_table(topic: str, table: pa.Table) -> list[ConsumerRecord]:
+    """Turn a reader's Arrow table (``READ_SCHEMA``) into ``ConsumerRecord`` objects."""
+    cols = table.to_pydict()
+    return [
+        ConsumerRecord(
+            topic,
+            partition,
+            offset,
+            timestamp,
+            key,
+            value,
+            [(h["key"], h["value"]) for h in headers] if headers else [],
+        )
+        for partition, offset, timestamp, key, value, headers in zip(
+            cols["partition"],
+            cols["offset"],
+            cols["timestamp"],
+            cols["key"],
+            cols["value"],
+            cols["headers"],
+            strict=True,
+        )
+    ]

@@ -1,0 +1,276 @@
+"""Topics as Delta tables: create, list, describe, alter, delete.
+
+A topic ``T`` is the Delta table ``<topics.root>/topics/T``, partitioned by the int column
+``partition``. Its partition count is the table property ``streams.partitions``; topic-level
+configuration (Kafka's ``--config`` keys) is kept as ``streams.topic.<key>`` properties.
+Every Delta log operation runs in the calling process (the driver), never in a forked Spark
+worker: delta-rs cannot be used in a process forked after its runtime started.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from runtime.storage.delta_log import PARTITIONS_PROPERTY
+from runtime.storage.fs import StorageRoot
+from runtime.storage.names import collides, validate_topic_name
+from runtime.storage.offset_index import OffsetIndex, TopicLog
+from runtime.storage.records import TABLE_SCHEMA
+from streams.errors import (
+    InvalidPartitionsError,
+    StorageError,
+    TopicError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+
+log = logging.getLogger(__name__)
+
+TOPICS_DIR = "topics"
+TOPIC_CONFIG_PREFIX = "streams.topic."
+MAX_PARTITIONS = 10_000
+
+_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
+_LONG_AT_LEAST = {
+    "retention.ms": -1,
+    "retention.bytes": -1,
+    "delete.retention.ms": 0,
+    "min.compaction.lag.ms": 0,
+    "max.compaction.lag.ms": 1,
+}
+TOPIC_CONFIG_KEYS = ("cleanup.policy", *_LONG_AT_LEAST)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    """Offsets of one partition: ``records`` live between log-start and log-end."""
+
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    records: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    """A topic's partition count, configuration overrides and per-partition offsets."""
+
+    name: str
+    num_partitions: int
+    configs: dict[str, str]
+    partitions: list[PartitionDescription] = field(default_factory=list)
+    version: int = -1
+
+
+def validate_topic_config(configs: Mapping[str, str]) -> dict[str, str]:
+    """Return the validated topic configuration overrides.
+
+    Raises:
+        TopicError: unknown key or bad value; the message names the key and what is allowed.
+    """
+    out: dict[str, str] = {}
+    for key, raw in configs.items():
+        value = str(raw).strip()
+        if key == "cleanup.policy":
+            norm = value.replace(" ", "")
+            if norm not in _POLICIES:
+                raise TopicError(
+                    f"topic config cleanup.policy={value!r} is invalid; allowed: delete, "
+                    "compact, compact,delete"
+                )
+            out[key] = norm
+        elif key in _LONG_AT_LEAST:
+            low = _LONG_AT_LEAST[key]
+            if not re.fullmatch(r"-?\d+", value) or int(value) < low:
+                raise TopicError(
+                    f"topic config {key}={value!r} is invalid; allowed: a whole number >= {low}"
+                )
+            out[key] = value
+        else:
+            raise TopicError(
+                f"unknown topic config {key!r}; allowed keys: {', '.join(TOPIC_CONFIG_KEYS)}"
+            )
+    return out
+
+
+class TopicAdmin:
+    """Create, list, describe, alter and delete the topics under one storage root.
+
+    Args:
+        root: the storage root (``topics.root``): a path or URI, or a ``StorageRoot``.
+    """
+
+    def __init__(self, root: str | StorageRoot) -> None:
+        self.root = root if isinstance(root, StorageRoot) else StorageRoot(root)
+        self._logs: dict[str, TopicLog] = {}
+
+    def table_path(self, topic: str) -> str:
+        """Return the filesystem path of a topic's table."""
+        return self.root.path(TOPICS_DIR, topic)
+
+    def table_uri(self, topic: str) -> str:
+        """Return the URI delta-rs opens for a topic's table."""
+        return self.root.uri_of(TOPICS_DIR, topic)
+
+    def topic_log(self, topic: str) -> TopicLog:
+        """Return the (cached) offset log of ``topic``."""
+        found = self._logs.get(topic)
+        if found is None:
+            validate_topic_name(topic)
+            found = self._logs[topic] = TopicLog(self.root, topic, self.table_path(topic))
+        return found
+
+    def index(self, topic: str) -> OffsetIndex:
+        """Return the offset index of ``topic`` refreshed to its latest version."""
+        return self.topic_log(topic).refresh()
+
+    def exists(self, topic: str) -> bool:
+        """Return True if the topic exists."""
+        return self.root.exists(f"{self.table_path(validate_topic_name(topic))}/_delta_log")
+
+    def create(
+        self,
+        topic: str,
+        partitions: int,
+        *,
+        configs: Mapping[str, str] | None = None,
+        if_not_exists: bool = False,
+    ) -> None:
+        """Create a topic with ``partitions`` partitions.
+
+        Raises:
+            InvalidTopicError: the name breaks Kafka's rules.
+            InvalidPartitionsError: ``partitions`` is not within 1..10000.
+            TopicExistsError: it exists (unless ``if_not_exists``).
+        """
+        validate_topic_name(topic)
+        _check_partition_count(partitions)
+        overrides = validate_topic_config(configs or {})
+        if self.exists(topic):
+            if if_not_exists:
+                return
+            raise TopicExistsError(f"topic {topic!r} already exists")
+        for other in self.list():
+            if collides(topic, other):
+                log.warning(
+                    "topic %s collides with %s in metric names ('.' and '_' are alike)",
+                    topic,
+                    other,
+                )
+        properties = {PARTITIONS_PROPERTY: str(partitions)}
+        properties |= {TOPIC_CONFIG_PREFIX + k: v for k, v in overrides.items()}
+        try:
+            DeltaTable.create(
+                self.table_uri(topic),
+                TABLE_SCHEMA,
+                mode="error",
+                partition_by=["partition"],
+                name=topic,
+                configuration=properties,
+                raise_if_key_not_exists=False,
+            )
+        except DeltaError as exc:
+            if self.exists(topic) and not if_not_exists:
+                raise TopicExistsError(f"topic {topic!r} already exists") from exc
+            if not self.exists(topic):
+                raise StorageError(f"cannot create topic {topic!r}: {exc}") from exc
+        log.info("created topic=%s partitions=%d", topic, partitions)
+
+    def list(self) -> list[str]:
+        """Return the names of all topics, sorted."""
+        names = []
+        for info in self.root.list_dir(self.root.path(TOPICS_DIR)):
+            if info.base_name.startswith((".", "_")):
+                continue
+            if self.root.exists(f"{info.path}/_delta_log"):
+                names.append(info.base_name)
+        return sorted(names)
+
+    def num_partitions(self, topic: str) -> int:
+        """Return the partition count of ``topic``."""
+        return self.index(topic).num_partitions
+
+    def describe(self, topic: str) -> TopicDescription:
+        """Return the partition count, configuration and per-partition offsets."""
+        index = self.index(topic)
+        parts = []
+        for p in range(index.num_partitions):
+            plog = index.log(p)
+            parts.append(PartitionDescription(p, plog.start, plog.end, plog.records))
+        return TopicDescription(topic, index.num_partitions, self.configs(topic), parts,
+                                index.version)
+
+    def configs(self, topic: str) -> dict[str, str]:
+        """Return the topic-level configuration overrides of ``topic``."""
+        props = self._table(topic).metadata().configuration
+        return {
+            k.removeprefix(TOPIC_CONFIG_PREFIX): v
+            for k, v in sorted(props.items())
+            if k.startswith(TOPIC_CONFIG_PREFIX) and v is not None
+        }
+
+    def alter_partitions(self, topic: str, partitions: int) -> None:
+        """Increase the partition count (Kafka never decreases it).
+
+        Raises:
+            InvalidPartitionsError: ``partitions`` is not larger than the current count.
+        """
+        _check_partition_count(partitions)
+        current = self.num_partitions(topic)
+        if partitions <= current:
+            raise InvalidPartitionsError(
+                f"topic {topic!r} has {current} partitions; the count can only be increased "
+                f"(asked for {partitions})"
+            )
+        self._set_properties(topic, {PARTITIONS_PROPERTY: str(partitions)})
+        log.info("altered topic=%s partitions=%d->%d", topic, current, partitions)
+
+    def alter_configs(self, topic: str, configs: Mapping[str, str]) -> None:
+        """Set topic-level configuration overrides."""
+        overrides = validate_topic_config(configs)
+        self._set_properties(topic, {TOPIC_CONFIG_PREFIX + k: v for k, v in overrides.items()})
+
+    def delete(self, topic: str) -> None:
+        """Delete a topic: its data files, Delta log and offset index.
+
+        Raises:
+            UnknownTopicError: the topic does not exist.
+        """
+        if not self.exists(topic):
+            raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root.uri}")
+        self.root.delete_dir(self.table_path(topic))
+        self._logs.pop(topic, None)
+        log.info("deleted topic=%s", topic)
+
+    def _table(self, topic: str) -> DeltaTable:
+        if not self.exists(topic):
+            raise UnknownTopicError(
+                f"topic {topic!r} does not exist under {self.root.uri}; create it with "
+                "'streams-eos topics --create'"
+            )
+        try:
+            return DeltaTable(self.table_uri(topic))
+        except DeltaError as exc:
+            raise StorageError(f"cannot open topic {topic!r}: {exc}") from exc
+
+    def _set_properties(self, topic: str, properties: Mapping[str, str]) -> None:
+        table = self._table(topic)
+        try:
+            table.alter.set_table_properties(dict(properties), raise_if_not_exists=False)
+        except DeltaError as exc:
+            raise StorageError(f"cannot alter topic {topic!r}: {exc}") from exc
+
+
+def _check_partition_count(partitions: int) -> None:
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise InvalidPartitionsError(f"partition count must be a whole number, got {partitions!r}")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidPartitionsError(
+            f"partition count {partitions} is out of range; allowed: 1..{MAX_PARTITIONS}"
+        )

@@ -1,0 +1,93 @@
+"""The ``streams-eos`` command line: Kafka's tools, over topics stored as Delta tables.
+
+Every subcommand takes ``--root`` (default: the ``STREAMS_ROOT`` environment variable) and
+``--verbose``. An error prints one line saying what is wrong and what to do, and exits
+non-zero; ``--verbose`` adds the stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from streams.cli import console, offsets, topics
+from streams.errors import StreamsError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--root",
+        default=os.environ.get("STREAMS_ROOT"),
+        help="storage root of the topics: a path or URI (default: $STREAMS_ROOT)",
+    )
+    common.add_argument("--verbose", action="store_true", help="log more; show stack traces")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of ``streams-eos`` with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="streams-eos",
+        description="Kafka Streams on Spark, exactly once: topic and offset tools.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = _common()
+    topics.register(sub, common)
+    offsets.register(sub, common)
+    console.register(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``streams-eos`` and return its exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if getattr(args, "needs_root", True) and not args.root:
+        parser.exit(
+            EXIT_USAGE,
+            f"streams-eos {args.command}: error: no storage root; pass --root PATH or set "
+            "STREAMS_ROOT\n",
+        )
+    try:
+        code: int = args.handler(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader of our output went away (e.g. `| head`): not an error of ours.
+        sys.stderr.close()
+        return 0
+    except StreamsError as exc:
+        return _fail(args, exc, f"error: {exc}")
+    except Exception as exc:
+        return _fail(
+            args,
+            exc,
+            f"error: unexpected {type(exc).__name__}: {exc} (run again with --verbose for "
+            "the stack trace, and report it if it persists)",
+        )
+    return code
+
+
+def _fail(args: argparse.Namespace, exc: BaseException, line: str) -> int:
+    if args.verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+    print(line, file=sys.stderr)
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The error tree of spark-streams-eos.
+
+Every error the library raises on purpose derives from :class:`StreamsError`. Each class
+says when it is raised and what the operator should do next. Errors from the storage layer
+(delta-rs, pyarrow, the filesystem) are wrapped at the boundary with ``raise ... from exc``.
+
+This module imports nothing from the project, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+
+class StreamsError(Exception):
+    """Root of every error raised by spark-streams-eos."""
+
+
+class ConfigError(StreamsError, ValueError):
+    """A configuration key is unknown, or a value is invalid.
+
+    Raised at start, before anything runs. Fix the named key; the message lists what is
+    allowed.
+    """
+
+
+class TopicError(StreamsError):
+    """A topic operation was refused; the message names the topic."""
+
+
+class InvalidTopicError(TopicError, ValueError):
+    """A topic name breaks Kafka's rules (``[a-zA-Z0-9._-]``, 1 to 249 characters, not ``.``
+    or ``..``). Choose another name."""
+
+
+class UnknownTopicError(TopicError):
+    """The topic does not exist under the storage root. Create it first
+    (``streams-eos topics --create``) or check ``topics.root``."""
+
+
+class TopicExistsError(TopicError):
+    """A topic with that name already exists. Use it, or delete it first."""
+
+
+class InvalidPartitionsError(TopicError, ValueError):
+    """A partition count or partition number is out of range (counts only grow; a partition
+    number must be below the topic's count)."""
+
+
+class OffsetOutOfRangeError(StreamsError):
+    """A read asked for an offset below the partition's log-start offset or above its
+    log-end offset. Seek to a valid offset (see ``get-offsets``) or reset the position."""
+
+
+class SerializationError(StreamsError):
+    """A record could not be serialized or deserialized.
+
+    When raised while reading, the message names the topic, partition and offset of the bad
+    record. Fix the producer or the serde; in a topology, a deserialization exception
+    handler may skip such records instead.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        where = [
+            f"{name}={value}"
+            for name, value in (("topic", topic), ("partition", partition), ("offset", offset))
+            if value is not None
+        ]
+        super().__init__(f"{message} ({' '.join(where)})" if where else message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class StorageError(StreamsError):
+    """The topic storage (Delta log, parquet files, filesystem) failed or holds something
+    this library cannot interpret. Nothing committed is lost; the message says what was
+    found. Check the storage root and retry."""
+
+
+class CommitTimeoutError(StorageError):
+    """A write could not be committed before its deadline because other writers kept
+    winning the compare-and-swap on the Delta log. The records were not committed; send
+    them again or raise ``delivery.timeout.ms``."""
