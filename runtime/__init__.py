@@ -1,0 +1,1 @@
+"""The runtime: topic storage, producers, coordinators and the Spark driver loop."""

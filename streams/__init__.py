@@ -26,7 +26,19 @@ _EXPORTS = {
     "ConsumerRecord": "runtime.storage.records",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ConfigError",
+    "ConsumerRecord",
+    "Producer",
+    "Serde",
+    "Serdes",
+    "SerializationError",
+    "StreamsConfig",
+    "StreamsError",
+    "TopicAdmin",
+    "TopicReader",
+    "serde_from_name",
+]
 
 if TYPE_CHECKING:
     from runtime.storage.producer import Producer

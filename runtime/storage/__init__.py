@@ -1,0 +1,1 @@
+"""Topics as Delta tables: names, offsets index, producer, reader, partitioner."""

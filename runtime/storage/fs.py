@@ -56,11 +56,11 @@ class StorageRoot:
 
     def exists(self, path: str) -> bool:
         """Return True if a file or directory exists at ``path``."""
-        return self._info(path).type != pafs.FileType.NotFound
+        return bool(self._info(path).type != pafs.FileType.NotFound)
 
     def is_dir(self, path: str) -> bool:
         """Return True if ``path`` is a directory."""
-        return self._info(path).type == pafs.FileType.Directory
+        return bool(self._info(path).type == pafs.FileType.Directory)
 
     def list_dir(self, path: str) -> list[pafs.FileInfo]:
         """List the direct children of ``path`` (empty when it does not exist)."""

@@ -320,8 +320,9 @@ class TopicLog:
             try:
                 index = OffsetIndex.from_json(json.loads(gzip.decompress(raw or b"")))
             except (OSError, ValueError, KeyError, StorageError) as exc:
-                log.warning("[topic %s] skipping unreadable index snapshot %s: %s",
-                            self.topic, name, exc)
+                log.warning(
+                    "[topic %s] skipping unreadable index snapshot %s: %s", self.topic, name, exc
+                )
                 continue
             self._snapshot_version = index.version
             return index

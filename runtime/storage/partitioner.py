@@ -67,14 +67,13 @@ def murmur2_array(keys: pa.BinaryArray | pa.LargeBinaryArray) -> np.ndarray:
     n = len(keys)
     offset_type = np.int64 if pa.types.is_large_binary(keys.type) else np.int32
     bufs = keys.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=offset_type, count=n + 1 + keys.offset)[keys.offset :]
-    starts = offsets[:-1].astype(np.int64)
-    lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
+    raw_offsets = np.frombuffer(bufs[1], dtype=offset_type, count=n + 1 + keys.offset)
+    offsets = raw_offsets[keys.offset :].astype(np.int64)
+    starts = offsets[:-1]
+    lengths = offsets[1:] - offsets[:-1]
     if keys.null_count:
         lengths = np.where(np.asarray(keys.is_null(), dtype=bool), 0, lengths)
-    data = (
-        np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    )
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     # Pad so that gathers past a key's end never leave the buffer (masked out below).
     data = np.concatenate([data, np.zeros(8, dtype=np.uint8)]).astype(np.uint64)
     m = np.uint64(_M)

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from runtime.storage.delta_log import OFFSETS_KEY, read_entry
 from runtime.storage.fs import StorageRoot
@@ -63,7 +63,7 @@ class _Buffer:
     bytes: int = 0
 
     def __len__(self) -> int:
-        return len(self.keys) + sum(t.num_rows for t in self.tables)
+        return len(self.keys) + sum(int(t.num_rows) for t in self.tables)
 
     def to_table(self) -> pa.Table:
         """Return every buffered record as one table (``FILE_SCHEMA`` + ``partition``)."""
@@ -75,9 +75,7 @@ class _Buffer:
                         "key": pa.array(self.keys, pa.binary()),
                         "value": pa.array(self.values, pa.binary()),
                         "timestamp": pa.array(self.timestamps, pa.int64()),
-                        "headers": pa.array(
-                            [_header_dicts(h) for h in self.headers], HEADERS_TYPE
-                        ),
+                        "headers": pa.array([_header_dicts(h) for h in self.headers], HEADERS_TYPE),
                         "partition": pa.array(self.partitions, pa.int32()),
                     }
                 )
@@ -152,8 +150,9 @@ class Producer:
             UnknownTopicError: the topic does not exist.
         """
         if key is not None and not isinstance(key, bytes):
-            raise SerializationError(f"key must be bytes or None, got {type(key).__name__}",
-                                     topic=topic)
+            raise SerializationError(
+                f"key must be bytes or None, got {type(key).__name__}", topic=topic
+            )
         if value is not None and not isinstance(value, bytes):
             raise SerializationError(
                 f"value must be bytes or None, got {type(value).__name__}", topic=topic
@@ -202,8 +201,13 @@ class Producer:
                 self._check_partition(topic, int(top))
         hdr_arr = headers if headers is not None else _empty_headers(n)
         table = pa.table(
-            {"key": key_arr, "value": vals, "timestamp": ts_arr, "headers": hdr_arr,
-             "partition": part_arr}
+            {
+                "key": key_arr,
+                "value": vals,
+                "timestamp": ts_arr,
+                "headers": hdr_arr,
+                "partition": part_arr,
+            }
         )
         buf = self._buffer(topic)
         buf.tables.append(table)
@@ -321,8 +325,11 @@ class Producer:
         try:
             with self.root.output(full) as out:
                 pq.write_table(
-                    chunk.cast(FILE_SCHEMA), out, compression=codec,
-                    row_group_size=ROW_GROUP_SIZE, use_dictionary=False,
+                    chunk.cast(FILE_SCHEMA),
+                    out,
+                    compression=codec,
+                    row_group_size=ROW_GROUP_SIZE,
+                    use_dictionary=False,
                     write_statistics=["timestamp"],
                 )
         except (OSError, pa.ArrowException) as exc:
@@ -330,8 +337,9 @@ class Producer:
         ts = chunk.column("timestamp")
         lo, hi = pc.min_max(ts).values()
         self.metrics["files"] += 1
-        return _StagedFile(partition, rel, chunk.num_rows, self.root.file_size(full),
-                           lo.as_py(), hi.as_py())
+        return _StagedFile(
+            partition, rel, chunk.num_rows, self.root.file_size(full), lo.as_py(), hi.as_py()
+        )
 
     def _commit(self, topic: str, staged: list[_StagedFile]) -> list[AppendResult]:
         """Commit ``staged`` by compare-and-swap, recomputing offsets after each lost race."""
@@ -339,7 +347,7 @@ class Producer:
         tlog = self.admin.topic_log(topic)
         commit_id = uuid.uuid4().hex
         deadline = time.monotonic() + self.delivery_timeout_ms / 1000
-        adds = [_add_action(f) for f in staged]
+        adds: list[AddAction | RemoveAction] = [_add_action(f) for f in staged]
         attempt = 0
         while True:
             index = tlog.refresh(upto=table.version())
@@ -354,11 +362,18 @@ class Producer:
                 files.append([f.path, f.partition, base, f.count, f.max_timestamp])
                 results.append(AppendResult(topic, f.partition, base, f.count))
                 ends[f.partition] = base + f.count
-            meta = {"v": 1, "id": commit_id, "files": files,
-                    "end": [ends[p] for p in range(index.num_partitions)]}
+            meta = {
+                "v": 1,
+                "id": commit_id,
+                "files": files,
+                "end": [ends[p] for p in range(index.num_partitions)],
+            }
             try:
                 table.create_write_transaction(
-                    adds, "append", TABLE_SCHEMA, partition_by=["partition"],
+                    adds,
+                    "append",
+                    TABLE_SCHEMA,
+                    partition_by=["partition"],
                     commit_properties=CommitProperties(
                         custom_metadata={OFFSETS_KEY: json.dumps(meta, separators=(",", ":"))},
                         max_commit_retries=0,
@@ -381,7 +396,6 @@ class Producer:
                 if (landed := self._landed(topic, table, base_version, commit_id)) is not None:
                     return landed
                 raise StorageError(f"cannot commit to topic {topic}: {exc}") from exc
-            table.update_incremental()
             self.metrics["commits"] += 1
             return results
 
@@ -395,8 +409,10 @@ class Producer:
             meta = entry.offsets_metadata if entry else None
             if meta and meta.get("id") == commit_id:
                 self.metrics["commits"] += 1
-                return [AppendResult(topic, p, base, count)
-                        for _path, p, base, count, _ts in meta["files"]]
+                return [
+                    AppendResult(topic, p, base, count)
+                    for _path, p, base, count, _ts in meta["files"]
+                ]
         return None
 
     def _delta_table(self, topic: str) -> DeltaTable:
@@ -419,7 +435,11 @@ def _add_action(f: _StagedFile) -> AddAction:
         "nullCount": {"timestamp": 0},
     }
     return AddAction(
-        f.path, f.size, {"partition": str(f.partition)}, int(time.time() * 1000), True,
+        f.path,
+        f.size,
+        {"partition": str(f.partition)},
+        int(time.time() * 1000),
+        True,
         json.dumps(stats, separators=(",", ":")),
     )
 
@@ -432,13 +452,13 @@ def _binary(data: Any, what: str, topic: str) -> pa.Array:
             return data
         if pa.types.is_large_binary(data.type) or pa.types.is_fixed_size_binary(data.type):
             return data.cast(pa.binary())
-        raise SerializationError(f"send_batch {what} must be binary, got {data.type}",
-                                 topic=topic)
+        raise SerializationError(f"send_batch {what} must be binary, got {data.type}", topic=topic)
     try:
         return pa.array(data, pa.binary())
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise SerializationError(f"send_batch {what} must be bytes or None: {exc}",
-                                 topic=topic) from exc
+        raise SerializationError(
+            f"send_batch {what} must be bytes or None: {exc}", topic=topic
+        ) from exc
 
 
 def _empty_headers(n: int) -> pa.Array:

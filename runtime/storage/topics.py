@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
@@ -186,9 +187,7 @@ class TopicAdmin:
         """Return the names of all topics, sorted."""
         names = []
         for info in self.root.list_dir(self.root.path(TOPICS_DIR)):
-            if info.base_name.startswith((".", "_")):
-                continue
-            if self.root.exists(f"{info.path}/_delta_log"):
+            if info.type == pafs.FileType.Directory and self.root.exists(f"{info.path}/_delta_log"):
                 names.append(info.base_name)
         return sorted(names)
 
@@ -203,8 +202,9 @@ class TopicAdmin:
         for p in range(index.num_partitions):
             plog = index.log(p)
             parts.append(PartitionDescription(p, plog.start, plog.end, plog.records))
-        return TopicDescription(topic, index.num_partitions, self.configs(topic), parts,
-                                index.version)
+        return TopicDescription(
+            topic, index.num_partitions, self.configs(topic), parts, index.version
+        )
 
     def configs(self, topic: str) -> dict[str, str]:
         """Return the topic-level configuration overrides of ``topic``."""

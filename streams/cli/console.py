@@ -38,12 +38,17 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Read lines from stdin and produce each as one record (UTF-8).",
     )
     prod.add_argument("--topic", required=True)
-    prod.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
-                      help=f"one of {', '.join(sorted(_PRODUCE_PROPS))}")
-    prod.add_argument("--batch-size", type=int, default=10_000,
-                      help="lines per commit at most (default 10000)")
-    prod.add_argument("--timeout", type=int, default=1000, metavar="MS",
-                      help="commit buffered lines after this many ms without more (linger)")
+    _add_property_option(prod, _PRODUCE_PROPS)
+    prod.add_argument(
+        "--batch-size", type=int, default=10_000, help="lines per commit at most (default 10000)"
+    )
+    prod.add_argument(
+        "--timeout",
+        type=int,
+        default=1000,
+        metavar="MS",
+        help="commit buffered lines after this many ms without more (linger)",
+    )
     prod.set_defaults(handler=run_produce)
 
     cons = sub.add_parser(
@@ -53,18 +58,33 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Print records, in offset order per partition.",
     )
     cons.add_argument("--topic", required=True)
-    cons.add_argument("--from-beginning", action="store_true",
-                      help="start at the log-start offset (default: the log end)")
+    cons.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the log-start offset (default: the log end)",
+    )
     cons.add_argument("--partition", type=int, help="only this partition")
     cons.add_argument("--offset", help="with --partition: earliest, latest or an offset")
     cons.add_argument("--max-messages", type=int, help="exit after this many records")
     cons.add_argument("--timeout-ms", type=int, help="exit after this long without a record")
-    cons.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
-                      help=f"one of {', '.join(sorted(_CONSUME_PROPS))}")
-    cons.add_argument("--key-deserializer", default="string",
-                      help="serde of keys: bytes, string, int, long, double, json or a path")
+    _add_property_option(cons, _CONSUME_PROPS)
+    cons.add_argument(
+        "--key-deserializer",
+        default="string",
+        help="serde of keys: bytes, string, int, long, double, json or a path",
+    )
     cons.add_argument("--value-deserializer", default="string", help="serde of values")
     cons.set_defaults(handler=run_consume)
+
+
+def _add_property_option(parser: argparse.ArgumentParser, allowed: set[str]) -> None:
+    parser.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"one of {', '.join(sorted(allowed))} (repeatable)",
+    )
 
 
 def _properties(items: list[str], allowed: set[str]) -> dict[str, str]:
@@ -74,9 +94,7 @@ def _properties(items: list[str], allowed: set[str]) -> dict[str, str]:
         if not sep:
             raise StreamsError(f"--property {item!r} is not KEY=VALUE")
         if key not in allowed:
-            raise StreamsError(
-                f"unknown --property {key!r}; allowed: {', '.join(sorted(allowed))}"
-            )
+            raise StreamsError(f"unknown --property {key!r}; allowed: {', '.join(sorted(allowed))}")
         props[key] = value.encode().decode("unicode_escape")
     return props
 
@@ -156,8 +174,9 @@ def _lines(stream: BinaryIO, linger: float) -> Iterator[tuple[int, bytes | None]
 class _Printer:
     """Formats records as Kafka's DefaultMessageFormatter does (tab-separated fields)."""
 
-    def __init__(self, props: dict[str, str], key_serde: Serde[Any],
-                 value_serde: Serde[Any]) -> None:
+    def __init__(
+        self, props: dict[str, str], key_serde: Serde[Any], value_serde: Serde[Any]
+    ) -> None:
         self.print_key = _flag(props, "print.key")
         self.print_partition = _flag(props, "print.partition")
         self.print_offset = _flag(props, "print.offset")
@@ -179,17 +198,23 @@ class _Printer:
         if self.print_offset:
             fields.append(b"%d" % rec.offset)
         if self.print_headers:
-            fields.append(b",".join(k.encode() + b":" + (v if v is not None else self.null)
-                                    for k, v in rec.headers) or b"NO_HEADERS")
+            fields.append(
+                b",".join(
+                    k.encode() + b":" + (v if v is not None else self.null) for k, v in rec.headers
+                )
+                or b"NO_HEADERS"
+            )
         if self.print_key:
             fields.append(self._text(rec, rec.key, self.key_serde, "key"))
         fields.append(self._text(rec, rec.value, self.value_serde, "value"))
         self.out.write(self.sep.join(fields) + self.eol)
 
-    def _text(self, rec: ConsumerRecord, data: bytes | None, serde: Serde[Any],
-              field: Any) -> bytes:
-        obj = deserialize_record_field(serde, rec.topic, rec.partition, rec.offset, data,
-                                       field=field)
+    def _text(
+        self, rec: ConsumerRecord, data: bytes | None, serde: Serde[Any], field: Any
+    ) -> bytes:
+        obj = deserialize_record_field(
+            serde, rec.topic, rec.partition, rec.offset, data, field=field
+        )
         if obj is None:
             return self.null
         if isinstance(obj, bytes):
@@ -200,8 +225,9 @@ class _Printer:
 def run_consume(args: argparse.Namespace) -> int:
     """Print records until ``--max-messages`` or ``--timeout-ms`` of idleness."""
     props = _properties(args.property, _CONSUME_PROPS)
-    printer = _Printer(props, serde_from_name(args.key_deserializer),
-                       serde_from_name(args.value_deserializer))
+    printer = _Printer(
+        props, serde_from_name(args.key_deserializer), serde_from_name(args.value_deserializer)
+    )
     reader = TopicReader(args.root)
     positions = _start_positions(reader, args)
     limit = args.max_messages
@@ -225,9 +251,10 @@ def run_consume(args: argparse.Namespace) -> int:
             if got:
                 last_record = time.monotonic()
                 continue
-            if args.timeout_ms is not None and (
-                time.monotonic() - last_record
-            ) * 1000 >= args.timeout_ms:
+            if (
+                args.timeout_ms is not None
+                and (time.monotonic() - last_record) * 1000 >= args.timeout_ms
+            ):
                 break
             time.sleep(0.1)
     finally:

@@ -46,7 +46,9 @@ def _partitions(spec: str | None, count: int) -> set[int] | None:
     try:
         chosen = {int(x) for x in spec.split(",") if x.strip()}
     except ValueError as exc:
-        raise StreamsError(f"--partitions {spec!r} is not a comma-separated list of numbers") from exc
+        raise StreamsError(
+            f"--partitions {spec!r} is not a comma-separated list of numbers"
+        ) from exc
     unknown = sorted(p for p in chosen if not 0 <= p < count)
     if unknown:
         raise StreamsError(f"--partitions: {unknown} not in the topic (it has {count})")

@@ -26,7 +26,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", help="the topic name")
     p.add_argument("--partitions", type=int, help="partition count (create, alter)")
     p.add_argument(
-        "--config", action="append", default=[], metavar="KEY=VALUE",
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="topic config override, e.g. cleanup.policy=compact (repeatable)",
     )
     p.add_argument("--if-not-exists", action="store_true", help="create: no error if it exists")
@@ -49,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
     topic = _require(args.topic, "--topic")
     if args.create:
         partitions = args.partitions if args.partitions is not None else 1
-        admin.create(topic, partitions, configs=_configs(args.config),
-                     if_not_exists=args.if_not_exists)
+        admin.create(
+            topic, partitions, configs=_configs(args.config), if_not_exists=args.if_not_exists
+        )
         print(f"Created topic {topic}.")
         return 0
     if (args.alter or args.delete) and args.if_exists and not admin.exists(topic):

@@ -1,0 +1,2 @@
+"""The topology DSL: StreamsBuilder, KStream, KTable and their compilation into
+sub-topologies. Imports no pyspark."""
