@@ -87,3 +87,9 @@ class CommitTimeoutError(StorageError):
     """A write could not be committed before its deadline because other writers kept
     winning the compare-and-swap on the Delta log. The records were not committed; send
     them again or raise ``delivery.timeout.ms``."""
+
+
+class CommitOutcomeUnknownError(StorageError):
+    """A commit failed in a way that leaves open whether it landed (the log could not be
+    read back afterwards). Its files are kept. Look at the topic (``get-offsets``,
+    ``console-consume``) before sending the records again, or you may duplicate them."""

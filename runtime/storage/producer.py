@@ -38,10 +38,12 @@ from runtime.storage.partitioner import StickyPartitioner, partitions_for_keys
 from runtime.storage.records import FILE_SCHEMA, HEADERS_TYPE, TABLE_SCHEMA, AppendResult, Headers
 from runtime.storage.topics import TopicAdmin
 from streams.errors import (
+    CommitOutcomeUnknownError,
     CommitTimeoutError,
     InvalidPartitionsError,
     SerializationError,
     StorageError,
+    StreamsError,
 )
 
 log = logging.getLogger(__name__)
@@ -278,7 +280,12 @@ class Producer:
         staged = self._write_files(topic, table.drop_columns(["partition"]), parts)
         try:
             results = self._commit(topic, staged)
-        except BaseException:
+        except CommitOutcomeUnknownError:
+            raise
+        except StreamsError:
+            # _commit raises these only after checking that the commit did not land, so the
+            # files are orphans. On any other interruption they are left alone: the commit
+            # may have landed, and an unreferenced file is harmless (VACUUM removes it).
             for f in staged:
                 self.root.delete_file(f"{self.admin.table_path(topic)}/{f.path}")
             raise
@@ -403,9 +410,18 @@ class Producer:
         self, topic: str, table: DeltaTable, base_version: int, commit_id: str
     ) -> list[AppendResult] | None:
         """Return the results if a commit that reported failure was in fact written."""
-        table.update_incremental()
-        for version in range(base_version + 1, table.version() + 1):
-            entry = read_entry(self.root, self.admin.table_path(topic), version)
+        try:
+            table.update_incremental()
+            entries = [
+                read_entry(self.root, self.admin.table_path(topic), version)
+                for version in range(base_version + 1, table.version() + 1)
+            ]
+        except (DeltaError, StreamsError) as exc:
+            raise CommitOutcomeUnknownError(
+                f"topic {topic}: a commit failed and the log could not be read back to see "
+                f"whether it landed: {exc}"
+            ) from exc
+        for entry in entries:
             meta = entry.offsets_metadata if entry else None
             if meta and meta.get("id") == commit_id:
                 self.metrics["commits"] += 1

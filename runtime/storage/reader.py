@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from runtime.storage.fs import StorageRoot
-from runtime.storage.offset_index import OffsetIndex, Segment
+from runtime.storage.offset_index import OffsetIndex, PartitionLog, Segment
 from runtime.storage.records import FILE_SCHEMA, READ_SCHEMA, ConsumerRecord, records_from_table
 from runtime.storage.topics import TopicAdmin
 from streams.errors import InvalidPartitionsError, OffsetOutOfRangeError, StorageError
@@ -128,7 +128,7 @@ class TopicReader:
                 return segment.base + int(hits[0])
         return None
 
-    def _partition_log(self, topic: str, partition: int):  # type: ignore[no-untyped-def]
+    def _partition_log(self, topic: str, partition: int) -> PartitionLog:
         index = self.index(topic)
         if not 0 <= partition < index.num_partitions:
             raise InvalidPartitionsError(

@@ -8,6 +8,7 @@ import os
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError
 
 from runtime.storage import offset_index
 from runtime.storage.partitioner import partition_for_key
@@ -278,3 +279,48 @@ def test_missing_log_without_snapshot_is_an_error(admin: TopicAdmin, root: str) 
     os.remove(os.path.join(admin.table_path("t"), "_delta_log", f"{0:020d}.json"))
     with pytest.raises(StorageError, match="no version 0"):
         TopicReader(root).end_offsets("t")
+
+
+def _data_files(admin: TopicAdmin, topic: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(admin.table_path(topic), "partition=*", "*.parquet")))
+
+
+def test_commit_reported_failed_but_landed_is_not_repeated(
+    admin: TopicAdmin, producer: Producer, reader: TopicReader
+) -> None:
+    admin.create("t", 1)
+    producer.send("t", None, b"first")
+    producer.flush()
+    table = producer._tables["t"]
+    real = table.create_write_transaction
+
+    def commit_then_lose_the_answer(*args: object, **kwargs: object) -> None:
+        real(*args, **kwargs)  # type: ignore[arg-type]
+        raise DeltaError("connection reset after the commit was written")
+
+    table.create_write_transaction = commit_then_lose_the_answer  # type: ignore[method-assign]
+    producer.send("t", None, b"second")
+    (result,) = producer.flush()
+    assert result.base_offset == 1
+    assert [r.value for r in reader.records("t", 0, 0)] == [b"first", b"second"]
+    assert len(_data_files(admin, "t")) == 2  # the landed file was kept
+
+
+def test_commit_that_did_not_land_removes_its_files(
+    admin: TopicAdmin, producer: Producer, reader: TopicReader
+) -> None:
+    admin.create("t", 2)
+    producer.send("t", None, b"first", partition=0)
+    producer.flush()
+    table = producer._tables["t"]
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise DeltaError("permission denied")
+
+    table.create_write_transaction = refuse  # type: ignore[method-assign]
+    producer.send("t", None, b"lost", partition=0)
+    producer.send("t", None, b"lost", partition=1)
+    with pytest.raises(StorageError, match="permission denied"):
+        producer.flush()
+    assert len(_data_files(admin, "t")) == 1
+    assert reader.end_offsets("t") == {0: 1, 1: 0}
