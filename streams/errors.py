@@ -93,3 +93,40 @@ class CommitOutcomeUnknownError(StorageError):
     """A commit failed in a way that leaves open whether it landed (the log could not be
     read back afterwards). Its files are kept. Look at the topic (``get-offsets``,
     ``console-consume``) before sending the records again, or you may duplicate them."""
+
+
+class TransactionError(StreamsError):
+    """Root of the errors of the transaction protocol."""
+
+
+class InvalidTxnStateError(TransactionError):
+    """A transaction state transition that Kafka's state machine forbids was attempted (the
+    message names both states), or an operation was called in a producer state that does
+    not allow it (e.g. ``send()`` before ``begin_transaction()``). A bug in the caller:
+    fatal for this producer."""
+
+
+class ProducerFencedError(TransactionError):
+    """Another producer with the same ``transactional.id`` (a newer epoch) took over, or the
+    coordinator aborted this producer's transaction after its timeout. This producer is a
+    zombie: close it; nothing it staged becomes visible. In a stream thread this surfaces as
+    ``TaskMigratedError``: rejoin and re-initialise."""
+
+
+class ConcurrentTransactionsError(TransactionError):
+    """The transactional id has a transaction in PrepareCommit/PrepareAbort that another
+    process is completing. Retriable: retry after a short back-off."""
+
+
+class InvalidTransactionTimeoutError(TransactionError, ConfigError):
+    """``transaction.timeout.ms`` is above ``transaction.max.timeout.ms`` (or not positive).
+    Lower the timeout or raise the maximum."""
+
+
+class TransactionAbortedError(TransactionError):
+    """The transaction was aborted (by the caller, the timeout sweep or a fatal error) and
+    cannot be committed; begin a new one."""
+
+
+class CoordinatorError(TransactionError, StorageError):
+    """The transaction log could not be read or written. Nothing was decided; retry."""

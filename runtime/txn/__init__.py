@@ -1,0 +1,1 @@
+"""Transactions: the coordinator, its log, producer ids and the transactional producer."""
