@@ -291,7 +291,7 @@ def test_commit_reported_failed_but_landed_is_not_repeated(
     admin.create("t", 1)
     producer.send("t", None, b"first")
     producer.flush()
-    table = producer._tables["t"]
+    table = producer.committer("t").table()
     real = table.create_write_transaction
 
     def commit_then_lose_the_answer(*args: object, **kwargs: object) -> None:
@@ -312,7 +312,7 @@ def test_commit_that_did_not_land_removes_its_files(
     admin.create("t", 2)
     producer.send("t", None, b"first", partition=0)
     producer.flush()
-    table = producer._tables["t"]
+    table = producer.committer("t").table()
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise DeltaError("permission denied")

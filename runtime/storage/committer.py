@@ -1,0 +1,284 @@
+"""Write record files and commit them to a topic's Delta log by compare-and-swap.
+
+Shared by the plain producer (files under ``partition=<p>/``, committed at once) and the
+transactional producer (files staged under ``txn-staging/...``, committed in the commit
+phase). A commit is a compare-and-swap on the table version its offsets were computed from;
+after a lost race the offsets are recomputed and the *same* files are committed again, so
+files are never rewritten. Each commit carries an id (and, for transactions, Delta's
+``txn(appId, version)`` action), so a commit whose answer was lost is recognised instead of
+being repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import AddAction, RemoveAction, Transaction
+
+from runtime.storage.delta_log import OFFSETS_KEY, LogEntry, read_entry
+from runtime.storage.fs import StorageRoot
+from runtime.storage.records import FILE_SCHEMA, TABLE_SCHEMA, AppendResult
+from runtime.storage.topics import TopicAdmin
+from streams.errors import (
+    CommitOutcomeUnknownError,
+    CommitTimeoutError,
+    StorageError,
+    StreamsError,
+)
+
+log = logging.getLogger(__name__)
+
+#: Rows per parquet row group: readers fetch only the row groups an offset range needs.
+ROW_GROUP_SIZE = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class StagedFile:
+    """A data file written for one partition, not yet (or already) in the Delta log."""
+
+    partition: int
+    path: str  # relative to the topic table
+    count: int
+    size: int
+    min_timestamp: int
+    max_timestamp: int
+
+    def to_json(self) -> list[object]:
+        """Return the file as a compact JSON list."""
+        return [
+            self.partition,
+            self.path,
+            self.count,
+            self.size,
+            self.min_timestamp,
+            self.max_timestamp,
+        ]
+
+    @classmethod
+    def from_json(cls, raw: list[object]) -> StagedFile:
+        """Rebuild a file from :meth:`to_json` output."""
+        p, path, count, size, lo, hi = raw
+        return cls(int(p), str(path), int(count), int(size), int(lo), int(hi))  # type: ignore[call-overload]
+
+
+def split_by_partition(table: pa.Table, parts: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
+    """Yield ``(partition, records)`` groups of ``table``, keeping record order per group."""
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    table = table.take(pa.array(order))
+    bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+    starts = np.concatenate([[0], bounds]).tolist()
+    ends = np.concatenate([bounds, [len(sorted_parts)]]).tolist()
+    for start, end in zip(starts, ends, strict=True):
+        yield int(sorted_parts[start]), table.slice(start, end - start)
+
+
+def write_file(
+    root: StorageRoot,
+    table_path: str,
+    rel_dir: str,
+    partition: int,
+    chunk: pa.Table,
+    *,
+    compression: str,
+) -> StagedFile:
+    """Write one partition's records as a parquet file under ``table_path/rel_dir``.
+
+    Raises:
+        StorageError: the file could not be written (e.g. the disk is full).
+    """
+    prefix = f"{rel_dir}/" if rel_dir else ""
+    rel = f"{prefix}partition={partition}/part-{uuid.uuid4().hex}.{compression}.parquet"
+    full = f"{table_path}/{rel}"
+    try:
+        with root.output(full) as out:
+            pq.write_table(
+                chunk.select(FILE_SCHEMA.names).cast(FILE_SCHEMA),
+                out,
+                compression=None if compression == "none" else compression,
+                row_group_size=ROW_GROUP_SIZE,
+                use_dictionary=False,
+                write_statistics=["timestamp"],
+            )
+    except (OSError, pa.ArrowException) as exc:
+        root.delete_file(full)
+        raise StorageError(f"cannot write data file {full}: {exc}") from exc
+    lo, hi = pc.min_max(chunk.column("timestamp")).values()
+    return StagedFile(partition, rel, chunk.num_rows, root.file_size(full), lo.as_py(), hi.as_py())
+
+
+class TopicCommitter:
+    """Commits files to one topic's Delta log; keeps the table handle between commits."""
+
+    def __init__(self, admin: TopicAdmin, topic: str) -> None:
+        self.admin = admin
+        self.topic = topic
+        self.table_path = admin.table_path(topic)
+        self.log = admin.topic_log(topic)
+        self.conflicts = 0
+        self._table: DeltaTable | None = None
+
+    def table(self) -> DeltaTable:
+        """Return the topic's Delta table, brought up to date."""
+        try:
+            if self._table is None:
+                self._table = DeltaTable(self.admin.table_uri(self.topic))
+            else:
+                self._table.update_incremental()
+        except DeltaError as exc:
+            raise StorageError(f"cannot open topic {self.topic}: {exc}") from exc
+        return self._table
+
+    def committed_txn_version(self, app_id: str) -> int:
+        """Return the highest ``txn`` version committed for ``app_id`` (-1 when none)."""
+        version = self.table().transaction_version(app_id)
+        return -1 if version is None else int(version)
+
+    def commit(
+        self,
+        files: list[StagedFile],
+        *,
+        timeout_ms: int,
+        app_txn: tuple[str, int] | None = None,
+    ) -> list[AppendResult]:
+        """Add ``files`` to the log in one commit; return where each file's records landed.
+
+        Args:
+            app_txn: ``(transactional id, transaction sequence)``: written as Delta's ``txn``
+                action; when the table already holds that version, nothing is committed
+                again (roll-forward after a crash is idempotent) and ``[]`` is returned.
+
+        Raises:
+            CommitTimeoutError: other writers kept winning past ``timeout_ms``.
+            CommitOutcomeUnknownError: a commit failed and its outcome could not be read.
+            StorageError: the storage refused the commit (nothing committed).
+        """
+        table = self.table()
+        if app_txn is not None and self.committed_txn_version(app_txn[0]) >= app_txn[1]:
+            return []
+        commit_id = uuid.uuid4().hex
+        deadline = time.monotonic() + timeout_ms / 1000
+        adds: list[AddAction | RemoveAction] = [_add_action(f) for f in files]
+        attempt = 0
+        while True:
+            base_version, results, meta = self._plan(table, files, commit_id, app_txn)
+            try:
+                table.create_write_transaction(
+                    adds,
+                    "append",
+                    TABLE_SCHEMA,
+                    partition_by=["partition"],
+                    commit_properties=CommitProperties(
+                        custom_metadata={OFFSETS_KEY: meta},
+                        max_commit_retries=0,
+                        app_transactions=[Transaction(*app_txn)] if app_txn else None,
+                    ),
+                )
+                return results
+            except DeltaError as exc:
+                landed = self._landed(table, base_version, commit_id, app_txn)
+                if landed is not None:
+                    return landed
+                if not isinstance(exc, CommitFailedError):
+                    raise StorageError(f"cannot commit to topic {self.topic}: {exc}") from exc
+                attempt += 1
+                self.conflicts += 1
+                if time.monotonic() > deadline:
+                    raise CommitTimeoutError(
+                        f"topic {self.topic}: gave up after {attempt} lost compare-and-swaps "
+                        f"in {timeout_ms} ms; nothing was committed"
+                    ) from exc
+                time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))
+
+    def _plan(
+        self,
+        table: DeltaTable,
+        files: list[StagedFile],
+        commit_id: str,
+        app_txn: tuple[str, int] | None,
+    ) -> tuple[int, list[AppendResult], str]:
+        """Compute offsets from the version the table is at; return the commit metadata."""
+        index = self.log.refresh(upto=table.version())
+        while index.version > table.version():  # the index ran ahead of the table
+            table.update_incremental()
+            index = self.log.refresh(upto=table.version())
+        ends = index.end_offsets()
+        results, entries = [], []
+        for f in files:
+            base = ends[f.partition]
+            entries.append([f.path, f.partition, base, f.count, f.max_timestamp])
+            results.append(AppendResult(self.topic, f.partition, base, f.count))
+            ends[f.partition] = base + f.count
+        meta: dict[str, object] = {
+            "v": 1,
+            "id": commit_id,
+            "files": entries,
+            "end": [ends[p] for p in range(index.num_partitions)],
+        }
+        if app_txn is not None:
+            meta["txn"] = list(app_txn)
+        return index.version, results, json.dumps(meta, separators=(",", ":"))
+
+    def _landed(
+        self,
+        table: DeltaTable,
+        base_version: int,
+        commit_id: str,
+        app_txn: tuple[str, int] | None,
+    ) -> list[AppendResult] | None:
+        """Return the results if a commit that reported failure was in fact written."""
+        try:
+            table.update_incremental()
+            entries = [
+                read_entry(self.admin.root, self.table_path, v)
+                for v in range(base_version + 1, table.version() + 1)
+            ]
+        except (DeltaError, StreamsError) as exc:
+            raise CommitOutcomeUnknownError(
+                f"topic {self.topic}: a commit failed and the log could not be read back to "
+                f"see whether it landed: {exc}"
+            ) from exc
+        for entry in entries:
+            if entry is not None and _is_ours(entry, commit_id, app_txn):
+                meta = entry.offsets_metadata or {}
+                return [
+                    AppendResult(self.topic, p, base, count)
+                    for _path, p, base, count, _ts in meta.get("files", [])
+                ]
+        return None
+
+
+def _is_ours(entry: LogEntry, commit_id: str, app_txn: tuple[str, int] | None) -> bool:
+    meta = entry.offsets_metadata
+    if not meta:
+        return False
+    return bool(meta.get("id") == commit_id or (app_txn and meta.get("txn") == list(app_txn)))
+
+
+def _add_action(f: StagedFile) -> AddAction:
+    stats = {
+        "numRecords": f.count,
+        "minValues": {"timestamp": f.min_timestamp},
+        "maxValues": {"timestamp": f.max_timestamp},
+        "nullCount": {"timestamp": 0},
+    }
+    return AddAction(
+        f.path,
+        f.size,
+        {"partition": str(f.partition)},
+        int(time.time() * 1000),
+        True,
+        json.dumps(stats, separators=(",", ":")),
+    )
