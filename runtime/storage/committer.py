@@ -48,29 +48,12 @@ ROW_GROUP_SIZE = 65_536
 class StagedFile:
     """A data file written for one partition, not yet (or already) in the Delta log."""
 
-    partition: int
     path: str  # relative to the topic table
+    partition: int
     count: int
     size: int
     min_timestamp: int
     max_timestamp: int
-
-    def to_json(self) -> list[object]:
-        """Return the file as a compact JSON list."""
-        return [
-            self.partition,
-            self.path,
-            self.count,
-            self.size,
-            self.min_timestamp,
-            self.max_timestamp,
-        ]
-
-    @classmethod
-    def from_json(cls, raw: list[object]) -> StagedFile:
-        """Rebuild a file from :meth:`to_json` output."""
-        p, path, count, size, lo, hi = raw
-        return cls(int(p), str(path), int(count), int(size), int(lo), int(hi))  # type: ignore[call-overload]
 
 
 def split_by_partition(table: pa.Table, parts: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
@@ -116,7 +99,8 @@ def write_file(
         root.delete_file(full)
         raise StorageError(f"cannot write data file {full}: {exc}") from exc
     lo, hi = pc.min_max(chunk.column("timestamp")).values()
-    return StagedFile(partition, rel, chunk.num_rows, root.file_size(full), lo.as_py(), hi.as_py())
+    return StagedFile(
+        rel, partition, chunk.num_rows, root.file_size(full), lo.as_py(), hi.as_py())
 
 
 class TopicCommitter:

@@ -1,0 +1,421 @@
+"""The transaction coordinator: Kafka's TransactionCoordinator over compare-and-swap logs.
+
+Each transactional id has its own compare-and-swap log (``<root>/_transactions/<id>``,
+:mod:`runtime.txn.cas_log`) whose newest document is the id's
+:class:`~runtime.txn.state.TransactionMetadata`. Every state transition is one append
+against the version it was computed from, so of two writers of one id (a producer and its
+zombie, or a producer and the timeout sweep) exactly one wins; the loser re-reads, and if
+the epoch moved it is fenced. There is no coordinator process: any process holding the
+storage root can run these steps, and each step is safe to repeat after a crash.
+
+Exactly-once invariants kept here:
+
+- PrepareCommit is written only after every staged file is durable, and it lists them:
+  it is the point of no return; after it the transaction is rolled forward, never back.
+- The commit phase adds each participant's files with Delta's ``txn(transactional.id,
+  sequence)`` action and skips a table that already holds that version, so rolling forward
+  twice never commits twice.
+- An Ongoing transaction found at InitProducerId or past its timeout is fenced first (epoch
+  bump, PrepareEpochFence) and only then aborted, so its producer can never commit it.
+- Staged files live under ``txn-staging/<id>/<sequence>-<producer id>-<epoch>/`` in each
+  participant table; an abort deletes every staging directory of that sequence, and the
+  sweep deletes staging files no commit references (a zombie's late writes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from runtime.storage.committer import TopicCommitter
+from runtime.storage.topics import TopicAdmin
+from runtime.txn import faults
+from runtime.txn.cas_log import CasLog
+from runtime.txn.producer_ids import ProducerIdManager
+from runtime.txn.state import (
+    EpochExhausted,
+    StagedFile,
+    TransactionMetadata,
+    TransactionState,
+)
+from streams.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    UnknownTopicError,
+)
+
+log = logging.getLogger(__name__)
+
+TRANSACTIONS_DIR = "_transactions"
+STAGING_DIR = "txn-staging"
+DEFAULT_MAX_TIMEOUT_MS = 900_000
+DEFAULT_EXPIRATION_MS = 7 * 24 * 3600 * 1000
+COMPACT_EVERY = 64
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def now_ms() -> int:
+    """Return the wall clock in epoch milliseconds."""
+    return int(time.time() * 1000)
+
+
+def id_dir(transactional_id: str) -> str:
+    """Return a directory name for ``transactional_id`` (safe characters, unique)."""
+    safe = _SAFE.sub("_", transactional_id)
+    if safe == transactional_id and safe not in (".", ".."):
+        return safe
+    return f"{safe}-{hashlib.sha1(transactional_id.encode()).hexdigest()[:10]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A transactional id's metadata as of one version of its log."""
+
+    version: int
+    meta: TransactionMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What one coordinator sweep did."""
+
+    aborted: list[str]
+    expired: list[str]
+    orphan_files_deleted: int
+
+
+class TransactionCoordinator:
+    """Runs transaction state transitions, commit/abort phases, recovery and the sweep.
+
+    Args:
+        admin: the topic admin of the storage root.
+        max_timeout_ms: ``transaction.max.timeout.ms``; longer producer timeouts are refused.
+        expiration_ms: ``transactional.id.expiration.ms``; idle ids are removed after it.
+        commit_timeout_ms: how long one participant commit may retry lost races.
+    """
+
+    def __init__(
+        self,
+        admin: TopicAdmin,
+        *,
+        max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
+        expiration_ms: int = DEFAULT_EXPIRATION_MS,
+        commit_timeout_ms: int = 120_000,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.admin = admin
+        self.root = admin.root
+        self.max_timeout_ms = max_timeout_ms
+        self.expiration_ms = expiration_ms
+        self.commit_timeout_ms = commit_timeout_ms
+        self.clock = clock
+        self.producer_ids = ProducerIdManager(self.root)
+        self._logs: dict[str, CasLog] = {}
+        self._committers: dict[str, TopicCommitter] = {}
+
+    # -- reading -----------------------------------------------------------------------
+
+    def cas_log(self, transactional_id: str) -> CasLog:
+        """Return the compare-and-swap log of ``transactional_id``."""
+        found = self._logs.get(transactional_id)
+        if found is None:
+            found = CasLog(self.root, (TRANSACTIONS_DIR, id_dir(transactional_id)))
+            self._logs[transactional_id] = found
+        return found
+
+    def load(self, transactional_id: str) -> Snapshot | None:
+        """Return the newest metadata of ``transactional_id`` (None if it has none)."""
+        latest = self.cas_log(transactional_id).read_latest()
+        if latest is None:
+            return None
+        version, document = latest
+        return Snapshot(version, TransactionMetadata.from_json(document))
+
+    def transactional_ids(self) -> list[str]:
+        """Return every transactional id with a log under the root."""
+        ids = []
+        for info in self.root.list_dir(self.root.path(TRANSACTIONS_DIR)):
+            snap = self._load_dir(info.base_name)
+            if snap is not None:
+                ids.append(snap.meta.transactional_id)
+        return sorted(ids)
+
+    def _load_dir(self, name: str) -> Snapshot | None:
+        latest = CasLog(self.root, (TRANSACTIONS_DIR, name)).read_latest()
+        return None if latest is None else Snapshot(latest[0], TransactionMetadata.from_json(latest[1]))
+
+    def list(self) -> list[TransactionMetadata]:
+        """Return the metadata of every transactional id."""
+        out = []
+        for tid in self.transactional_ids():
+            snap = self.load(tid)
+            if snap is not None:
+                out.append(snap.meta)
+        return out
+
+    def groups_with_pending_offsets(self) -> set[str]:
+        """Return the groups whose offsets sit in a transaction not yet completed."""
+        return {
+            group
+            for meta in self.list()
+            if meta.state in (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT)
+            for group in meta.group_ids
+        }
+
+    # -- writing -----------------------------------------------------------------------
+
+    def transit(self, snap: Snapshot, new: TransactionMetadata) -> Snapshot:
+        """Append ``new`` over ``snap``; raise ProducerFencedError if someone else moved it.
+
+        Raises:
+            ProducerFencedError: the log moved on (a newer epoch or the timeout sweep).
+        """
+        tid = new.transactional_id
+        if self.cas_log(tid).append(snap.version, new.to_json()):
+            if (snap.version + 1) % COMPACT_EVERY == 0:
+                self.cas_log(tid).compact()
+            return Snapshot(snap.version + 1, new)
+        current = self.load(tid)
+        raise ProducerFencedError(
+            f"transactional id {tid!r}: producer {new.producer_id} epoch {new.producer_epoch} "
+            f"was fenced; the log is now at producer "
+            f"{current.meta.producer_id if current else '?'} epoch "
+            f"{current.meta.producer_epoch if current else '?'} "
+            f"({current.meta.state.state_name if current else 'gone'})"
+        )
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int) -> Snapshot:
+        """Run InitProducerId: finish any open transaction, then bump the epoch.
+
+        A PrepareCommit is rolled forward, a PrepareAbort finished, and an Ongoing
+        transaction fenced and aborted, before the new epoch is handed out.
+
+        Raises:
+            InvalidTransactionTimeoutError: ``timeout_ms`` is not in 1..max_timeout_ms.
+        """
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"transaction.timeout.ms={timeout_ms} is not allowed: it must be > 0 and <= "
+                f"transaction.max.timeout.ms={self.max_timeout_ms}"
+            )
+        for _ in range(1000):
+            snap = self.load(transactional_id)
+            try:
+                if snap is None or snap.meta.state is TransactionState.DEAD:
+                    return self._create(transactional_id, snap, timeout_ms)
+                if snap.meta.state.is_complete_or_empty:
+                    return self._bump(snap, timeout_ms)
+                self.finish(snap)
+            except ProducerFencedError:
+                continue  # someone else moved the log: look again
+        raise CoordinatorError(f"transactional id {transactional_id!r}: InitProducerId kept losing races")
+
+    def _create(self, tid: str, snap: Snapshot | None, timeout_ms: int) -> Snapshot:
+        meta = TransactionMetadata.new(tid, self.producer_ids.generate(), timeout_ms, now_ms=self.clock())
+        if snap is not None:  # a Dead id comes back with a fresh producer id
+            meta = TransactionMetadata(**{**_fields(meta), "txn_sequence": snap.meta.txn_sequence})
+        bumped = meta.prepare_increment_producer_epoch(timeout_ms, None, now_ms=self.clock())
+        return self.transit(Snapshot(-1 if snap is None else snap.version, meta), bumped)
+
+    def _bump(self, snap: Snapshot, timeout_ms: int) -> Snapshot:
+        try:
+            new = snap.meta.prepare_increment_producer_epoch(
+                timeout_ms, snap.meta.producer_epoch, now_ms=self.clock()
+            )
+        except EpochExhausted:
+            new = snap.meta.prepare_producer_id_rotation(
+                self.producer_ids.generate(), timeout_ms, now_ms=self.clock()
+            )
+        return self.transit(snap, new)
+
+    def finish(self, snap: Snapshot) -> Snapshot:
+        """Drive an unfinished transaction to CompleteCommit or CompleteAbort."""
+        meta, clock = snap.meta, self.clock
+        state = meta.state
+        if state is TransactionState.ONGOING:
+            snap = self.transit(snap, meta.prepare_fence_producer_epoch(now_ms=clock()))
+            state, meta = snap.meta.state, snap.meta
+        if state is TransactionState.PREPARE_EPOCH_FENCE:
+            snap = self.transit(snap, meta.prepare_abort(now_ms=clock()))
+            state, meta = snap.meta.state, snap.meta
+        if state is TransactionState.PREPARE_ABORT:
+            self.abort_phase(meta)
+            return self.transit(snap, meta.complete_abort(now_ms=clock()))
+        if state is TransactionState.PREPARE_COMMIT:
+            self.commit_phase(meta)
+            faults.reached("before_complete")
+            done = self.transit(snap, meta.complete_commit(now_ms=clock()))
+            faults.reached("after_complete")
+            return done
+        return snap
+
+    # -- phases ------------------------------------------------------------------------
+
+    def commit_phase(self, meta: TransactionMetadata) -> None:
+        """Add every participant's staged files to its table (idempotent: the markers)."""
+        app_txn = (meta.transactional_id, meta.txn_sequence)
+        for k, topic in enumerate(sorted(meta.staged), start=1):
+            files = list(meta.staged[topic])
+            if files:
+                self.committer(topic).commit(files, timeout_ms=self.commit_timeout_ms, app_txn=app_txn)
+            faults.reached(f"after_participant_{k}")
+
+    def abort_phase(self, meta: TransactionMetadata) -> None:
+        """Delete every staged file of the transaction's sequence in every participant."""
+        for topic in meta.participants:
+            for path in self._staging_dirs(topic, meta.transactional_id, meta.txn_sequence):
+                self.root.delete_dir(path)
+
+    def staging_dir(self, meta: TransactionMetadata) -> str:
+        """Return where the current producer stages files (relative to a topic table)."""
+        return (f"{STAGING_DIR}/{id_dir(meta.transactional_id)}/"
+                f"{meta.txn_sequence}-{meta.producer_id}-{meta.producer_epoch}")
+
+    def staged_paths(self, topic: str, meta: TransactionMetadata) -> list[str]:
+        """Return the staged data files of ``meta``'s current transaction in ``topic``."""
+        return [
+            f.path
+            for directory in self._staging_dirs(topic, meta.transactional_id, meta.txn_sequence)
+            for part in self.root.list_dir(directory)
+            for f in self.root.list_dir(part.path)
+            if f.path.endswith(".parquet")
+        ]
+
+    def _staging_dirs(self, topic: str, tid: str, sequence: int | None) -> list[str]:
+        if not self.admin.exists(topic):
+            return []
+        base = f"{self.admin.table_path(topic)}/{STAGING_DIR}/{id_dir(tid)}"
+        return [
+            info.path
+            for info in self.root.list_dir(base)
+            if sequence is None or info.base_name.split("-", 1)[0] == str(sequence)
+        ]
+
+    def committer(self, topic: str) -> TopicCommitter:
+        """Return the (cached) committer of a participant topic."""
+        found = self._committers.get(topic)
+        if found is None:
+            found = self._committers[topic] = TopicCommitter(self.admin, topic)
+        return found
+
+    # -- administration ----------------------------------------------------------------
+
+    def abort(self, transactional_id: str) -> Snapshot:
+        """Abort a hanging transaction (the ``transactions --abort`` tool).
+
+        Raises:
+            ConcurrentTransactionsError: it is in PrepareCommit/PrepareAbort: its outcome
+                is decided; the next InitProducerId or sweep completes it.
+            InvalidTxnStateError: it has no open transaction.
+        """
+        snap = self.load(transactional_id)
+        if snap is None:
+            raise InvalidTxnStateError(f"transactional id {transactional_id!r} does not exist")
+        state = snap.meta.state
+        if state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
+            raise ConcurrentTransactionsError(
+                f"transactional id {transactional_id!r} is in {state.state_name}: its outcome is "
+                "already decided and cannot be changed; it completes at the producer's next "
+                "init_transactions() or the coordinator's next sweep"
+            )
+        if state is not TransactionState.ONGOING and state is not TransactionState.PREPARE_EPOCH_FENCE:
+            raise InvalidTxnStateError(
+                f"transactional id {transactional_id!r} has no open transaction ({state.state_name})"
+            )
+        return self.finish(snap)
+
+    def hanging(self) -> list[TransactionMetadata]:
+        """Return the Ongoing transactions older than their timeout."""
+        now = self.clock()
+        return [m for m in self.list() if m.is_timed_out(now)]
+
+    def sweep(self, *, orphans: bool = True) -> SweepResult:
+        """Abort timed-out transactions, expire idle ids, delete orphaned staged files.
+
+        Never touches a transaction in Prepare*: its outcome is decided.
+        """
+        aborted, expired = [], []
+        now = self.clock()
+        for tid in self.transactional_ids():
+            snap = self.load(tid)
+            if snap is None:
+                continue
+            try:
+                if snap.meta.is_timed_out(now):
+                    self.finish(snap)
+                    aborted.append(tid)
+                    log.warning("[txn %s] aborted after its timeout of %d ms", tid, snap.meta.txn_timeout_ms)
+                elif snap.meta.is_expired(now, self.expiration_ms):
+                    self.transit(snap, snap.meta.prepare_dead(now_ms=now))
+                    self.cas_log(tid).delete()
+                    expired.append(tid)
+            except ProducerFencedError:
+                continue  # the producer moved first; look again next sweep
+        deleted = self.delete_orphans() if orphans else 0
+        return SweepResult(aborted, expired, deleted)
+
+    def delete_orphans(self, *, min_age_ms: int = 60_000) -> int:
+        """Delete staged files that no commit references and no open transaction owns."""
+        open_dirs = {
+            (meta.transactional_id, meta.txn_sequence)
+            for meta in self.list()
+            if not meta.state.is_complete_or_empty
+        }
+        deleted = 0
+        for topic in self.admin.list():
+            deleted += self._delete_topic_orphans(topic, open_dirs, min_age_ms)
+        return deleted
+
+    def _delete_topic_orphans(self, topic: str, open_dirs: set[tuple[str, int]], min_age_ms: int) -> int:
+        base = f"{self.admin.table_path(topic)}/{STAGING_DIR}"
+        ids = self.root.list_dir(base)
+        if not ids:
+            return 0
+        try:
+            actions = DeltaTable(self.admin.table_uri(topic)).get_add_actions(flatten=True)
+        except (DeltaError, UnknownTopicError):
+            return 0
+        table_path = self.admin.table_path(topic)
+        referenced = {f"{table_path}/{unquote(p)}" for p in actions.column("path").to_pylist()}
+        open_names = {(id_dir(tid), str(seq)) for tid, seq in open_dirs}
+        cutoff = self.clock() - min_age_ms
+        deleted = 0
+        for id_info in ids:
+            for seq_info in self.root.list_dir(id_info.path):
+                if (id_info.base_name, seq_info.base_name.split("-", 1)[0]) in open_names:
+                    continue
+                deleted += self._delete_unreferenced(seq_info.path, referenced, cutoff)
+        return deleted
+
+    def _delete_unreferenced(self, directory: str, referenced: set[str], cutoff_ms: int) -> int:
+        deleted = 0
+        for part in self.root.list_dir(directory):
+            for f in self.root.list_dir(part.path):
+                mtime = f.mtime_ns // 1_000_000 if f.mtime_ns is not None else 0
+                if f.path not in referenced and mtime < cutoff_ms:
+                    self.root.delete_file(f.path)
+                    deleted += 1
+        return deleted
+
+
+def _fields(meta: TransactionMetadata) -> dict[str, object]:
+    return {name: getattr(meta, name) for name in meta.__dataclass_fields__}
+
+
+def staged_by_topic(files: Iterable[tuple[str, StagedFile]]) -> dict[str, list[StagedFile]]:
+    """Group ``(topic, file)`` pairs by topic, keeping order."""
+    out: dict[str, list[StagedFile]] = {}
+    for topic, f in files:
+        out.setdefault(topic, []).append(f)
+    return out
