@@ -24,6 +24,8 @@ Exactly-once invariants kept here:
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
 import hashlib
 import logging
 import re
@@ -35,14 +37,13 @@ from urllib.parse import unquote
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from runtime.storage.committer import TopicCommitter
+from runtime.storage.committer import StagedFile, TopicCommitter
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
 from runtime.txn.cas_log import CasLog
 from runtime.txn.producer_ids import ProducerIdManager
 from runtime.txn.state import (
     EpochExhausted,
-    StagedFile,
     TransactionMetadata,
     TransactionState,
 )
@@ -142,7 +143,7 @@ class TransactionCoordinator:
         version, document = latest
         return Snapshot(version, TransactionMetadata.from_json(document))
 
-    def transactional_ids(self) -> list[str]:
+    def transactional_ids(self) -> builtins.list[str]:
         """Return every transactional id with a log under the root."""
         ids = []
         for info in self.root.list_dir(self.root.path(TRANSACTIONS_DIR)):
@@ -153,9 +154,13 @@ class TransactionCoordinator:
 
     def _load_dir(self, name: str) -> Snapshot | None:
         latest = CasLog(self.root, (TRANSACTIONS_DIR, name)).read_latest()
-        return None if latest is None else Snapshot(latest[0], TransactionMetadata.from_json(latest[1]))
+        return (
+            None
+            if latest is None
+            else Snapshot(latest[0], TransactionMetadata.from_json(latest[1]))
+        )
 
-    def list(self) -> list[TransactionMetadata]:
+    def list(self) -> builtins.list[TransactionMetadata]:
         """Return the metadata of every transactional id."""
         out = []
         for tid in self.transactional_ids():
@@ -219,12 +224,16 @@ class TransactionCoordinator:
                 self.finish(snap)
             except ProducerFencedError:
                 continue  # someone else moved the log: look again
-        raise CoordinatorError(f"transactional id {transactional_id!r}: InitProducerId kept losing races")
+        raise CoordinatorError(
+            f"transactional id {transactional_id!r}: InitProducerId kept losing races"
+        )
 
     def _create(self, tid: str, snap: Snapshot | None, timeout_ms: int) -> Snapshot:
-        meta = TransactionMetadata.new(tid, self.producer_ids.generate(), timeout_ms, now_ms=self.clock())
+        meta = TransactionMetadata.new(
+            tid, self.producer_ids.generate(), timeout_ms, now_ms=self.clock()
+        )
         if snap is not None:  # a Dead id comes back with a fresh producer id
-            meta = TransactionMetadata(**{**_fields(meta), "txn_sequence": snap.meta.txn_sequence})
+            meta = dataclasses.replace(meta, txn_sequence=snap.meta.txn_sequence)
         bumped = meta.prepare_increment_producer_epoch(timeout_ms, None, now_ms=self.clock())
         return self.transit(Snapshot(-1 if snap is None else snap.version, meta), bumped)
 
@@ -268,7 +277,9 @@ class TransactionCoordinator:
         for k, topic in enumerate(sorted(meta.staged), start=1):
             files = list(meta.staged[topic])
             if files:
-                self.committer(topic).commit(files, timeout_ms=self.commit_timeout_ms, app_txn=app_txn)
+                self.committer(topic).commit(
+                    files, timeout_ms=self.commit_timeout_ms, app_txn=app_txn
+                )
             faults.reached(f"after_participant_{k}")
 
     def abort_phase(self, meta: TransactionMetadata) -> None:
@@ -279,10 +290,12 @@ class TransactionCoordinator:
 
     def staging_dir(self, meta: TransactionMetadata) -> str:
         """Return where the current producer stages files (relative to a topic table)."""
-        return (f"{STAGING_DIR}/{id_dir(meta.transactional_id)}/"
-                f"{meta.txn_sequence}-{meta.producer_id}-{meta.producer_epoch}")
+        return (
+            f"{STAGING_DIR}/{id_dir(meta.transactional_id)}/"
+            f"{meta.txn_sequence}-{meta.producer_id}-{meta.producer_epoch}"
+        )
 
-    def staged_paths(self, topic: str, meta: TransactionMetadata) -> list[str]:
+    def staged_paths(self, topic: str, meta: TransactionMetadata) -> builtins.list[str]:
         """Return the staged data files of ``meta``'s current transaction in ``topic``."""
         return [
             f.path
@@ -292,7 +305,7 @@ class TransactionCoordinator:
             if f.path.endswith(".parquet")
         ]
 
-    def _staging_dirs(self, topic: str, tid: str, sequence: int | None) -> list[str]:
+    def _staging_dirs(self, topic: str, tid: str, sequence: int | None) -> builtins.list[str]:
         if not self.admin.exists(topic):
             return []
         base = f"{self.admin.table_path(topic)}/{STAGING_DIR}/{id_dir(tid)}"
@@ -329,13 +342,17 @@ class TransactionCoordinator:
                 "already decided and cannot be changed; it completes at the producer's next "
                 "init_transactions() or the coordinator's next sweep"
             )
-        if state is not TransactionState.ONGOING and state is not TransactionState.PREPARE_EPOCH_FENCE:
+        if (
+            state is not TransactionState.ONGOING
+            and state is not TransactionState.PREPARE_EPOCH_FENCE
+        ):
             raise InvalidTxnStateError(
-                f"transactional id {transactional_id!r} has no open transaction ({state.state_name})"
+                f"transactional id {transactional_id!r} has no open transaction "
+                f"({state.state_name})"
             )
         return self.finish(snap)
 
-    def hanging(self) -> list[TransactionMetadata]:
+    def hanging(self) -> builtins.list[TransactionMetadata]:
         """Return the Ongoing transactions older than their timeout."""
         now = self.clock()
         return [m for m in self.list() if m.is_timed_out(now)]
@@ -355,7 +372,9 @@ class TransactionCoordinator:
                 if snap.meta.is_timed_out(now):
                     self.finish(snap)
                     aborted.append(tid)
-                    log.warning("[txn %s] aborted after its timeout of %d ms", tid, snap.meta.txn_timeout_ms)
+                    log.warning(
+                        "[txn %s] aborted after its timeout of %d ms", tid, snap.meta.txn_timeout_ms
+                    )
                 elif snap.meta.is_expired(now, self.expiration_ms):
                     self.transit(snap, snap.meta.prepare_dead(now_ms=now))
                     self.cas_log(tid).delete()
@@ -377,7 +396,9 @@ class TransactionCoordinator:
             deleted += self._delete_topic_orphans(topic, open_dirs, min_age_ms)
         return deleted
 
-    def _delete_topic_orphans(self, topic: str, open_dirs: set[tuple[str, int]], min_age_ms: int) -> int:
+    def _delete_topic_orphans(
+        self, topic: str, open_dirs: set[tuple[str, int]], min_age_ms: int
+    ) -> int:
         base = f"{self.admin.table_path(topic)}/{STAGING_DIR}"
         ids = self.root.list_dir(base)
         if not ids:
@@ -407,10 +428,6 @@ class TransactionCoordinator:
                     self.root.delete_file(f.path)
                     deleted += 1
         return deleted
-
-
-def _fields(meta: TransactionMetadata) -> dict[str, object]:
-    return {name: getattr(meta, name) for name in meta.__dataclass_fields__}
 
 
 def staged_by_topic(files: Iterable[tuple[str, StagedFile]]) -> dict[str, list[StagedFile]]:

@@ -29,9 +29,19 @@ ENV_HIT = "STREAMS_FAULT_HIT"
 FIXED_POINTS = ("before_prepare", "after_prepare", "before_complete", "after_complete")
 _PARTICIPANT = re.compile(r"after_participant_([1-9][0-9]*)")
 
-_armed: str | None = None
-_hit_target = 1
-_hits = 0
+
+class _Armed:
+    """The armed point (if any), its target hit count and the hits so far."""
+
+    __slots__ = ("hits", "name", "target")
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.target = 1
+        self.hits = 0
+
+
+_ARMED = _Armed()
 
 
 def validate(name: str) -> str:
@@ -45,10 +55,9 @@ def validate(name: str) -> str:
 
 def arm(name: str | None, *, hit: int = 1) -> None:
     """Arm the fault point ``name`` (None disarms) to fire on its ``hit``-th occurrence."""
-    global _armed, _hit_target, _hits
-    _armed = validate(name) if name else None
-    _hit_target = max(1, hit)
-    _hits = 0
+    _ARMED.name = validate(name) if name else None
+    _ARMED.target = max(1, hit)
+    _ARMED.hits = 0
 
 
 def _from_env() -> None:
@@ -59,11 +68,10 @@ def _from_env() -> None:
 
 def reached(name: str) -> None:
     """Mark that the protocol reached ``name``; die here if that point is armed."""
-    global _hits
-    if _armed is None or name != _armed:
+    if _ARMED.name is None or name != _ARMED.name:
         return
-    _hits += 1
-    if _hits >= _hit_target:
+    _ARMED.hits += 1
+    if _ARMED.hits >= _ARMED.target:
         log.warning("fault point %s reached: killing pid %d", name, os.getpid())
         os.kill(os.getpid(), signal.SIGKILL)
 

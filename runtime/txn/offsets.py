@@ -83,7 +83,9 @@ class OffsetsStore:
         """Create ``__consumer_offsets`` if it does not exist yet."""
         if not self.admin.exists(OFFSETS_TOPIC):
             self.admin.create(
-                OFFSETS_TOPIC, self.num_partitions, configs={"cleanup.policy": "compact"},
+                OFFSETS_TOPIC,
+                self.num_partitions,
+                configs={"cleanup.policy": "compact"},
                 if_not_exists=True,
             )
         self.num_partitions = self.admin.num_partitions(OFFSETS_TOPIC)
@@ -93,9 +95,7 @@ class OffsetsStore:
         h = java_string_hash(group)
         return (0 if h == -(1 << 31) else abs(h)) % self.num_partitions
 
-    def records(
-        self, group: str, entries: Iterable[OffsetEntry]
-    ) -> list[tuple[bytes, bytes]]:
+    def records(self, group: str, entries: Iterable[OffsetEntry]) -> list[tuple[bytes, bytes]]:
         """Return the ``(key, value)`` records that commit ``entries`` for ``group``."""
         now = int(time.time() * 1000)
         out = []
@@ -105,8 +105,12 @@ class OffsetsStore:
             if e.offset < 0:
                 raise ValueError(f"offset {e.offset} for {e.topic}-{e.partition} is negative")
             value = {"offset": e.offset, "metadata": e.metadata, "commit_timestamp": now}
-            out.append((_key(group, e.topic, e.partition),
-                        json.dumps(value, separators=(",", ":")).encode()))
+            out.append(
+                (
+                    _key(group, e.topic, e.partition),
+                    json.dumps(value, separators=(",", ":")).encode(),
+                )
+            )
         return out
 
     def commit(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
@@ -117,9 +121,7 @@ class OffsetsStore:
             producer.send(OFFSETS_TOPIC, key, value, partition=self.partition_for(group))
         producer.flush()
 
-    def fetch(
-        self, group: str, *, require_stable: bool = False
-    ) -> dict[tuple[str, int], int]:
+    def fetch(self, group: str, *, require_stable: bool = False) -> dict[tuple[str, int], int]:
         """Return the committed positions of ``group``: ``{(topic, partition): offset}``.
 
         Raises:
@@ -148,8 +150,9 @@ class OffsetsStore:
         if cache.position < start:
             cache.position, cache.latest = start, {}
         table = self._reader.read(OFFSETS_TOPIC, partition, cache.position)
-        for key, value in zip(table.column("key").to_pylist(),
-                              table.column("value").to_pylist(), strict=True):
+        for key, value in zip(
+            table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+        ):
             cache.latest[key] = None if value is None else int(json.loads(value)["offset"])
         if table.num_rows:
             cache.position = table.column("offset")[-1].as_py() + 1

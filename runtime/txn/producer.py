@@ -32,14 +32,14 @@ from types import TracebackType
 import pyarrow as pa
 
 from runtime.storage.accumulator import RecordAccumulator
-from runtime.storage.committer import write_file
+from runtime.storage.committer import StagedFile, write_file
 from runtime.storage.fs import StorageRoot
 from runtime.storage.records import Headers
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
 from runtime.txn.coordinator import Snapshot, TransactionCoordinator
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
-from runtime.txn.state import OffsetEntry, StagedFile, TransactionState
+from runtime.txn.state import OffsetEntry, TransactionState
 from streams.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
@@ -184,7 +184,11 @@ class TransactionalProducer:
         self._offsets.setdefault(group_id, []).extend(entries)
         for key, value in self.offsets.records(group_id, entries):
             self.accumulator.append(
-                OFFSETS_TOPIC, key, value, timestamp=None, headers=None,
+                OFFSETS_TOPIC,
+                key,
+                value,
+                timestamp=None,
+                headers=None,
                 partition=self.offsets.partition_for(group_id),
             )
 
@@ -212,8 +216,9 @@ class TransactionalProducer:
                 return
             faults.reached("before_prepare")
             staged = {topic: self._staged.get(topic, []) for topic in snap.meta.participants}
-            snap = self.coordinator.transit(snap, snap.meta.prepare_commit(
-                staged, now_ms=self.coordinator.clock()))
+            snap = self.coordinator.transit(
+                snap, snap.meta.prepare_commit(staged, now_ms=self.coordinator.clock())
+            )
             self._snap = snap
             faults.reached("after_prepare")
             self._snap = self.coordinator.finish(snap)
@@ -241,8 +246,9 @@ class TransactionalProducer:
         try:
             snap = self._current()
             if snap.meta.state is TransactionState.ONGOING:
-                snap = self.coordinator.transit(snap, snap.meta.prepare_abort(
-                    now_ms=self.coordinator.clock()))
+                snap = self.coordinator.transit(
+                    snap, snap.meta.prepare_abort(now_ms=self.coordinator.clock())
+                )
                 self._snap = self.coordinator.finish(snap)
         except ProducerFencedError:
             self.state = ProducerState.FATAL_ERROR
@@ -308,7 +314,7 @@ class TransactionalProducer:
         snap = self._current()
         new_topics = set(topics)
         groups = set(self._offsets) - self._pending_groups
-        fresh = not snap.meta.state is TransactionState.ONGOING
+        fresh = snap.meta.state is not TransactionState.ONGOING
         if not fresh and new_topics <= set(snap.meta.participants) and not groups:
             return snap
         now = self.coordinator.clock()
@@ -329,8 +335,9 @@ class TransactionalProducer:
         for topic in topics:
             table_path = self.admin.table_path(topic)
             for partition, chunk in self.accumulator.drain(topic):
-                f = write_file(self.root, table_path, rel_dir, partition, chunk,
-                               compression=self.compression)
+                f = write_file(
+                    self.root, table_path, rel_dir, partition, chunk, compression=self.compression
+                )
                 self._staged.setdefault(topic, []).append(f)
                 self.metrics["records"] += f.count
                 self.metrics["files"] += 1
