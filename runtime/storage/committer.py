@@ -1,12 +1,12 @@
 """Write record files and commit them to a topic's Delta log by compare-and-swap.
 
 Shared by the plain producer (files under ``partition=<p>/``, committed at once) and the
-transactional producer (files staged under ``txn-staging/...``, committed in the commit
-phase). A commit is a compare-and-swap on the table version its offsets were computed from;
-after a lost race the offsets are recomputed and the *same* files are committed again, so
-files are never rewritten. Each commit carries an id (and, for transactions, Delta's
-``txn(appId, version)`` action), so a commit whose answer was lost is recognised instead of
-being repeated.
+transactional producer (files staged as ``txn-staging/<id>/<txn>/partition=<p>-<uuid>``,
+committed in the commit phase). A commit is a compare-and-swap on the table version its
+offsets were computed from; after a lost race the offsets are recomputed and the *same*
+files are committed again, so files are never rewritten. Each commit carries an id (and,
+for transactions, Delta's ``txn(appId, version)`` action), so a commit whose answer was
+lost is recognised instead of being repeated.
 """
 
 from __future__ import annotations
@@ -82,8 +82,14 @@ def write_file(
     Raises:
         StorageError: the file could not be written (e.g. the disk is full).
     """
-    prefix = f"{rel_dir}/" if rel_dir else ""
-    rel = f"{prefix}partition={partition}/part-{uuid.uuid4().hex}.{compression}.parquet"
+    name = f"{uuid.uuid4().hex}.{compression}.parquet"
+    # Committed layout: Hive-style partition directories. Staged files sit flat in their
+    # transaction's directory (one mkdir per transaction, not one per partition).
+    rel = (
+        f"{rel_dir}/partition={partition}-{name}"
+        if rel_dir
+        else f"partition={partition}/part-{name}"
+    )
     full = f"{table_path}/{rel}"
     try:
         with root.output(full) as out:
@@ -99,8 +105,7 @@ def write_file(
         root.delete_file(full)
         raise StorageError(f"cannot write data file {full}: {exc}") from exc
     lo, hi = pc.min_max(chunk.column("timestamp")).values()
-    return StagedFile(
-        rel, partition, chunk.num_rows, root.file_size(full), lo.as_py(), hi.as_py())
+    return StagedFile(rel, partition, chunk.num_rows, root.file_size(full), lo.as_py(), hi.as_py())
 
 
 class TopicCommitter:
@@ -136,6 +141,7 @@ class TopicCommitter:
         *,
         timeout_ms: int,
         app_txn: tuple[str, int] | None = None,
+        recovering: bool = True,
     ) -> list[AppendResult]:
         """Add ``files`` to the log in one commit; return where each file's records landed.
 
@@ -143,6 +149,8 @@ class TopicCommitter:
             app_txn: ``(transactional id, transaction sequence)``: written as Delta's ``txn``
                 action; when the table already holds that version, nothing is committed
                 again (roll-forward after a crash is idempotent) and ``[]`` is returned.
+            recovering: check the table's ``txn`` version first. A live producer that has
+                just written PrepareCommit knows it has not committed yet and skips it.
 
         Raises:
             CommitTimeoutError: other writers kept winning past ``timeout_ms``.
@@ -150,8 +158,10 @@ class TopicCommitter:
             StorageError: the storage refused the commit (nothing committed).
         """
         table = self.table()
-        if app_txn is not None and self.committed_txn_version(app_txn[0]) >= app_txn[1]:
-            return []
+        if app_txn is not None and recovering:
+            done = table.transaction_version(app_txn[0])
+            if done is not None and done >= app_txn[1]:
+                return []  # already committed: rolling forward again changes nothing
         commit_id = uuid.uuid4().hex
         deadline = time.monotonic() + timeout_ms / 1000
         adds: list[AddAction | RemoveAction] = [_add_action(f) for f in files]

@@ -140,8 +140,15 @@ class CasLog:
                     return version, document
         raise CoordinatorError(f"{self.location}: versions kept vanishing while reading")
 
-    def append(self, expected_version: int, document: dict[str, Any]) -> bool:
+    def append(
+        self, expected_version: int, document: dict[str, Any], *, durable: bool = True
+    ) -> bool:
         """Write version ``expected_version + 1`` if it does not exist yet.
+
+        ``durable=False`` skips the fsyncs on a local filesystem: the version is visible to
+        every process at once and survives a process crash, but a power loss may forget or
+        tear it (delta-rs does not fsync Delta commits either). Use it only for versions that
+        recovery can re-derive; a torn newest version is reported by name, to be deleted.
 
         ``expected_version=-1`` creates version 0 of an empty log. Returns True if this call
         wrote the version; False if another writer did, or ``expected_version`` is not in
@@ -156,7 +163,7 @@ class CasLog:
             raise ValueError(f"expected_version must be -1 or more, got {expected_version}")
         data = json.dumps(document, separators=(",", ":"))
         with self._errors("append to"):
-            won = self._log.append(expected_version, data)
+            won = self._log.append(expected_version, data, durable)
         if won:
             self._latest = expected_version + 1
         return won
@@ -247,6 +254,12 @@ class _FileLog:
     def __init__(self, directory: str) -> None:
         self.dir = directory
         self._lock_path = os.path.join(directory, _LOCK_NAME)
+        self._fd: int | None = None
+
+    def __del__(self) -> None:
+        if self._fd is not None:
+            with suppress(OSError):
+                os.close(self._fd)
 
     def _file(self, version: int) -> str:
         return os.path.join(self.dir, f"{version:020d}.json")
@@ -280,31 +293,36 @@ class _FileLog:
         """
         deadline = time.monotonic() + _LOCK_WAIT_SECONDS
         while True:
-            try:
-                fd = os.open(self._lock_path, os.O_RDONLY | os.O_CREAT, 0o644)
-            except FileNotFoundError:
-                yield False
-                return
-            try:
-                _flock(fd, exclusive, deadline)
-                if _same_file(fd, self._lock_path):  # else deleted meanwhile: open again
-                    yield True
+            fd = self._fd
+            if fd is None:  # the lock file stays open between appends (one open saved)
+                try:
+                    fd = self._fd = os.open(self._lock_path, os.O_RDONLY | os.O_CREAT, 0o644)
+                except FileNotFoundError:
+                    yield False
                     return
-            finally:
-                os.close(fd)  # also releases the lock
+            _flock(fd, exclusive, deadline)
+            if _same_file(fd, self._lock_path):
+                try:
+                    yield True
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                return
+            fcntl.flock(fd, fcntl.LOCK_UN)  # deleted meanwhile: open the new one
+            os.close(fd)
+            self._fd = None
 
-    def append(self, expected_version: int, data: str) -> bool:
+    def append(self, expected_version: int, data: str, durable: bool) -> bool:
         with self._locked(exclusive=False) as locked:
             if locked:
-                return self._append_locked(expected_version, data)
+                return self._append_locked(expected_version, data, durable)
         if expected_version >= 0:
             return False  # the log was deleted
         os.makedirs(self.dir, exist_ok=True)
         _fsync_dir(os.path.dirname(self.dir))
         with self._locked(exclusive=False) as locked:
-            return locked and self._append_locked(expected_version, data)
+            return locked and self._append_locked(expected_version, data, durable)
 
-    def _append_locked(self, expected_version: int, data: str) -> bool:
+    def _append_locked(self, expected_version: int, data: str, durable: bool) -> bool:
         if expected_version < 0:
             if self.versions():
                 return False
@@ -316,7 +334,8 @@ class _FileLog:
         try:
             with open(fd, "w", encoding="utf-8", closefd=False) as out:
                 out.write(data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         try:
@@ -327,7 +346,7 @@ class _FileLog:
         finally:
             with suppress(FileNotFoundError):
                 os.unlink(tmp)
-        if won:
+        if won and durable:
             _fsync_dir(self.dir)
         return won
 
@@ -449,7 +468,8 @@ class _DeltaLog:
                     raise
         return self._table
 
-    def append(self, expected_version: int, data: str) -> bool:
+    def append(self, expected_version: int, data: str, durable: bool) -> bool:
+        del durable  # an object-store PUT is durable when it returns
         nonce = uuid.uuid4().hex
         props = CommitProperties(
             custom_metadata={DOCUMENT_KEY: data, NONCE_KEY: nonce}, max_commit_retries=0

@@ -17,9 +17,10 @@ Exactly-once invariants kept here:
   twice never commits twice.
 - An Ongoing transaction found at InitProducerId or past its timeout is fenced first (epoch
   bump, PrepareEpochFence) and only then aborted, so its producer can never commit it.
-- Staged files live under ``txn-staging/<id>/<sequence>-<producer id>-<epoch>/`` in each
-  participant table; an abort deletes every staging directory of that sequence, and the
-  sweep deletes staging files no commit references (a zombie's late writes).
+- Staged files live in ``txn-staging/<id>/<sequence>-<producer id>-<epoch>/`` of each
+  participant table, named ``partition=<p>-<uuid>.<codec>.parquet``; an abort deletes
+  every staging directory of that sequence, and the sweep deletes staging files no commit
+  references (a zombie's late writes).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ DEFAULT_MAX_TIMEOUT_MS = 900_000
 DEFAULT_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 COMPACT_EVERY = 64
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_REDERIVABLE = frozenset(
+    {TransactionState.ONGOING, TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT}
+)
 
 
 def now_ms() -> int:
@@ -183,11 +187,17 @@ class TransactionCoordinator:
     def transit(self, snap: Snapshot, new: TransactionMetadata) -> Snapshot:
         """Append ``new`` over ``snap``; raise ProducerFencedError if someone else moved it.
 
+        Decisions (Prepare*, fences, epoch bumps) are made durable before this returns.
+        Ongoing and Complete* need not survive a power loss: recovery re-derives them
+        (rolling a PrepareCommit forward or a PrepareAbort back is idempotent, and staged
+        files of a forgotten Ongoing transaction are orphans the sweep deletes).
+
         Raises:
             ProducerFencedError: the log moved on (a newer epoch or the timeout sweep).
         """
         tid = new.transactional_id
-        if self.cas_log(tid).append(snap.version, new.to_json()):
+        durable = new.state not in _REDERIVABLE or new.producer_epoch != snap.meta.producer_epoch
+        if self.cas_log(tid).append(snap.version, new.to_json(), durable=durable):
             if (snap.version + 1) % COMPACT_EVERY == 0:
                 self.cas_log(tid).compact()
             return Snapshot(snap.version + 1, new)
@@ -248,8 +258,12 @@ class TransactionCoordinator:
             )
         return self.transit(snap, new)
 
-    def finish(self, snap: Snapshot) -> Snapshot:
-        """Drive an unfinished transaction to CompleteCommit or CompleteAbort."""
+    def finish(self, snap: Snapshot, *, recovering: bool = True) -> Snapshot:
+        """Drive an unfinished transaction to CompleteCommit or CompleteAbort.
+
+        ``recovering=False`` is for the producer that wrote PrepareCommit a moment ago: no
+        participant can hold the transaction yet, so the commit phase skips that check.
+        """
         meta, clock = snap.meta, self.clock
         state = meta.state
         if state is TransactionState.ONGOING:
@@ -262,7 +276,7 @@ class TransactionCoordinator:
             self.abort_phase(meta)
             return self.transit(snap, meta.complete_abort(now_ms=clock()))
         if state is TransactionState.PREPARE_COMMIT:
-            self.commit_phase(meta)
+            self.commit_phase(meta, recovering=recovering)
             faults.reached("before_complete")
             done = self.transit(snap, meta.complete_commit(now_ms=clock()))
             faults.reached("after_complete")
@@ -271,14 +285,17 @@ class TransactionCoordinator:
 
     # -- phases ------------------------------------------------------------------------
 
-    def commit_phase(self, meta: TransactionMetadata) -> None:
+    def commit_phase(self, meta: TransactionMetadata, *, recovering: bool = True) -> None:
         """Add every participant's staged files to its table (idempotent: the markers)."""
         app_txn = (meta.transactional_id, meta.txn_sequence)
         for k, topic in enumerate(sorted(meta.staged), start=1):
             files = list(meta.staged[topic])
             if files:
                 self.committer(topic).commit(
-                    files, timeout_ms=self.commit_timeout_ms, app_txn=app_txn
+                    files,
+                    timeout_ms=self.commit_timeout_ms,
+                    app_txn=app_txn,
+                    recovering=recovering,
                 )
             faults.reached(f"after_participant_{k}")
 
@@ -300,8 +317,7 @@ class TransactionCoordinator:
         return [
             f.path
             for directory in self._staging_dirs(topic, meta.transactional_id, meta.txn_sequence)
-            for part in self.root.list_dir(directory)
-            for f in self.root.list_dir(part.path)
+            for f in self.root.list_dir(directory)
             if f.path.endswith(".parquet")
         ]
 
@@ -421,12 +437,11 @@ class TransactionCoordinator:
 
     def _delete_unreferenced(self, directory: str, referenced: set[str], cutoff_ms: int) -> int:
         deleted = 0
-        for part in self.root.list_dir(directory):
-            for f in self.root.list_dir(part.path):
-                mtime = f.mtime_ns // 1_000_000 if f.mtime_ns is not None else 0
-                if f.path not in referenced and mtime < cutoff_ms:
-                    self.root.delete_file(f.path)
-                    deleted += 1
+        for f in self.root.list_dir(directory):
+            mtime = f.mtime_ns // 1_000_000 if f.mtime_ns is not None else 0
+            if f.path.endswith(".parquet") and f.path not in referenced and mtime < cutoff_ms:
+                self.root.delete_file(f.path)
+                deleted += 1
         return deleted
 
 

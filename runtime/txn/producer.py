@@ -221,7 +221,7 @@ class TransactionalProducer:
             )
             self._snap = snap
             faults.reached("after_prepare")
-            self._snap = self.coordinator.finish(snap)
+            self._snap = self.coordinator.finish(snap, recovering=False)
         except ProducerFencedError:
             self.state = ProducerState.FATAL_ERROR
             raise

@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from streams.cli import console, offsets, topics
+from streams.cli import console, offsets, topics, transactions
 from streams.errors import StreamsError
 
 EXIT_ERROR = 1
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.register(sub, common)
     offsets.register(sub, common)
     console.register(sub, common)
+    transactions.register(sub, common)
     return parser
 
 

@@ -13,8 +13,13 @@ from typing import Any, BinaryIO
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.records import ConsumerRecord
+from runtime.txn.producer import TransactionalProducer
+from streams.cli.transactions import uncommitted_records
 from streams.errors import StreamsError
 from streams.serdes import Serde, deserialize_record_field, serde_from_name
+
+#: Lines per transaction of ``console-produce --transactional-id`` without ``--batch``.
+DEFAULT_TXN_BATCH = 1000
 
 _PRODUCE_PROPS = {"parse.key", "key.separator", "null.marker"}
 _CONSUME_PROPS = {
@@ -35,7 +40,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "console-produce",
         parents=[common],
         help="produce lines from stdin to a topic",
-        description="Read lines from stdin and produce each as one record (UTF-8).",
+        description=(
+            "Read lines from stdin and produce each as one record (UTF-8). With "
+            "--transactional-id, lines are produced in transactions of --batch lines, each "
+            "visible all at once; a bad line aborts its transaction."
+        ),
     )
     prod.add_argument("--topic", required=True)
     _add_property_option(prod, _PRODUCE_PROPS)
@@ -48,6 +57,22 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         default=1000,
         metavar="MS",
         help="commit buffered lines after this many ms without more (linger)",
+    )
+    prod.add_argument(
+        "--transactional-id",
+        help="produce in transactions of this id: all lines of a batch or none",
+    )
+    prod.add_argument(
+        "--batch",
+        type=int,
+        metavar="N",
+        help=f"with --transactional-id: lines per transaction (default {DEFAULT_TXN_BATCH})",
+    )
+    prod.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=60_000,
+        help="with --transactional-id: abort a transaction left open this long (default 60000)",
     )
     prod.set_defaults(handler=run_produce)
 
@@ -74,6 +99,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="serde of keys: bytes, string, int, long, double, json or a path",
     )
     cons.add_argument("--value-deserializer", default="string", help="serde of values")
+    cons.add_argument(
+        "--isolation-level",
+        choices=("read_committed", "read_uncommitted"),
+        default="read_committed",
+        help=(
+            "read_uncommitted also prints, once the committed records are caught up, the "
+            "records staged by open transactions, marked [uncommitted txn=ID seq=N] and "
+            "with offset - (default read_committed)"
+        ),
+    )
     cons.set_defaults(handler=run_consume)
 
 
@@ -107,12 +142,17 @@ def _flag(props: dict[str, str], key: str) -> bool:
 
 
 def run_produce(args: argparse.Namespace) -> int:
-    """Produce stdin's lines to the topic, committing every batch or linger timeout."""
+    """Produce stdin's lines to the topic.
+
+    Without ``--transactional-id``, buffered lines are committed every ``--batch-size``
+    lines or linger timeout. With it, see :func:`_produce_transactional`.
+    """
     props = _properties(args.property, _PRODUCE_PROPS)
-    parse_key = _flag(props, "parse.key")
-    separator = props.get("key.separator", "\t").encode()
-    null_marker = props.get("null.marker")
-    null_bytes = null_marker.encode() if null_marker is not None else None
+    parse = _LineParser(props)
+    if args.transactional_id is not None:
+        return _produce_transactional(args, parse)
+    if args.batch is not None:
+        raise StreamsError("--batch needs --transactional-id (without it, use --batch-size)")
     producer = Producer(args.root)
     producer.admin.index(args.topic)  # fail before reading stdin on an unknown topic
     pending = 0
@@ -122,18 +162,10 @@ def run_produce(args: argparse.Namespace) -> int:
                 producer.flush()
                 pending = 0
                 continue
-            key: bytes | None = None
-            value: bytes | None = line
-            if parse_key:
-                key, sep, value = line.partition(separator)
-                if not sep:
-                    raise StreamsError(
-                        f"line {lineno} has no key separator {separator.decode()!r} "
-                        f"(parse.key=true): {line[:60].decode(errors='replace')!r}; earlier "
-                        "lines were produced"
-                    )
-                key = None if key == null_bytes else key
-            value = None if value == null_bytes else value
+            try:
+                key, value = parse(lineno, line)
+            except StreamsError as exc:
+                raise StreamsError(f"{exc}; earlier lines were produced") from None
             producer.send(args.topic, key, value)
             pending += 1
             if pending >= args.batch_size:
@@ -142,6 +174,92 @@ def run_produce(args: argparse.Namespace) -> int:
     finally:
         producer.flush()
     return 0
+
+
+def _produce_transactional(args: argparse.Namespace, parse: _LineParser) -> int:
+    """Produce stdin's lines in transactions of ``--transactional-id``.
+
+    ``init_transactions()`` runs once (fencing an older producer of the id and finishing
+    what it left open); then each transaction holds ``--batch`` lines (default
+    :data:`DEFAULT_TXN_BATCH`) and commits when full, when input pauses past ``--timeout``
+    (so an interactive session sees its lines) and at EOF. A bad line aborts the open
+    transaction, so none of its lines become visible, and fails naming the line;
+    transactions committed before it stay.
+    """
+    batch = DEFAULT_TXN_BATCH if args.batch is None else args.batch
+    if batch < 1:
+        raise StreamsError(f"--batch must be at least 1, got {batch}")
+    producer = TransactionalProducer(
+        args.root, args.transactional_id, transaction_timeout_ms=args.transaction_timeout_ms
+    )
+    producer.admin.index(args.topic)  # fail before reading stdin on an unknown topic
+    producer.init_transactions()
+    pending = 0
+    first = 0  # the first line of the open transaction
+    try:
+        for lineno, line in _lines(sys.stdin.buffer, args.timeout / 1000):
+            if line is None:  # linger expired: commit what is open
+                if pending:
+                    producer.commit_transaction()
+                    pending = 0
+                continue
+            try:
+                key, value = parse(lineno, line)
+            except StreamsError as exc:
+                if not pending:
+                    raise StreamsError(f"{exc}; earlier transactions stay committed") from None
+                producer.abort_transaction()
+                lost = (
+                    f"line {first} was"
+                    if first == lineno - 1
+                    else f"lines {first}-{lineno - 1} were"
+                )
+                raise StreamsError(
+                    f"{exc}; aborted the open transaction of {args.transactional_id}, so {lost} "
+                    "not produced; earlier transactions stay committed"
+                ) from None
+            if not pending:
+                producer.begin_transaction()
+                first = lineno
+            producer.send(args.topic, key, value)
+            pending += 1
+            if pending >= batch:
+                producer.commit_transaction()
+                pending = 0
+        if pending:
+            producer.commit_transaction()
+    finally:
+        producer.close()  # aborts a transaction still open (an error, Ctrl-C)
+    return 0
+
+
+class _LineParser:
+    """Turns an input line into ``(key, value)`` per the ``parse.key``, ``key.separator``
+    and ``null.marker`` properties."""
+
+    def __init__(self, props: dict[str, str]) -> None:
+        self.parse_key = _flag(props, "parse.key")
+        self.separator = props.get("key.separator", "\t").encode()
+        marker = props.get("null.marker")
+        self.null = marker.encode() if marker is not None else None
+
+    def __call__(self, lineno: int, line: bytes) -> tuple[bytes | None, bytes | None]:
+        """Return the line's key and value.
+
+        Raises:
+            StreamsError: ``parse.key=true`` and the line has no separator.
+        """
+        key: bytes | None = None
+        value: bytes | None = line
+        if self.parse_key:
+            key, sep, value = line.partition(self.separator)
+            if not sep:
+                raise StreamsError(
+                    f"line {lineno} has no key separator {self.separator.decode()!r} "
+                    f"(parse.key=true): {line[:60].decode(errors='replace')!r}"
+                )
+            key = None if key == self.null else key
+        return key, None if value == self.null else value
 
 
 def _lines(stream: BinaryIO, linger: float) -> Iterator[tuple[int, bytes | None]]:
@@ -189,14 +307,15 @@ class _Printer:
         self.value_serde = value_serde
         self.out = sys.stdout.buffer
 
-    def write(self, rec: ConsumerRecord) -> None:
+    def write(self, rec: ConsumerRecord, uncommitted: str | None = None) -> None:
+        """Print one record; an ``uncommitted`` one gets that label, a tab, and offset ``-``."""
         fields: list[bytes] = []
         if self.print_timestamp:
             fields.append(b"CreateTime:%d" % rec.timestamp)
         if self.print_partition:
             fields.append(b"%d" % rec.partition)
         if self.print_offset:
-            fields.append(b"%d" % rec.offset)
+            fields.append(b"-" if uncommitted is not None else b"%d" % rec.offset)
         if self.print_headers:
             fields.append(
                 b",".join(
@@ -207,7 +326,8 @@ class _Printer:
         if self.print_key:
             fields.append(self._text(rec, rec.key, self.key_serde, "key"))
         fields.append(self._text(rec, rec.value, self.value_serde, "value"))
-        self.out.write(self.sep.join(fields) + self.eol)
+        label = b"" if uncommitted is None else uncommitted.encode() + b"\t"
+        self.out.write(label + self.sep.join(fields) + self.eol)
 
     def _text(
         self, rec: ConsumerRecord, data: bytes | None, serde: Serde[Any], field: Any
@@ -223,7 +343,12 @@ class _Printer:
 
 
 def run_consume(args: argparse.Namespace) -> int:
-    """Print records until ``--max-messages`` or ``--timeout-ms`` of idleness."""
+    """Print records until ``--max-messages`` or ``--timeout-ms`` of idleness.
+
+    With ``--isolation-level read_uncommitted``, the first time the committed records are
+    caught up the records of open transactions are printed too (once per run), see
+    :func:`streams.cli.transactions.uncommitted_records`.
+    """
     props = _properties(args.property, _CONSUME_PROPS)
     printer = _Printer(
         props, serde_from_name(args.key_deserializer), serde_from_name(args.value_deserializer)
@@ -232,6 +357,7 @@ def run_consume(args: argparse.Namespace) -> int:
     positions = _start_positions(reader, args)
     limit = args.max_messages
     printed = 0
+    dirty = args.isolation_level == "read_uncommitted"  # uncommitted records still to print
     last_record = time.monotonic()
     try:
         while limit is None or printed < limit:
@@ -247,6 +373,14 @@ def run_consume(args: argparse.Namespace) -> int:
                 if records:
                     positions[partition] = records[-1].offset + 1
             printed += got
+            if not got and dirty:
+                dirty = False
+                for label, rec in uncommitted_records(reader.admin, args.topic, args.partition):
+                    if limit is not None and printed >= limit:
+                        break
+                    printer.write(rec, label)
+                    printed += 1
+                    got += 1
             sys.stdout.buffer.flush()
             if got:
                 last_record = time.monotonic()
