@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from streams.cli import main
-
-
-def cli(root: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run streams-eos in a new process, as a user would."""
-    env = {**os.environ, "STREAMS_ROOT": root}
-    return subprocess.run(
-        [sys.executable, "-m", "streams.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+from tests.clitools import cli
 
 
 def test_topics_create_list_describe_alter_delete(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -17,22 +15,9 @@ from runtime.txn.producer import TransactionalProducer
 from runtime.txn.state import TransactionState
 from streams.cli import main
 from streams.errors import ProducerFencedError
+from tests.clitools import cli
 
 LIST_HEADER = ["TransactionalId", "ProducerId", "ProducerEpoch", "State", "Participants", "Age"]
-
-
-def cli(root: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run streams-eos in a new process, as a user would."""
-    env = {**os.environ, "STREAMS_ROOT": root}
-    return subprocess.run(
-        [sys.executable, "-m", "streams.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
 
 
 def run(capsys: pytest.CaptureFixture[str], root: str, *args: str) -> tuple[int, str, str]:
