@@ -23,6 +23,8 @@ _EXPORTS = {
     "TopicAdmin": "runtime.storage.topics",
     "Producer": "runtime.storage.producer",
     "TopicReader": "runtime.storage.reader",
+    "TransactionalProducer": "runtime.txn.producer",
+    "ProducerFencedError": "streams.errors",
     "ConsumerRecord": "runtime.storage.records",
 }
 
@@ -30,6 +32,7 @@ __all__ = [
     "ConfigError",
     "ConsumerRecord",
     "Producer",
+    "ProducerFencedError",
     "Serde",
     "Serdes",
     "SerializationError",
@@ -37,6 +40,7 @@ __all__ = [
     "StreamsError",
     "TopicAdmin",
     "TopicReader",
+    "TransactionalProducer",
     "serde_from_name",
 ]
 
@@ -45,8 +49,9 @@ if TYPE_CHECKING:
     from runtime.storage.reader import TopicReader
     from runtime.storage.records import ConsumerRecord
     from runtime.storage.topics import TopicAdmin
+    from runtime.txn.producer import TransactionalProducer
     from streams.config import StreamsConfig
-    from streams.errors import ConfigError, SerializationError, StreamsError
+    from streams.errors import ConfigError, ProducerFencedError, SerializationError, StreamsError
     from streams.serdes import Serde, Serdes, serde_from_name
 
 
