@@ -239,6 +239,7 @@ class TransactionCoordinator:
         )
 
     def _create(self, tid: str, snap: Snapshot | None, timeout_ms: int) -> Snapshot:
+        """Register a new (or expired) id; an expired one keeps its transaction sequence."""
         meta = TransactionMetadata.new(
             tid, self.producer_ids.generate(), timeout_ms, now_ms=self.clock()
         )
@@ -392,8 +393,11 @@ class TransactionCoordinator:
                         "[txn %s] aborted after its timeout of %d ms", tid, snap.meta.txn_timeout_ms
                     )
                 elif snap.meta.is_expired(now, self.expiration_ms):
+                    # A Dead record stays (compacted to a few versions): the id's sequence
+                    # must never restart, since staging directories and Delta txn
+                    # versions of committed transactions are keyed by it.
                     self.transit(snap, snap.meta.prepare_dead(now_ms=now))
-                    self.cas_log(tid).delete()
+                    self.cas_log(tid).compact()
                     expired.append(tid)
             except ProducerFencedError:
                 continue  # the producer moved first; look again next sweep

@@ -323,3 +323,30 @@ def test_client_state_rules(topics: TopicAdmin, root: str) -> None:
         producer.commit_transaction()
     producer.abort_transaction()
     assert TopicReader(root).end_offsets("out-a") == {0: 0, 1: 0}
+
+
+def test_expired_id_comes_back_without_reusing_its_sequence(topics: TopicAdmin, root: str) -> None:
+    first = TransactionalProducer(root, "idle")
+    first.init_transactions()
+    first.begin_transaction()
+    first.send("out-a", b"k", b"kept", partition=0)
+    first.commit_transaction()
+    committed_seq = TransactionCoordinator(topics).load("idle").meta.txn_sequence  # type: ignore[union-attr]
+
+    later = TransactionCoordinator(topics, clock=lambda: int(time.time() * 1000) + 8 * 86_400_000)
+    assert later.sweep(orphans=False).expired == ["idle"]
+    snap = later.load("idle")
+    assert snap is not None and snap.meta.state is TransactionState.DEAD
+
+    again = TransactionalProducer(root, "idle", buffer_memory=1)
+    again.init_transactions()
+    again.begin_transaction()
+    again.send("out-a", b"k", b"discarded", partition=0)
+    snap = again.coordinator.load("idle")
+    assert snap is not None and snap.meta.txn_sequence > committed_seq
+    again.abort_transaction()  # must not touch the committed transaction's files
+    again.begin_transaction()
+    again.send("out-a", b"k", b"new", partition=0)
+    again.commit_transaction()
+    values = TopicReader(root).read("out-a", 0, 0).column("value").to_pylist()
+    assert values == [b"kept", b"new"]
