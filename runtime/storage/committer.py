@@ -101,6 +101,9 @@ def write_file(
                 use_dictionary=False,
                 write_statistics=["timestamp"],
             )
+    except StorageError:  # root.output wraps the filesystem's errors
+        root.delete_file(full)
+        raise
     except (OSError, pa.ArrowException) as exc:
         root.delete_file(full)
         raise StorageError(f"cannot write data file {full}: {exc}") from exc

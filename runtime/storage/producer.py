@@ -19,7 +19,7 @@ from types import TracebackType
 import pyarrow as pa
 
 from runtime.storage.accumulator import RecordAccumulator
-from runtime.storage.committer import ROW_GROUP_SIZE, TopicCommitter, write_file
+from runtime.storage.committer import ROW_GROUP_SIZE, StagedFile, TopicCommitter, write_file
 from runtime.storage.fs import StorageRoot
 from runtime.storage.records import AppendResult, Headers
 from runtime.storage.topics import TopicAdmin
@@ -149,10 +149,16 @@ class Producer:
         if not groups:
             return []
         table_path = self.admin.table_path(topic)
-        staged = [
-            write_file(self.root, table_path, "", p, chunk, compression=self.compression)
-            for p, chunk in groups
-        ]
+        staged: list[StagedFile] = []
+        try:
+            for p, chunk in groups:
+                staged.append(
+                    write_file(self.root, table_path, "", p, chunk, compression=self.compression)
+                )
+        except StreamsError:  # e.g. disk full: remove what this flush wrote, then fail
+            for f in staged:
+                self.root.delete_file(f"{table_path}/{f.path}")
+            raise
         self.metrics["files"] += len(staged)
         committer = self.committer(topic)
         conflicts = committer.conflicts

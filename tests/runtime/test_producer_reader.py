@@ -324,3 +324,26 @@ def test_commit_that_did_not_land_removes_its_files(
         producer.flush()
     assert len(_data_files(admin, "t")) == 1
     assert reader.end_offsets("t") == {0: 1, 1: 0}
+
+
+def test_failed_file_write_leaves_no_partial_batch(
+    admin: TopicAdmin, producer: Producer, reader: TopicReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin.create("t", 4)
+    from runtime.storage import committer
+
+    real, calls = committer.pq.write_table, []
+
+    def disk_full_on_third(*args: object, **kwargs: object) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(committer.pq, "write_table", disk_full_on_third)
+    for p in range(4):
+        producer.send("t", None, b"v", partition=p)
+    with pytest.raises(StorageError, match="No space left"):
+        producer.flush()
+    assert _data_files(admin, "t") == []
+    assert reader.end_offsets("t") == {0: 0, 1: 0, 2: 0, 3: 0}
