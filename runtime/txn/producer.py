@@ -14,7 +14,10 @@ as *staged* files under ``txn-staging/`` of each participant table: no Delta rea
 them. Participants are registered (Ongoing) before their first staged file is written.
 ``commit_transaction()`` writes PrepareCommit with the staged file list, commits each
 participant table (Delta's ``txn`` action makes that idempotent), then CompleteCommit; it
-returns only when every side effect is durable.
+returns once every participant commit is durable. The CompleteCommit record is pure
+bookkeeping (a restart re-derives it from PrepareCommit), so, as Kafka's coordinator
+writes its Complete record after answering EndTxn, it is appended on a background thread
+while the caller goes on; the next call that touches the log waits for it first.
 
 Fencing: every send and every transition checks that the log has not moved past this
 producer's last write; a newer epoch (another ``init_transactions()`` with the same id, or
@@ -24,9 +27,11 @@ becomes visible.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 
 import pyarrow as pa
@@ -100,6 +105,8 @@ class TransactionalProducer:
         self.accumulator = RecordAccumulator(self.admin, batch_size=batch_size)
         self.state = ProducerState.UNINITIALIZED
         self._snap: Snapshot | None = None
+        self._completing: Future[Snapshot] | None = None
+        self._executor: ThreadPoolExecutor | None = None
         self._staged: dict[str, list[StagedFile]] = {}
         self._offsets: dict[str, list[OffsetEntry]] = {}
         self._pending_groups: set[str] = set()
@@ -113,6 +120,9 @@ class TransactionalProducer:
         Raises:
             InvalidTransactionTimeoutError: the timeout exceeds the coordinator's maximum.
         """
+        # A fenced background CompleteCommit is settled by the epoch bump below.
+        with contextlib.suppress(ProducerFencedError):
+            self._await_complete()
         self._snap = self.coordinator.init_producer_id(
             self.transactional_id, self.transaction_timeout_ms
         )
@@ -221,7 +231,8 @@ class TransactionalProducer:
             )
             self._snap = snap
             faults.reached("after_prepare")
-            self._snap = self.coordinator.finish(snap, recovering=False)
+            self.coordinator.commit_phase(snap.meta, recovering=False)
+            self._complete_in_background(snap)
         except ProducerFencedError:
             self.state = ProducerState.FATAL_ERROR
             raise
@@ -263,6 +274,13 @@ class TransactionalProducer:
                 self.abort_transaction()
             except StreamsError as exc:
                 log.warning("[txn %s] abort on close failed: %s", self.transactional_id, exc)
+        try:
+            self._await_complete()
+        except StreamsError as exc:
+            log.warning("[txn %s] CompleteCommit on close failed: %s", self.transactional_id, exc)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         self.state = ProducerState.UNINITIALIZED
 
     def __enter__(self) -> TransactionalProducer:
@@ -290,8 +308,41 @@ class TransactionalProducer:
                 f"{self.state.value} (needs {state.value})"
             )
 
+    def _complete_in_background(self, prepared: Snapshot) -> None:
+        """Append CompleteCommit over ``prepared`` off the caller's path."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"txn-complete-{self.transactional_id}"
+            )
+
+        def complete() -> Snapshot:
+            faults.reached("before_complete")
+            done = self.coordinator.transit(
+                prepared, prepared.meta.complete_commit(now_ms=self.coordinator.clock())
+            )
+            faults.reached("after_complete")
+            return done
+
+        self._completing = self._executor.submit(complete)
+
+    def _await_complete(self) -> None:
+        """Wait for the previous transaction's CompleteCommit; adopt its snapshot.
+
+        Raises:
+            ProducerFencedError: the log moved on meanwhile (a newer epoch took over).
+        """
+        future, self._completing = self._completing, None
+        if future is None:
+            return
+        try:
+            self._snap = future.result()
+        except ProducerFencedError:
+            self.state = ProducerState.FATAL_ERROR
+            raise
+
     def _check_sendable(self, what: str) -> None:
         self._require(ProducerState.IN_TRANSACTION, what)
+        self._await_complete()
         snap = self._snap
         if snap is not None and self.coordinator.cas_log(self.transactional_id).has_after(
             snap.version
@@ -305,6 +356,7 @@ class TransactionalProducer:
             )
 
     def _current(self) -> Snapshot:
+        self._await_complete()
         if self._snap is None:
             raise InvalidTxnStateError("init_transactions() was not called")
         return self._snap
