@@ -27,10 +27,20 @@ EARLIEST_TIMESTAMP = -2
 
 
 @dataclass(frozen=True, slots=True)
-class _Slice:
+class FileSlice:
+    """Rows ``[start, start + length)`` of one data file, holding offsets from
+    ``segment.base + start`` on. Picklable: a driver plans slices, an executor reads them
+    with :func:`read_slices` without touching the Delta log."""
+
     segment: Segment
     start: int  # row in the file
     length: int
+    file: str  # the file's full path or URI under the storage root
+
+    @property
+    def first_offset(self) -> int:
+        """Return the offset of the slice's first record."""
+        return self.segment.base + self.start
 
 
 class TopicReader:
@@ -72,6 +82,18 @@ class TopicReader:
         Raises:
             OffsetOutOfRangeError: ``offset`` is below log-start or above log-end.
         """
+        return read_slices(
+            self.root, topic, partition, self.plan(topic, partition, offset, max_records)
+        )
+
+    def plan(
+        self, topic: str, partition: int, offset: int, max_records: int | None = None
+    ) -> list[FileSlice]:
+        """Return the file slices that hold ``partition``'s records from ``offset`` on.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is below log-start or above log-end.
+        """
         plog = self._partition_log(topic, partition)
         if offset < plog.start or offset > plog.end:
             raise OffsetOutOfRangeError(
@@ -80,17 +102,18 @@ class TopicReader:
             )
         remaining = plog.end - offset if max_records is None else max_records
         slices = []
+        table_path = self.admin.table_path(topic)
         for segment in plog.segments_from(offset):
             if remaining <= 0:
                 break
             start = max(0, offset - segment.base)
             length = min(segment.count - start, remaining)
-            slices.append(_Slice(segment, start, length))
+            path = segment.path
+            slices.append(
+                FileSlice(segment, start, length, path if "://" in path else f"{table_path}/{path}")
+            )
             remaining -= length
-        tables = [self._read_slice(topic, partition, s) for s in slices]
-        if not tables:
-            return READ_SCHEMA.empty_table()
-        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        return slices
 
     def records(
         self, topic: str, partition: int, offset: int, max_records: int | None = None
@@ -140,30 +163,43 @@ class TopicReader:
     def _open(self, topic: str, segment: Segment) -> pq.ParquetFile:
         path = segment.path
         full = path if "://" in path else f"{self.admin.table_path(topic)}/{path}"
-        try:
-            return pq.ParquetFile(self.root.fs.open_input_file(full))
-        except (OSError, pa.ArrowException) as exc:
-            raise StorageError(
-                f"cannot read data file {full} of topic {topic} (offsets {segment.base}.."
-                f"{segment.end - 1}): {exc}"
-            ) from exc
+        return _open_file(self.root, topic, segment, full)
 
-    def _read_slice(self, topic: str, partition: int, piece: _Slice) -> pa.Table:
-        pfile = self._open(topic, piece.segment)
-        meta = pfile.metadata
-        if meta.num_rows != piece.segment.count:
-            raise StorageError(
-                f"data file {piece.segment.path} of {topic}-{partition} holds {meta.num_rows} "
-                f"records, the log says {piece.segment.count}"
-            )
-        firsts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        lo = bisect.bisect_right(firsts.tolist(), piece.start) - 1
-        hi = bisect.bisect_left(firsts.tolist(), piece.start + piece.length)
-        groups = list(range(max(lo, 0), min(hi, meta.num_row_groups)))
-        data = pfile.read_row_groups(groups, columns=FILE_SCHEMA.names)
-        data = data.slice(piece.start - int(firsts[groups[0]]), piece.length)
-        first = piece.segment.base + piece.start
-        offsets = pa.array(np.arange(first, first + piece.length, dtype=np.int64))
-        parts = pa.array(np.full(piece.length, partition, dtype=np.int32))
-        columns = [parts, offsets, *(data.column(name) for name in FILE_SCHEMA.names)]
-        return pa.Table.from_arrays(columns, schema=READ_SCHEMA)
+
+def read_slices(root: StorageRoot, topic: str, partition: int, slices: list[FileSlice]) -> pa.Table:
+    """Read planned slices of one partition as a ``READ_SCHEMA`` table, in offset order."""
+    tables = [_read_slice(root, topic, partition, piece) for piece in slices]
+    if not tables:
+        return READ_SCHEMA.empty_table()
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _open_file(root: StorageRoot, topic: str, segment: Segment, full: str) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(root.fs.open_input_file(full))
+    except (OSError, pa.ArrowException) as exc:
+        raise StorageError(
+            f"cannot read data file {full} of topic {topic} (offsets {segment.base}.."
+            f"{segment.end - 1}): {exc}"
+        ) from exc
+
+
+def _read_slice(root: StorageRoot, topic: str, partition: int, piece: FileSlice) -> pa.Table:
+    pfile = _open_file(root, topic, piece.segment, piece.file)
+    meta = pfile.metadata
+    if meta.num_rows != piece.segment.count:
+        raise StorageError(
+            f"data file {piece.segment.path} of {topic}-{partition} holds {meta.num_rows} "
+            f"records, the log says {piece.segment.count}"
+        )
+    firsts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+    lo = bisect.bisect_right(firsts.tolist(), piece.start) - 1
+    hi = bisect.bisect_left(firsts.tolist(), piece.start + piece.length)
+    groups = list(range(max(lo, 0), min(hi, meta.num_row_groups)))
+    data = pfile.read_row_groups(groups, columns=FILE_SCHEMA.names)
+    data = data.slice(piece.start - int(firsts[groups[0]]), piece.length)
+    first = piece.first_offset
+    offsets = pa.array(np.arange(first, first + piece.length, dtype=np.int64))
+    parts = pa.array(np.full(piece.length, partition, dtype=np.int32))
+    columns = [parts, offsets, *(data.column(name) for name in FILE_SCHEMA.names)]
+    return pa.Table.from_arrays(columns, schema=READ_SCHEMA)
