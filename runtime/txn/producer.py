@@ -180,6 +180,45 @@ class TransactionalProducer:
         if size >= self.buffer_memory:
             self._stage([topic])
 
+    def staging_dir_for(self, topics: Iterable[str]) -> str:
+        """Register ``topics`` as participants and return where their files are staged.
+
+        For writers outside this process (Spark tasks): they write staged files with
+        :func:`runtime.storage.committer.write_file` under each topic's table at the
+        returned relative directory, and the caller hands the results back with
+        :meth:`add_staged_files` before the commit.
+
+        Raises:
+            ProducerFencedError: a newer producer with this id took over.
+        """
+        self._check_sendable("staging_dir_for")
+        snap = self._register(topics)
+        return self.coordinator.staging_dir(snap.meta)
+
+    def add_staged_files(self, topic: str, files: Iterable[StagedFile]) -> None:
+        """Add files staged by another writer under :meth:`staging_dir_for`'s directory.
+
+        Raises:
+            InvalidTxnStateError: ``topic`` was not registered, or a file lies elsewhere.
+        """
+        self._check_sendable("add_staged_files")
+        snap = self._current()
+        if topic not in snap.meta.participants:
+            raise InvalidTxnStateError(
+                f"[txn {self.transactional_id}] topic {topic!r} is not a participant; "
+                "call staging_dir_for([topic]) before its files are written"
+            )
+        prefix = self.coordinator.staging_dir(snap.meta) + "/"
+        for f in files:
+            if not f.path.startswith(prefix):
+                raise InvalidTxnStateError(
+                    f"[txn {self.transactional_id}] staged file {f.path} of {topic!r} is not "
+                    f"under this transaction's staging directory {prefix}"
+                )
+            self._staged.setdefault(topic, []).append(f)
+            self.metrics["records"] += f.count
+            self.metrics["files"] += 1
+
     def send_offsets_to_transaction(
         self,
         offsets: Mapping[tuple[str, int], int],

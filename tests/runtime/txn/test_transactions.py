@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -12,9 +13,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
+from runtime.storage.committer import write_file
 from runtime.storage.reader import TopicReader
+from runtime.storage.records import FILE_SCHEMA
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import STAGING_DIR, TransactionCoordinator
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore, UnstableOffsetCommitError
@@ -375,3 +379,29 @@ def test_complete_commit_lands_before_the_next_transaction_touches_the_log(
     snap = producer.coordinator.load("bg")
     assert snap is not None and snap.meta.state is TransactionState.COMPLETE_COMMIT
     assert TopicReader(root).end_offsets("out-a")[0] == 2
+
+
+def test_files_staged_by_another_writer_commit_with_the_transaction(
+    topics: TopicAdmin, root: str
+) -> None:
+    producer = TransactionalProducer(root, "external")
+    producer.init_transactions()
+    producer.begin_transaction()
+    rel_dir = producer.staging_dir_for(["out-a"])
+    chunk = pa.table(
+        {"key": [b"k1", b"k2"], "value": [b"v1", b"v2"], "timestamp": [5, 6], "headers": [[], []]},
+        schema=FILE_SCHEMA,
+    )
+    staged = write_file(
+        topics.root, topics.table_path("out-a"), rel_dir, 1, chunk, compression="snappy"
+    )
+    assert TopicReader(root).end_offsets("out-a") == {0: 0, 1: 0}  # staged: invisible
+    with pytest.raises(InvalidTxnStateError, match="'out-b' is not a participant"):
+        producer.add_staged_files("out-b", [staged])
+    stray = dataclasses.replace(staged, path="elsewhere/x.parquet")
+    with pytest.raises(InvalidTxnStateError, match="not under this transaction's staging"):
+        producer.add_staged_files("out-a", [stray])
+    producer.add_staged_files("out-a", [staged])
+    producer.commit_transaction()
+    values = TopicReader(root).read("out-a", 1, 0).column("value").to_pylist()
+    assert values == [b"v1", b"v2"]
