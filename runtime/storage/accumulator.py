@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from runtime.storage.committer import split_by_partition
 from runtime.storage.partitioner import StickyPartitioner, partitions_for_keys
 from runtime.storage.records import HEADERS_TYPE, Headers
 from runtime.storage.topics import TopicAdmin
-from streams.errors import InvalidPartitionsError, SerializationError
+from streams.errors import InvalidPartitionsError, SerializationError, UnknownTopicError
 
 
 @dataclass(slots=True)
@@ -61,11 +61,25 @@ class _Buffer:
 class RecordAccumulator:
     """Buffers records per topic and assigns their partitions at drain time."""
 
-    def __init__(self, admin: TopicAdmin, *, batch_size: int = 16_384) -> None:
+    def __init__(
+        self,
+        admin: TopicAdmin | None,
+        *,
+        batch_size: int = 16_384,
+        partition_counts: Mapping[str, int] | None = None,
+    ) -> None:
+        """Args:
+        admin: where partition counts are looked up (None: only ``partition_counts``).
+        partition_counts: fixed counts, for writers that must not read the Delta log
+            (Spark tasks: the driver names the topics and their counts).
+        """
+        if admin is None and partition_counts is None:
+            raise ValueError("a RecordAccumulator needs an admin or fixed partition_counts")
         self.admin = admin
         self._batch_size = batch_size
         self._buffers: dict[str, _Buffer] = {}
-        self._partition_counts: dict[str, int] = {}
+        self._fixed = dict(partition_counts or {})
+        self._partition_counts: dict[str, int] = dict(self._fixed)
         self._sticky: dict[str, StickyPartitioner] = {}
 
     def topics(self) -> list[str]:
@@ -161,6 +175,13 @@ class RecordAccumulator:
 
     def num_partitions(self, topic: str, *, refresh: bool = False) -> int:
         """Return the topic's partition count (cached; ``refresh`` re-reads it)."""
+        if topic in self._fixed:
+            return self._fixed[topic]
+        if self.admin is None:
+            raise UnknownTopicError(
+                f"topic {topic!r} is not among the topics this writer was given "
+                f"({', '.join(sorted(self._fixed)) or 'none'}); declare it in the topology"
+            )
         if refresh or topic not in self._partition_counts:
             self._partition_counts[topic] = self.admin.index(topic).num_partitions
         return self._partition_counts[topic]
