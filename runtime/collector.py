@@ -1,0 +1,99 @@
+"""The Spark task's record collector: sink and changelog records into staged files.
+
+A task inside a Spark task knows nothing of the Delta log: the driver's task descriptor
+names every topic it may write, with its table path and partition count, and the staging
+directory of the micro-batch's transaction. :class:`StagingCollector` buffers the records
+(Kafka's ``RecordCollector``), partitions them in one vectorised pass per topic at
+``flush()``, and writes one staged parquet file per (topic, partition): invisible until the
+driver's commit adds them to each topic's Delta log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from runtime.storage.accumulator import RecordAccumulator
+from runtime.storage.committer import StagedFile, write_file
+from runtime.storage.fs import StorageRoot
+
+
+@dataclass(frozen=True)
+class OutputTopic:
+    """A topic a task may write: where its table is and how many partitions it has."""
+
+    table_path: str
+    partitions: int
+
+
+class StagingCollector:
+    """Collects a task's output and writes it as staged files of one transaction.
+
+    Args:
+        root: the storage root URI.
+        topics: every topic the task may write (sinks, repartition topics, changelogs).
+        staging_dir: the transaction's staging directory, relative to each topic table.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        topics: Mapping[str, OutputTopic],
+        staging_dir: str,
+        *,
+        compression: str = "snappy",
+    ) -> None:
+        self.root = StorageRoot(root)
+        self.topics = dict(topics)
+        self.staging_dir = staging_dir
+        self.compression = compression
+        self._acc = RecordAccumulator(
+            None, partition_counts={t: o.partitions for t, o in self.topics.items()}
+        )
+        self._append = self._acc.append
+        self.sent = 0
+
+    def send(  # noqa: PLR0917 - the RecordCollector protocol
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Sequence[tuple[str, bytes | None]],
+        partition: int | None,
+    ) -> None:
+        """Buffer one record (``partition`` None: by the key's murmur2 hash)."""
+        self._append(
+            topic,
+            key,
+            value,
+            timestamp=timestamp,
+            headers=list(headers) if headers else None,
+            partition=partition,
+        )
+        self.sent += 1
+
+    def partitions_for(self, topic: str) -> int:
+        """Return the partition count of ``topic``."""
+        return self._acc.num_partitions(topic)
+
+    def flush(self) -> list[tuple[str, StagedFile]]:
+        """Write every buffered record as staged files; return ``(topic, file)`` pairs."""
+        out: list[tuple[str, StagedFile]] = []
+        for topic in self._acc.topics():
+            table_path = self.topics[topic].table_path
+            for partition, chunk in self._acc.drain(topic):
+                staged = write_file(
+                    self.root,
+                    table_path,
+                    self.staging_dir,
+                    partition,
+                    chunk,
+                    compression=self.compression,
+                )
+                out.append((topic, staged))
+        return out
+
+    def discard(self) -> None:
+        """Drop every buffered record (the task failed; its attempt is abandoned)."""
+        self._acc.clear()
