@@ -1,0 +1,61 @@
+"""The application lifecycle: Kafka's transition table, listener, and the process id."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from runtime.app_state import TRANSITIONS, AppState, AppStateMachine, IllegalStateTransitionError
+from runtime.process_id import PROCESS_FILE, load_or_create_process_id
+from streams.errors import StreamsError
+
+LEGAL = {
+    ("CREATED", "REBALANCING"),
+    ("CREATED", "PENDING_SHUTDOWN"),
+    ("REBALANCING", "RUNNING"),
+    ("REBALANCING", "PENDING_SHUTDOWN"),
+    ("REBALANCING", "PENDING_ERROR"),
+    ("RUNNING", "REBALANCING"),
+    ("RUNNING", "RUNNING"),
+    ("RUNNING", "PENDING_SHUTDOWN"),
+    ("RUNNING", "PENDING_ERROR"),
+    ("PENDING_SHUTDOWN", "NOT_RUNNING"),
+    ("PENDING_ERROR", "ERROR"),
+}
+
+
+@pytest.mark.parametrize(("old", "new"), list(itertools.product(AppState, AppState)))
+def test_transition_table_is_kafkas(old: AppState, new: AppState) -> None:
+    assert (new in TRANSITIONS[old]) == ((old.value, new.value) in LEGAL)
+    machine = AppStateMachine("app")
+    machine._state = old
+    if (old.value, new.value) in LEGAL:
+        machine.transit(new)
+        assert machine.state is new
+    else:
+        with pytest.raises(IllegalStateTransitionError, match=f"from {old.value} to {new.value}"):
+            machine.transit(new)
+
+
+def test_listener_hears_new_and_old_and_cannot_break_the_app() -> None:
+    heard: list[tuple[str, str]] = []
+    machine = AppStateMachine("app")
+    machine.listener = lambda new, old: heard.append((new.value, old.value))
+    machine.transit(AppState.REBALANCING)
+    machine.transit(AppState.RUNNING)
+    machine.listener = lambda new, old: 1 / 0  # type: ignore[func-returns-value]
+    machine.transit(AppState.PENDING_SHUTDOWN)
+    assert heard == [("REBALANCING", "CREATED"), ("RUNNING", "REBALANCING")]
+    assert machine.wait_for(lambda s: s is AppState.PENDING_SHUTDOWN, timeout=0.1)
+    assert not machine.wait_for(AppState.is_terminal, timeout=0.05)
+
+
+def test_process_id_survives_restarts_and_is_per_application(tmp_path: Path) -> None:
+    first = load_or_create_process_id(str(tmp_path), "app")
+    assert load_or_create_process_id(str(tmp_path), "app") == first
+    assert load_or_create_process_id(str(tmp_path), "other") != first
+    (tmp_path / "app" / PROCESS_FILE).write_text("{not json")
+    with pytest.raises(StreamsError, match="delete it"):
+        load_or_create_process_id(str(tmp_path), "app")
