@@ -56,6 +56,7 @@ BUILTIN_SERDES: Final = ("bytes", "string", "int", "long", "double", "json")
 
 ProcessingGuarantee: TypeAlias = Literal["at_least_once", "exactly_once", "exactly_once_v2"]
 AutoOffsetReset: TypeAlias = Literal["earliest", "latest", "none"]
+DslStore: TypeAlias = Literal["rocksDB", "in_memory"]
 _Source: TypeAlias = Mapping[str, object] | str | os.PathLike[str]
 
 _EOS: Final = frozenset({"exactly_once", "exactly_once_v2"})
@@ -136,6 +137,10 @@ _TXN: Final = f"{_POSITIVE}, above commit.interval.ms, at most transaction.max.t
 _TXN_MAX: Final = f"{_POSITIVE}, at least transaction.timeout.ms"
 _AT_LEAST_ONE: Final = "an integer >= 1"
 _SERDES: Final = "bytes, string, int, long, double, json, or pkg.module.Name or pkg.module:Name"
+_EXTRACTORS: Final = (
+    "fail_on_invalid, log_and_skip, use_partition_time, wallclock, "
+    "or pkg.module.Name or pkg.module:Name"
+)
 
 
 class StreamsConfig(BaseModel):
@@ -178,6 +183,28 @@ class StreamsConfig(BaseModel):
     max_poll_records: _Int = _key("max.poll.records", _AT_LEAST_ONE, default=1000, ge=1)
     auto_offset_reset: AutoOffsetReset = _key(
         "auto.offset.reset", "earliest, latest, none", default="earliest"
+    )
+    default_dsl_store: DslStore = _key("default.dsl.store", "rocksDB, in_memory", default="rocksDB")
+    default_timestamp_extractor: str = _key(
+        "default.timestamp.extractor", _EXTRACTORS, default="fail_on_invalid", min_length=1
+    )
+    cache_max_bytes_buffering: _Int = _key(
+        "cache.max.bytes.buffering", "an integer >= 0 (0 disables caching)", default=10485760, ge=0
+    )
+    # 100 commits: a snapshot every ~10 s of processing under exactly_once_v2 (commits every
+    # 100 ms) and every ~50 min under at_least_once (30 s), so a task that moves replays at
+    # most 100 commits of changelog; uploads are incremental (new SST files only).
+    statestore_snapshot_interval: _Int = _key(
+        "statestore.snapshot.interval", "an integer >= 0 (commits; 0 disables)", default=100, ge=0
+    )
+    state_cleanup_delay_ms: _Int = _key(
+        "state.cleanup.delay.ms", "an integer >= 0", default=600000, ge=0
+    )
+    rocksdb_config_setter: str = _key(
+        "rocksdb.config.setter", "empty, or pkg.module.Name or pkg.module:Name", default=""
+    )
+    delete_retention_ms: _Int = _key(
+        "delete.retention.ms", "an integer >= 0", default=86400000, ge=0
     )
 
     def __init__(self, /, **data: Any) -> None:
@@ -240,6 +267,13 @@ class StreamsConfig(BaseModel):
         if _is_import_path(value):
             return value
         raise _invalid("neither a built-in serde name nor a dotted import path")
+
+    @field_validator("rocksdb_config_setter")
+    @classmethod
+    def _check_config_setter(cls, value: str) -> str:
+        if value and not _is_import_path(value):
+            raise _invalid("not a dotted import path (pkg.module.Name or pkg.module:Name)")
+        return value
 
     @field_validator("statestore_uncommitted_max_bytes")
     @classmethod

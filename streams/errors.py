@@ -130,3 +130,40 @@ class TransactionAbortedError(TransactionError):
 
 class CoordinatorError(TransactionError, StorageError):
     """The transaction log could not be read or written. Nothing was decided; retry."""
+
+
+class TopologyError(StreamsError):
+    """A topology is invalid: it names an unknown store or node, reuses a name, wires
+    un-co-partitioned inputs together, lacks a serde, or lacks an explicit name where one is
+    required. Raised when the topology is built or first instantiated, before anything runs;
+    the message names the offending node. Fix the topology code and build it again."""
+
+
+class StreamsProcessingError(StreamsError):
+    """A user function (a mapper, predicate, aggregator, processor or punctuator) raised while
+    processing a record. The message names the processor node, the function and where it is
+    defined; the original exception is the ``__cause__``. The task stops: fix the function,
+    or skip the bad input upstream, then restart."""
+
+
+class InvalidTimestampError(StreamsProcessingError):
+    """An input record has a negative timestamp and the timestamp extractor fails on invalid
+    timestamps (the default, as Kafka's ``FailOnInvalidTimestamp``). Fix the producer, or
+    configure ``default.timestamp.extractor`` to skip such records or use partition time."""
+
+
+class TaskCorruptedError(StreamsError):
+    """A task's local state cannot be trusted: a store's committed changelog offset is ahead
+    of its changelog, missing while the store holds data under exactly-once, or the
+    changelog (or a prepared batch) is unreadable.
+
+    The store is wiped and rebuilt from the newest snapshot plus the changelog tail; this is
+    done automatically when a changelog reader is available. Raised to the caller only when
+    rebuilding is impossible (no changelog reader, or the changelog itself is unreadable):
+    close the task dirty, delete its state directory and restore it elsewhere, or check the
+    changelog topic named in the message.
+    """
+
+    def __init__(self, message: str, *, task_id: str | None = None) -> None:
+        super().__init__(message)
+        self.task_id = task_id

@@ -62,6 +62,13 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "statestore.uncommitted.max.bytes": str(64 * 1024 * 1024),
         "max.poll.records": "1000",
         "auto.offset.reset": "earliest",
+        "default.dsl.store": "rocksDB",
+        "default.timestamp.extractor": "fail_on_invalid",
+        "cache.max.bytes.buffering": "10485760",
+        "statestore.snapshot.interval": "100",
+        "state.cleanup.delay.ms": "600000",
+        "rocksdb.config.setter": "",
+        "delete.retention.ms": "86400000",
     }
     assert config.eos_enabled is False
 
@@ -458,11 +465,13 @@ def test_defaults_file_matches_the_model() -> None:
     documented = _documented_defaults()
     aliases = {field.alias for field in StreamsConfig.model_fields.values()}
     assert set(documented) == aliases
-    # required keys, and state.dir whose default depends on the platform, are left empty
+    # required keys, state.dir whose default depends on the platform, and keys whose default
+    # is the empty string are left empty
     assert {key for key, value in documented.items() if not value} == {
         "application.id",
         "topics.root",
         "state.dir",
+        "rocksdb.config.setter",
     }
     defaults = make().to_properties()
     assert defaults["state.dir"] == os.path.join(tempfile.gettempdir(), "spark-streams-eos")

@@ -1,0 +1,228 @@
+"""The committed data of a key-value bytes store: in memory or in RocksDB (rocksdict).
+
+A *base* holds what was committed, nothing else. Writes arrive as one atomic
+:meth:`Base.write` of data entries, range deletions and metadata entries (the committed
+changelog offset, a prepared batch) — for RocksDB one ``WriteBatch`` over two column
+families, so the data and its changelog offset can never disagree after a crash (KIP-892,
+KIP-1035). Iterators are snapshots: RocksDB pins its iterators to the state at creation;
+the memory base copies the keys in range.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from rocksdict import Checkpoint, Options, Rdict, WriteBatch
+
+from statestores.rocksdb_options import store_options
+from statestores.sorted_keys import SortedKeys
+from streams.errors import StreamsError
+
+META_CF = "meta"
+
+
+class StoreIOError(StreamsError):
+    """A store's local files could not be opened, read or written (disk full, permissions,
+    corrupted files). Under exactly-once the task is treated as corrupted: its directory is
+    wiped and rebuilt from snapshot + changelog; otherwise check the state directory."""
+
+
+class Base(Protocol):
+    """Committed entries plus a small metadata map, written atomically together."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def items(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]: ...
+
+    def write(
+        self,
+        entries: Mapping[bytes, bytes | None],
+        range_deletes: Sequence[tuple[bytes, bytes]],
+        meta: Mapping[bytes, bytes | None],
+    ) -> None: ...
+
+    def get_meta(self, key: bytes) -> bytes | None: ...
+
+    def approximate_num_entries(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class MemoryBase:
+    """Committed entries in a dict with a lazily sorted key index."""
+
+    persistent = False
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+        self.keys = SortedKeys(self.data)
+        self.meta: dict[bytes, bytes] = {}
+        self.get = self.data.get
+
+    def items(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Return the entries ``lo <= key <= hi`` as a snapshot iterator."""
+        data = self.data
+        return iter([(k, data[k]) for k in self.keys.between(lo, hi, reverse=reverse)])
+
+    def write(
+        self,
+        entries: Mapping[bytes, bytes | None],
+        range_deletes: Sequence[tuple[bytes, bytes]],
+        meta: Mapping[bytes, bytes | None],
+    ) -> None:
+        """Apply range deletions, then entries, then metadata."""
+        data, keys = self.data, self.keys
+        for lo, hi in range_deletes:
+            for key in keys.below(hi):
+                if key >= lo:
+                    data.pop(key, None)
+            keys.removed()
+        for key, value in entries.items():
+            if value is None:
+                if data.pop(key, None) is not None:
+                    keys.removed()
+            else:
+                size = len(data)
+                data[key] = value
+                if len(data) != size:
+                    keys.added(key)
+        for key, value in meta.items():
+            if value is None:
+                self.meta.pop(key, None)
+            else:
+                self.meta[key] = value
+
+    def get_meta(self, key: bytes) -> bytes | None:
+        """Return a metadata value."""
+        return self.meta.get(key)
+
+    def approximate_num_entries(self) -> int:
+        """Return the number of entries (exact here)."""
+        return len(self.data)
+
+    def close(self) -> None:
+        """Drop nothing: an in-memory store lives as long as its object."""
+
+
+class RocksDBBase:
+    """Committed entries in a RocksDB database (default column family) and metadata in the
+    ``meta`` column family.
+
+    Args:
+        path: the database directory (created if missing).
+        store_name: passed to the config setter.
+        app_config: the application configuration (``rocksdb.config.setter``).
+
+    Raises:
+        StoreIOError: RocksDB refused to open the directory.
+    """
+
+    persistent = True
+
+    def __init__(self, path: str, store_name: str, app_config: Mapping[str, Any]) -> None:
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        options = store_options(store_name, app_config)
+        meta_options = Options(raw_mode=True)
+        try:
+            self.db = Rdict(path, options, column_families={META_CF: meta_options})
+            self.meta: Any = self.db.get_column_family(META_CF)
+            self._meta_handle: Any = self.db.get_column_family_handle(META_CF)
+        except Exception as exc:
+            raise StoreIOError(f"cannot open RocksDB store {store_name} at {path}: {exc}") from exc
+        self.get = self.db.get
+
+    def items(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Return the entries ``lo <= key <= hi``; RocksDB pins the iterator's snapshot.
+
+        The bounds are checked here rather than with ``ReadOptions`` iterate bounds, which
+        rocksdict does not apply reliably (the lower bound is ignored backwards).
+        """
+        items: Any
+        if reverse:
+            items = self.db.items(backwards=True, from_key=hi)
+            return items if lo is None else _until_below(items, lo)
+        items = self.db.items(from_key=lo)
+        return items if hi is None else _until_above(items, hi)
+
+    def write(
+        self,
+        entries: Mapping[bytes, bytes | None],
+        range_deletes: Sequence[tuple[bytes, bytes]],
+        meta: Mapping[bytes, bytes | None],
+    ) -> None:
+        """Write everything in one ``WriteBatch`` (atomic across both column families).
+
+        Raises:
+            StoreIOError: RocksDB refused the write.
+        """
+        batch = WriteBatch(raw_mode=True)
+        for lo, hi in range_deletes:
+            batch.delete_range(lo, hi)
+        put, delete = batch.put, batch.delete
+        for key, value in entries.items():
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+        handle = self._meta_handle
+        for key, value in meta.items():
+            if value is None:
+                batch.delete(key, handle)
+            else:
+                batch.put(key, value, handle)
+        try:
+            self.db.write(batch)
+        except Exception as exc:
+            raise StoreIOError(f"cannot write RocksDB store at {self.path}: {exc}") from exc
+
+    def get_meta(self, key: bytes) -> bytes | None:
+        """Return a metadata value."""
+        value: bytes | None = self.meta.get(key)
+        return value
+
+    def approximate_num_entries(self) -> int:
+        """Return RocksDB's estimate of the number of keys."""
+        value = self.db.property_int_value("rocksdb.estimate-num-keys")
+        return int(value or 0)
+
+    def checkpoint(self, path: str) -> None:
+        """Create a RocksDB checkpoint (hard-linked SST files) in the new directory ``path``."""
+        Checkpoint(self.db).create_checkpoint(path)
+
+    def close(self) -> None:
+        """Close the database (idempotent)."""
+        # RocksDB keeps its lock until every handle on a column family is released too.
+        self.meta = self._meta_handle = None
+        try:
+            self.db.close()
+        except Exception:  # already closed
+            return
+
+
+def _until_above(items: Iterator[tuple[bytes, bytes]], hi: bytes) -> Iterator[tuple[bytes, bytes]]:
+    for key, value in items:
+        if key > hi:
+            return
+        yield key, value
+
+
+def _until_below(items: Iterator[tuple[bytes, bytes]], lo: bytes) -> Iterator[tuple[bytes, bytes]]:
+    for key, value in items:
+        if key < lo:
+            return
+        yield key, value
+
+
+def destroy(path: str) -> None:
+    """Remove a store directory and everything in it (no error if it is missing)."""
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,156 @@
+"""The caching layer: deduplicate writes between commits, forward them on flush or eviction.
+
+Kafka's ``CachingKeyValueStore`` over its ``ThreadCache``: reads and writes hit an LRU
+cache of at most ``cache.max.bytes.buffering`` bytes; a key written many times between two
+commits reaches the changelog and the inner store once. When the cache is flushed (at
+commit) or evicts a dirty entry, the entry is written below and handed to the flush
+listener as ``(key, new value, old value, timestamp)`` — how the DSL forwards aggregates
+downstream only on flush (Kafka's ``TimestampedCacheFlushListener``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from statestores.api import StateStoreContext
+from statestores.bytes_layer import BytesFlushListener, BytesKeyValue, WrappingBytesStore
+from statestores.merge import merge_sorted
+from statestores.sorted_keys import SortedKeys
+
+CACHE_MAX_BYTES_KEY = "cache.max.bytes.buffering"
+DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
+_ENTRY_OVERHEAD = 64  # approximate bytes of bookkeeping per cached entry
+
+
+class _Entry:
+    __slots__ = ("dirty", "timestamp", "value")
+
+    def __init__(self, value: bytes | None, dirty: bool, timestamp: int) -> None:
+        self.value = value
+        self.dirty = dirty
+        self.timestamp = timestamp
+
+
+class CachingBytesStore(WrappingBytesStore):
+    """An LRU write-back cache in front of ``wrapped``.
+
+    Args:
+        wrapped: the inner bytes store (change-logging or the bottom store).
+    """
+
+    def __init__(self, wrapped: BytesKeyValue) -> None:
+        super().__init__(wrapped)
+        self._cache: dict[bytes, _Entry] = {}
+        self._keys = SortedKeys(self._cache)
+        self._bytes = 0
+        self._max_bytes = DEFAULT_CACHE_MAX_BYTES
+        self._listener: BytesFlushListener | None = None
+        self._timestamp: Callable[[], int] = lambda: 0
+
+    def init(self, context: StateStoreContext) -> None:
+        """Open the inner store; size the cache from ``cache.max.bytes.buffering``."""
+        super().init(context)
+        self._max_bytes = int(context.app_config.get(CACHE_MAX_BYTES_KEY, DEFAULT_CACHE_MAX_BYTES))
+        self._timestamp = context.timestamp
+
+    def set_flush_listener(self, listener: BytesFlushListener | None) -> None:
+        """Receive every dirty entry written below on flush or eviction."""
+        self._listener = listener
+
+    def get(self, key: bytes) -> bytes | None:
+        """Return the cached value, or read it below and cache it."""
+        entry = self._cache.get(key)
+        if entry is not None:
+            return entry.value
+        value = self.wrapped.get(key)
+        self._insert(key, _Entry(value, False, 0))
+        return value
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        """Write ``key`` into the cache (dirty); evict past the size bound."""
+        self._insert(key, _Entry(value, True, self._timestamp()))
+
+    def delete_range(self, lo: bytes, hi: bytes) -> None:
+        """Drop cached keys in ``[lo, hi)`` and delete the range below."""
+        for key in self._keys.between(lo, hi):
+            if key < hi:
+                self._drop(key)
+        self.wrapped.delete_range(lo, hi)
+
+    def items(
+        self, lo: bytes | None, hi: bytes | None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Return the inner entries merged with the cached ones (snapshot)."""
+        below = self.wrapped.items(lo, hi, reverse=reverse)
+        keys = self._keys.between(lo, hi, reverse=reverse)
+        if not keys:
+            return below
+        cache = self._cache
+        return merge_sorted(below, [(k, cache[k].value) for k in keys], reverse=reverse)
+
+    def flush(self) -> None:
+        """Write every dirty entry below (oldest first), tell the listener, flush below."""
+        for key, entry in list(self._cache.items()):
+            if entry.dirty:
+                self._write_down(key, entry)
+        self.wrapped.flush()
+
+    def abort(self) -> None:
+        """Forget the cache (dirty entries belong to the aborted transaction)."""
+        self._clear()
+        self.wrapped.abort()
+
+    def close(self) -> None:
+        """Drop the cache and close below (flush first to keep writes)."""
+        self._clear()
+        self.wrapped.close()
+
+    def cached_bytes(self) -> int:
+        """Return the approximate bytes the cache holds."""
+        return self._bytes
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _clear(self) -> None:
+        self._cache.clear()
+        self._keys.reset()
+        self._bytes = 0
+
+    def _insert(self, key: bytes, entry: _Entry) -> None:
+        cache = self._cache
+        old = cache.pop(key, None)
+        if old is None:
+            self._keys.added(key)
+            self._bytes += len(key) + _ENTRY_OVERHEAD
+        else:
+            self._bytes -= 0 if old.value is None else len(old.value)
+            entry.dirty = entry.dirty or old.dirty
+        self._bytes += 0 if entry.value is None else len(entry.value)
+        cache[key] = entry  # re-inserted: the most recently used
+        if self._bytes > self._max_bytes:
+            self._evict()
+
+    def _evict(self) -> None:
+        cache = self._cache
+        while self._bytes > self._max_bytes and len(cache) > 1:
+            key = next(iter(cache))
+            entry = cache[key]
+            if entry.dirty:
+                self._write_down(key, entry)
+            self._drop(key)
+
+    def _drop(self, key: bytes) -> None:
+        entry = self._cache.pop(key, None)
+        if entry is not None:
+            self._bytes -= (
+                len(key) + _ENTRY_OVERHEAD + (0 if entry.value is None else len(entry.value))
+            )
+            self._keys.removed()
+
+    def _write_down(self, key: bytes, entry: _Entry) -> None:
+        listener = self._listener
+        old = self.wrapped.get(key) if listener is not None else None
+        self.wrapped.put(key, entry.value)
+        entry.dirty = False
+        if listener is not None and (old is not None or entry.value is not None):
+            listener(key, entry.value, old, entry.timestamp)

@@ -1,0 +1,212 @@
+"""The window store: values per key and window start, kept for the retention period.
+
+Entry keys are ``[segment 8][serialised key][window start 8][sequence 4]`` in one sorted
+bytes space (see :mod:`statestores.segments`), so a fetch of one key over a time range is
+one range read per live segment. Without duplicates the sequence is always 0 (a put
+replaces); with ``retain_duplicates`` (stream-stream joins) every put gets the next
+sequence number, as Kafka's ``seqnum``, so all of them are kept in insertion order. The
+counter restarts after the largest sequence of the newest segment when a store is opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Generic, TypeVar
+
+from statestores.api import Window, Windowed
+from statestores.bytes_layer import BytesKeyValue
+from statestores.metered import FlushListener, MeteredStore
+from statestores.segments import Segments, decode_time, encode_time
+from streams.serdes import Serde
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_SUFFIX = 12  # window start (8) + sequence (4)
+_ZERO_SEQ = b"\x00\x00\x00\x00"
+_MAX_SEQ = b"\xff\xff\xff\xff"
+
+
+class MeteredWindowStore(MeteredStore, Generic[K, V]):
+    """A typed :class:`~statestores.api.WindowStore` over a bytes stack.
+
+    Args:
+        wrapped: the bytes stack.
+        key_serde: serde of the record keys.
+        value_serde: serde of the values.
+        retention_ms: how long windows are kept, in stream time.
+        window_size_ms: the size of the windows (end = start + size).
+        retain_duplicates: keep every put of the same key and window start.
+    """
+
+    def __init__(
+        self,
+        wrapped: BytesKeyValue,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        *,
+        retention_ms: int,
+        window_size_ms: int,
+        retain_duplicates: bool = False,
+    ) -> None:
+        super().__init__(wrapped, key_serde, value_serde)
+        self._retention = retention_ms
+        self._size = window_size_ms
+        self._dups = retain_duplicates
+        self._segments = Segments(wrapped, retention_ms)
+        self._seq = 0
+
+    @property
+    def window_size(self) -> int:
+        """The window size in ms."""
+        return self._size
+
+    @property
+    def retention_period(self) -> int:
+        """The retention period in ms."""
+        return self._retention
+
+    def _bind(self) -> None:
+        self.on_restored()
+
+    def on_restored(self) -> None:
+        """Recompute stream time and the sequence counter from the stored entries."""
+        self._seq = self._segments.recover(_SUFFIX)
+
+    def abort(self) -> None:
+        """Discard uncommitted writes; stream time goes back to what is stored."""
+        super().abort()
+        self.on_restored()
+
+    def _key(self, key: K) -> bytes:
+        raw: bytes = self.key_serde.serialize(self.topic, key)
+        return raw
+
+    def put(self, key: K, value: V | None, window_start: int) -> None:
+        """Store ``value`` for ``key`` in the window starting at ``window_start``; ``None``
+        deletes (ignored with ``retain_duplicates``). Expired windows are dropped."""
+        self.metrics["put"] += 1
+        segments = self._segments
+        segments.observe(window_start)
+        if segments.expired(window_start) or (value is None and self._dups):
+            return
+        if self._dups:
+            self._seq = (self._seq + 1) & 0xFFFFFFFF
+            seq = self._seq.to_bytes(4, "big")
+        else:
+            seq = _ZERO_SEQ
+        entry = b"".join(
+            (
+                segments.prefix(segments.segment_of(window_start)),
+                self._key(key),
+                encode_time(window_start),
+                seq,
+            )
+        )
+        raw = None if value is None else self.value_serde.serialize(self.topic, value)
+        self.wrapped.put(entry, raw)
+
+    def fetch_value(self, key: K, window_start: int) -> V | None:
+        """Return the value of ``key`` in the window starting at ``window_start``."""
+        self.metrics["get"] += 1
+        if self._dups:
+            return next((v for _, v in self.fetch(key, window_start, window_start)), None)
+        if self._segments.expired(window_start):
+            return None
+        segments = self._segments
+        entry = b"".join(
+            (
+                segments.prefix(segments.segment_of(window_start)),
+                self._key(key),
+                encode_time(window_start),
+                _ZERO_SEQ,
+            )
+        )
+        raw = self.wrapped.get(entry)
+        return None if raw is None else self.value_serde.deserialize(self.topic, raw)
+
+    def _fetch(
+        self, key: K, time_from: int, time_to: int, reverse: bool
+    ) -> Iterator[tuple[int, V]]:
+        self.metrics["range"] += 1
+        raw_key = self._key(key)
+        size = 8 + len(raw_key) + _SUFFIX
+        segments, topic, vde = self._segments, self.topic, self.value_serde.deserialize
+        low = max(time_from, segments.min_live_time())
+        lo_time, hi_time = encode_time(low), encode_time(time_to)
+        for segment in segments.live_segments(time_from, time_to, reverse=reverse):
+            prefix = segments.prefix(segment) + raw_key
+            items = self.wrapped.items(
+                prefix + lo_time + _ZERO_SEQ, prefix + hi_time + _MAX_SEQ, reverse=reverse
+            )
+            for entry, value in items:
+                if len(entry) == size:
+                    yield decode_time(entry, size - _SUFFIX), vde(topic, value)
+
+    def fetch(self, key: K, time_from: int, time_to: int) -> Iterator[tuple[int, V]]:
+        """``(window_start, value)`` of ``key`` with ``time_from <= start <= time_to``."""
+        return self._fetch(key, time_from, time_to, False)
+
+    def backward_fetch(self, key: K, time_from: int, time_to: int) -> Iterator[tuple[int, V]]:
+        """As :meth:`fetch`, newest first."""
+        return self._fetch(key, time_from, time_to, True)
+
+    def _scan(
+        self,
+        key_from: bytes | None,
+        key_to: bytes | None,
+        time_from: int,
+        time_to: int,
+        reverse: bool = False,
+    ) -> Iterator[tuple[Windowed[K], V]]:
+        self.metrics["range"] += 1
+        segments, topic = self._segments, self.topic
+        kde, vde = self.key_serde.deserialize, self.value_serde.deserialize
+        low = max(time_from, segments.min_live_time())
+        for segment in segments.live_segments(time_from, time_to, reverse=reverse):
+            prefix = segments.prefix(segment)
+            hi = segments.prefix(segment + 1)
+            for entry, value in self.wrapped.items(prefix, hi, reverse=reverse):
+                if entry == hi:
+                    continue
+                raw_key = entry[8:-_SUFFIX]
+                if (key_from is not None and raw_key < key_from) or (
+                    key_to is not None and raw_key > key_to
+                ):
+                    continue
+                start = decode_time(entry, len(entry) - _SUFFIX)
+                if low <= start <= time_to:
+                    window = Window(start, start + self._size)
+                    yield Windowed(kde(topic, raw_key), window), vde(topic, value)
+
+    def fetch_range(
+        self, key_from: K | None, key_to: K | None, time_from: int, time_to: int
+    ) -> Iterator[tuple[Windowed[K], V]]:
+        """Windows of keys ``key_from <= key <= key_to`` starting in ``[time_from, time_to]``,
+        segment by segment, by key within a segment."""
+        lo = None if key_from is None else self._key(key_from)
+        hi = None if key_to is None else self._key(key_to)
+        return self._scan(lo, hi, time_from, time_to)
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Windowed[K], V]]:
+        """Every window starting in ``[time_from, time_to]``."""
+        return self._scan(None, None, time_from, time_to)
+
+    def all(self) -> Iterator[tuple[Windowed[K], V]]:
+        """Every live window."""
+        return self._scan(None, None, -(1 << 62), 1 << 62)
+
+    def backward_all(self) -> Iterator[tuple[Windowed[K], V]]:
+        """Every live window, in reverse."""
+        return self._scan(None, None, -(1 << 62), 1 << 62, reverse=True)
+
+    def _typed_listener(self, listener: FlushListener) -> Any:
+        topic, size = self.topic, self._size
+        kde, vde = self.key_serde.deserialize, self.value_serde.deserialize
+
+        def forward(entry: bytes, new: bytes | None, old: bytes | None, timestamp: int) -> None:
+            start = decode_time(entry, len(entry) - _SUFFIX)
+            key = Windowed(kde(topic, entry[8:-_SUFFIX]), Window(start, start + size))
+            listener(key, vde(topic, new), vde(topic, old), timestamp)
+
+        return forward
