@@ -26,21 +26,99 @@ _EXPORTS = {
     "TransactionalProducer": "runtime.txn.producer",
     "ProducerFencedError": "streams.errors",
     "ConsumerRecord": "runtime.storage.records",
+    "StreamsBuilder": "topology.builder",
+    "KStream": "topology.kstream",
+    "KTable": "topology.ktable",
+    "GlobalKTable": "topology.ktable",
+    "KGroupedStream": "topology.grouped",
+    "KGroupedTable": "topology.grouped",
+    "BranchedKStream": "topology.branch",
+    "Branched": "topology.branch",
+    "Topology": "topology.topology",
+    "Consumed": "topology.options",
+    "Produced": "topology.options",
+    "Grouped": "topology.options",
+    "Materialized": "topology.options",
+    "Named": "topology.options",
+    "Joined": "topology.options",
+    "StreamJoined": "topology.options",
+    "Repartitioned": "topology.options",
+    "Record": "topology.record",
+    "Change": "topology.record",
+    "ValueAndTimestamp": "topology.record",
+    "Processor": "topology.processor",
+    "FixedKeyProcessor": "topology.processor",
+    "ProcessorContext": "topology.processor",
+    "PunctuationType": "topology.processor",
+    "Cancellable": "topology.processor",
+    "TimestampExtractor": "topology.timestamps",
+    "WallclockTimestampExtractor": "topology.timestamps",
+    "FailOnInvalidTimestamp": "topology.timestamps",
+    "LogAndSkipOnInvalidTimestamp": "topology.timestamps",
+    "UsePartitionTimeOnInvalidTimestamp": "topology.timestamps",
+    "TopologyTestDriver": "streams.testing",
+    "TestInputTopic": "streams.testing",
+    "TestOutputTopic": "streams.testing",
+    "TestRecord": "streams.testing",
+    "Windowed": "statestores.api",
+    "Window": "statestores.api",
+    "TopologyError": "streams.errors",
+    "StreamsProcessingError": "streams.errors",
+    "InvalidTimestampError": "streams.errors",
 }
 
 __all__ = [
+    "Branched",
+    "BranchedKStream",
+    "Cancellable",
+    "Change",
     "ConfigError",
+    "Consumed",
     "ConsumerRecord",
+    "FailOnInvalidTimestamp",
+    "FixedKeyProcessor",
+    "GlobalKTable",
+    "Grouped",
+    "InvalidTimestampError",
+    "Joined",
+    "KGroupedStream",
+    "KGroupedTable",
+    "KStream",
+    "KTable",
+    "LogAndSkipOnInvalidTimestamp",
+    "Materialized",
+    "Named",
+    "Processor",
+    "ProcessorContext",
+    "Produced",
     "Producer",
     "ProducerFencedError",
+    "PunctuationType",
+    "Record",
+    "Repartitioned",
     "Serde",
     "Serdes",
     "SerializationError",
+    "StreamJoined",
+    "StreamsBuilder",
     "StreamsConfig",
     "StreamsError",
+    "StreamsProcessingError",
+    "TestInputTopic",
+    "TestOutputTopic",
+    "TestRecord",
+    "TimestampExtractor",
     "TopicAdmin",
     "TopicReader",
+    "Topology",
+    "TopologyError",
+    "TopologyTestDriver",
     "TransactionalProducer",
+    "UsePartitionTimeOnInvalidTimestamp",
+    "ValueAndTimestamp",
+    "WallclockTimestampExtractor",
+    "Window",
+    "Windowed",
     "serde_from_name",
 ]
 
@@ -50,9 +128,50 @@ if TYPE_CHECKING:
     from runtime.storage.records import ConsumerRecord
     from runtime.storage.topics import TopicAdmin
     from runtime.txn.producer import TransactionalProducer
+    from statestores.api import Window, Windowed
     from streams.config import StreamsConfig
-    from streams.errors import ConfigError, ProducerFencedError, SerializationError, StreamsError
+    from streams.errors import (
+        ConfigError,
+        InvalidTimestampError,
+        ProducerFencedError,
+        SerializationError,
+        StreamsError,
+        StreamsProcessingError,
+        TopologyError,
+    )
     from streams.serdes import Serde, Serdes, serde_from_name
+    from streams.testing import TestInputTopic, TestOutputTopic, TestRecord, TopologyTestDriver
+    from topology.branch import Branched, BranchedKStream
+    from topology.builder import StreamsBuilder
+    from topology.grouped import KGroupedStream, KGroupedTable
+    from topology.kstream import KStream
+    from topology.ktable import GlobalKTable, KTable
+    from topology.options import (
+        Consumed,
+        Grouped,
+        Joined,
+        Materialized,
+        Named,
+        Produced,
+        Repartitioned,
+        StreamJoined,
+    )
+    from topology.processor import (
+        Cancellable,
+        FixedKeyProcessor,
+        Processor,
+        ProcessorContext,
+        PunctuationType,
+    )
+    from topology.record import Change, Record, ValueAndTimestamp
+    from topology.timestamps import (
+        FailOnInvalidTimestamp,
+        LogAndSkipOnInvalidTimestamp,
+        TimestampExtractor,
+        UsePartitionTimeOnInvalidTimestamp,
+        WallclockTimestampExtractor,
+    )
+    from topology.topology import Topology
 
 
 def __getattr__(name: str) -> Any:

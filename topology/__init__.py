@@ -1,2 +1,78 @@
 """The topology DSL: StreamsBuilder, KStream, KTable and their compilation into
-sub-topologies. Imports no pyspark."""
+sub-topologies, the Processor API, and the per-task engine (:mod:`topology.task`) that the
+test driver and the Spark runtime both run. Imports no pyspark.
+
+Module map: ``builder`` (StreamsBuilder), ``kstream``, ``branch``, ``ktable``, ``grouped``
+(DSL handles); ``options`` (Consumed, Produced, ...); ``graph`` (node specs, GraphBuilder);
+``topology`` (frozen Topology, sub-topologies); ``describe`` (Kafka's description text);
+``naming``; ``stores`` (store factories, internal serdes); ``repartition``; ``proc_stream``,
+``proc_table``, ``proc_aggregate`` (DSL processors); ``processor``, ``record``,
+``timestamps`` (Processor API); ``task``, ``context``, ``nodes``, ``collector`` (engine).
+"""
+
+from __future__ import annotations
+
+from topology.branch import Branched, BranchedKStream
+from topology.builder import StreamsBuilder
+from topology.grouped import KGroupedStream, KGroupedTable
+from topology.kstream import KStream
+from topology.ktable import GlobalKTable, KTable
+from topology.options import (
+    Consumed,
+    Grouped,
+    Joined,
+    Materialized,
+    Named,
+    Produced,
+    Repartitioned,
+    StreamJoined,
+)
+from topology.processor import (
+    Cancellable,
+    FixedKeyProcessor,
+    Processor,
+    ProcessorContext,
+    PunctuationType,
+)
+from topology.record import Change, Record, ValueAndTimestamp
+from topology.timestamps import (
+    FailOnInvalidTimestamp,
+    LogAndSkipOnInvalidTimestamp,
+    TimestampExtractor,
+    UsePartitionTimeOnInvalidTimestamp,
+    WallclockTimestampExtractor,
+)
+from topology.topology import Topology
+
+__all__ = [
+    "Branched",
+    "BranchedKStream",
+    "Cancellable",
+    "Change",
+    "Consumed",
+    "FailOnInvalidTimestamp",
+    "FixedKeyProcessor",
+    "GlobalKTable",
+    "Grouped",
+    "Joined",
+    "KGroupedStream",
+    "KGroupedTable",
+    "KStream",
+    "KTable",
+    "LogAndSkipOnInvalidTimestamp",
+    "Materialized",
+    "Named",
+    "Processor",
+    "ProcessorContext",
+    "Produced",
+    "PunctuationType",
+    "Record",
+    "Repartitioned",
+    "StreamJoined",
+    "StreamsBuilder",
+    "TimestampExtractor",
+    "Topology",
+    "UsePartitionTimeOnInvalidTimestamp",
+    "ValueAndTimestamp",
+    "WallclockTimestampExtractor",
+]

@@ -1,0 +1,40 @@
+"""Shared helpers of the topology tests: serdes and a driver factory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from streams.serdes import Serdes
+from streams.testing import TopologyTestDriver
+from topology import Topology
+
+S = Serdes.String()
+L = Serdes.Long()
+I = Serdes.Integer()  # noqa: E741
+
+CONFIG = {
+    "application.id": "app",
+    "default.key.serde": "string",
+    "default.value.serde": "string",
+}
+
+
+@pytest.fixture
+def drive() -> Iterator[Any]:
+    """Return ``drive(topology, **config)`` -> a driver closed after the test."""
+    drivers: list[TopologyTestDriver] = []
+
+    def make(topology: Topology, **extra: Any) -> TopologyTestDriver:
+        options = {
+            k: extra.pop(k) for k in ("initial_wall_clock_time_ms", "partitions") if k in extra
+        }
+        driver = TopologyTestDriver(topology, {**CONFIG, **extra}, **options)
+        drivers.append(driver)
+        return driver
+
+    yield make
+    for driver in drivers:
+        driver.close()

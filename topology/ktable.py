@@ -1,0 +1,225 @@
+"""``KTable`` (a changelog stream: the latest value per key) and ``GlobalKTable``.
+
+Table nodes forward :class:`~topology.record.Change` values. A node sends old values only
+when a downstream operator asks (``group_by`` does: its subtractor needs them), which may
+force an upstream source table to be materialized, as Kafka's ``enableSendingOldValues``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from streams.serdes import Serde
+from topology.graph import ProcessorSpec
+from topology.naming import KTABLE_FILTER, KTABLE_MAPVALUES, KTABLE_SELECT, KTABLE_TOSTREAM
+from topology.options import Grouped, Materialized, Named
+from topology.proc_table import (
+    TableFilterProcessor,
+    TableMapValuesProcessor,
+    TableParams,
+    TableRepartitionMapProcessor,
+    TableToStreamProcessor,
+)
+from topology.processor import Processor
+from topology.stores import KeyValueStoreFactory
+
+if TYPE_CHECKING:
+    from topology.builder import StreamsBuilder
+    from topology.grouped import KGroupedTable
+    from topology.kstream import KStream
+
+K = TypeVar("K")
+V = TypeVar("V")
+K2 = TypeVar("K2")
+V2 = TypeVar("V2")
+
+
+def store_factory(
+    name: str, mat: Materialized, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
+) -> KeyValueStoreFactory:
+    """Return the key-value store factory of a materialized table or aggregate."""
+    return KeyValueStoreFactory(
+        name=name,
+        key_serde=mat.key_serde or key_serde,
+        value_serde=mat.value_serde or value_serde,
+        supplier=mat.supplier,
+        caching_enabled=mat.caching_enabled,
+        logging_enabled=mat.logging_enabled,
+        logging_config=mat.logging_config,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalKTable:
+    """A table replicated in full on every instance; joins look it up by key."""
+
+    store_name: str
+    topic: str
+
+
+class KTable(Generic[K, V]):
+    """A table handle. Build one with ``StreamsBuilder.table`` or an aggregation."""
+
+    def __init__(
+        self,
+        builder: StreamsBuilder,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        params: TableParams,
+    ) -> None:
+        self.builder = builder
+        self.node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.params = params
+        self.queryable_store_name: str | None = params.store_name
+        self._enable_old: Callable[[], object] = self._send_old_from_store
+
+    def __repr__(self) -> str:
+        return f"KTable({self.node})"
+
+    def _send_old_from_store(self) -> None:
+        self.params.send_old_values = True
+
+    def enable_send_old_values(self) -> None:
+        """Make this node (and what it needs upstream) forward old values too."""
+        self._enable_old()
+
+    def _transform(
+        self,
+        prefix: str,
+        materialized: Materialized | None,
+        named: Named | str | None,
+        make: Callable[[str, TableParams], Processor[Any, Any, Any, Any]],
+        value_serde: Serde[Any] | None,
+    ) -> KTable[Any, Any]:
+        from topology.kstream import name_of
+
+        names, graph = self.builder.names, self.builder.graph
+        store = None
+        if materialized is not None:
+            store = materialized.store_name or names.new_store_name(prefix)
+        name = names.name_or_generate(name_of(named), prefix)
+        params = TableParams()
+        graph.add_processor(
+            ProcessorSpec(name=name, supplier=lambda: make(name, params), parents=(self.node,))
+        )
+        table: KTable[Any, Any] = KTable(self.builder, name, self.key_serde, value_serde, params)
+        if materialized is not None and materialized.store_name is not None:
+            assert store is not None
+            graph.add_store(store_factory(store, materialized, self.key_serde, value_serde), name)
+            params.store_name = table.queryable_store_name = store
+        else:
+            parent = self
+
+            def enable() -> None:
+                params.send_old_values = True
+                parent.enable_send_old_values()
+
+            table._enable_old = enable
+        return table
+
+    def filter(
+        self,
+        predicate: Callable[[K, V], bool],
+        materialized: Materialized | None = None,
+        *,
+        named: Named | str | None = None,
+    ) -> KTable[K, V]:
+        """Keep the rows for which ``predicate(key, value)`` holds; an update that fails it
+        becomes a deletion downstream.
+
+        Example:
+            >>> table.filter(lambda k, v: v >= 18)  # doctest: +SKIP
+        """
+        return self._transform(
+            KTABLE_FILTER,
+            materialized,
+            named,
+            lambda n, p: TableFilterProcessor(n, predicate, p, False),
+            self.value_serde,
+        )
+
+    def filter_not(
+        self,
+        predicate: Callable[[K, V], bool],
+        materialized: Materialized | None = None,
+        *,
+        named: Named | str | None = None,
+    ) -> KTable[K, V]:
+        """Drop the rows for which ``predicate(key, value)`` holds.
+
+        Example:
+            >>> table.filter_not(lambda k, v: v is None)  # doctest: +SKIP
+        """
+        return self._transform(
+            KTABLE_FILTER,
+            materialized,
+            named,
+            lambda n, p: TableFilterProcessor(n, predicate, p, True),
+            self.value_serde,
+        )
+
+    def map_values(
+        self,
+        mapper: Callable[..., V2],
+        materialized: Materialized | None = None,
+        *,
+        with_key: bool = False,
+        named: Named | str | None = None,
+    ) -> KTable[K, V2]:
+        """Map each value with ``mapper(value)`` (``mapper(key, value)`` with
+        ``with_key=True``).
+
+        Example:
+            >>> table.map_values(len)  # doctest: +SKIP
+        """
+        serde = materialized.value_serde if materialized is not None else None
+        return self._transform(
+            KTABLE_MAPVALUES,
+            materialized,
+            named,
+            lambda n, p: TableMapValuesProcessor(n, mapper, p, with_key),
+            serde,
+        )
+
+    def to_stream(self, *, named: Named | str | None = None) -> KStream[K, V]:
+        """Return the stream of this table's updates (a deletion is a ``None`` value).
+
+        Example:
+            >>> table.to_stream().to("updates")  # doctest: +SKIP
+        """
+        from topology.kstream import KStream, name_of
+
+        name = self.builder.names.name_or_generate(name_of(named), KTABLE_TOSTREAM)
+        self.builder.graph.add_processor(
+            ProcessorSpec(name=name, supplier=TableToStreamProcessor, parents=(self.node,))
+        )
+        return KStream(self.builder, name, self.key_serde, self.value_serde, False)
+
+    def group_by(
+        self, selector: Callable[[K, V], tuple[K2, V2]], grouped: Grouped | None = None
+    ) -> KGroupedTable[K2, V2]:
+        """Re-group the table by ``selector(key, value) -> (new_key, new_value)`` for an
+        aggregation with adder and subtractor.
+
+        Example:
+            >>> table.group_by(lambda user, region: (region, user)).count()  # doctest: +SKIP
+        """
+        from topology.grouped import KGroupedTable
+        from topology.kstream import name_of
+
+        grouped = grouped or Grouped()
+        name = self.builder.names.name_or_generate(name_of(grouped.name), KTABLE_SELECT)
+        self.builder.graph.add_processor(
+            ProcessorSpec(
+                name=name,
+                supplier=lambda: TableRepartitionMapProcessor(name, selector),
+                parents=(self.node,),
+            )
+        )
+        self.enable_send_old_values()
+        return KGroupedTable(self.builder, name, grouped)
