@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from statestores.api import ChangelogCollector, StateStore
+from statestores.api import ChangelogCollector, StateStore, StateStoreContext
 from streams.config import StreamsConfig
 from streams.errors import SerializationError, StreamsError, TopologyError
 from streams.serdes import deserialize_many
@@ -85,6 +85,8 @@ class StreamTask:
         global_stores: global stores every processor may read.
         wall_clock: the time source of wall-clock punctuation (ms).
         manages_transactions: the caller drives store transactions (exactly-once runtime).
+        store_context: the stores' context, when the runtime brings its own (its
+            ``ProcessorStateManager``, which restores and commits the stores).
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class StreamTask:
         global_stores: Mapping[str, StateStore] | None = None,
         wall_clock: Callable[[], int] | None = None,
         manages_transactions: bool = False,
+        store_context: StateStoreContext | None = None,
     ) -> None:
         self.topology = topology
         self.subtopology = topology.subtopology(subtopology_id)
@@ -115,7 +118,7 @@ class StreamTask:
         self.global_stores: Mapping[str, StateStore] = dict(global_stores or {})
         self.wall_clock_ms: Callable[[], int] = wall_clock or _now_ms
         context_cls = ManagedTaskStoreContext if manages_transactions else TaskStoreContext
-        self.store_context = context_cls(self, state_dir)
+        self.store_context: StateStoreContext = store_context or context_cls(self, state_dir)
         self.state = TaskState.CREATED
         self.stores: dict[str, StateStore] = {}
         self.stream_time = -1

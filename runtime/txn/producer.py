@@ -180,6 +180,12 @@ class TransactionalProducer:
         if size >= self.buffer_memory:
             self._stage([topic])
 
+    @property
+    def transaction_sequence(self) -> int:
+        """Return the sequence number of the current (or, when none is open, the last)
+        transaction of this id: Delta's ``txn`` version of its participant commits."""
+        return self._current().meta.txn_sequence
+
     def staging_dir_for(self, topics: Iterable[str]) -> str:
         """Register ``topics`` as participants and return where their files are staged.
 

@@ -1,0 +1,116 @@
+"""Plan and create a topology's topics at start (Kafka's ``InternalTopicManager``).
+
+Source topics must exist. Repartition topics get their configured partition count, else
+the largest partition count of the sub-topology writing them; changelog topics get the
+partition count of their sub-topology's tasks. Internal topics are created when missing;
+an existing one with another partition count is an error that says what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime.collector import OutputTopic
+from runtime.storage.topics import TopicAdmin
+from streams.errors import TopologyError, UnknownTopicError
+from topology.graph import SinkSpec, SourceSpec
+from topology.topology import Topology
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """The runtime topics of a topology.
+
+    ``sources``: runtime topic -> sub-topology reading it; ``outputs``: every topic a task
+    may write (sinks, repartition topics, changelogs); ``tasks``: sub-topology -> number of
+    tasks (partitions).
+    """
+
+    sources: dict[str, int]
+    outputs: dict[str, OutputTopic]
+    tasks: dict[int, int]
+    external_sources: tuple[str, ...]
+
+
+def plan_topics(topology: Topology, admin: TopicAdmin, application_id: str) -> TopicPlan:
+    """Check the source topics, create missing internal topics, return the plan.
+
+    Raises:
+        UnknownTopicError: a source or sink topic does not exist (create it first).
+        TopologyError: an internal topic exists with another partition count.
+    """
+    subs = topology.task_subtopologies()
+    internal_counts: dict[str, int] = {
+        f"{application_id}-{name}": spec.num_partitions
+        for name, spec in topology.repartition_topics.items()
+        if spec.num_partitions is not None
+    }
+    sources: dict[str, int] = {}
+    tasks: dict[int, int] = {}
+    external: list[str] = []
+    for _ in range(len(subs) + 1):  # repartition counts flow downstream
+        for sub in subs:
+            counts = []
+            for name in sub.sources:
+                spec = topology.nodes[name]
+                assert isinstance(spec, SourceSpec)
+                for topic in spec.topics:
+                    runtime = topology.topic_name(topic, application_id, internal=spec.internal)
+                    sources[runtime] = sub.id
+                    if spec.internal:
+                        if runtime in internal_counts:
+                            counts.append(internal_counts[runtime])
+                    else:
+                        if runtime not in external:
+                            external.append(runtime)
+                        counts.append(_partitions(admin, runtime, "source"))
+            if counts:
+                tasks[sub.id] = max(counts)
+            for name in sub.nodes:
+                spec = topology.nodes[name]
+                if isinstance(spec, SinkSpec) and spec.internal and spec.topic is not None:
+                    runtime = topology.topic_name(spec.topic, application_id, internal=True)
+                    if runtime not in internal_counts and sub.id in tasks:
+                        internal_counts[runtime] = tasks[sub.id]
+    outputs: dict[str, OutputTopic] = {}
+    for sub in subs:
+        for name in sub.nodes:
+            spec = topology.nodes[name]
+            if not isinstance(spec, SinkSpec) or spec.topic is None:
+                continue
+            runtime = topology.topic_name(spec.topic, application_id, internal=spec.internal)
+            if spec.internal:
+                _ensure(admin, runtime, internal_counts[runtime])
+            outputs[runtime] = OutputTopic(
+                admin.table_path(runtime), _partitions(admin, runtime, "sink")
+            )
+    changelogs = topology.changelog_topics(application_id)
+    for sub in subs:
+        for store in sub.stores:
+            if store in changelogs and sub.id in tasks:
+                topic = changelogs[store]
+                _ensure(admin, topic, tasks[sub.id])
+                outputs[topic] = OutputTopic(admin.table_path(topic), tasks[sub.id])
+    return TopicPlan(sources, outputs, tasks, tuple(external))
+
+
+def _partitions(admin: TopicAdmin, topic: str, role: str) -> int:
+    if not admin.exists(topic):
+        raise UnknownTopicError(
+            f"{role} topic {topic!r} does not exist; create it first "
+            f"(streams-eos topics --create --topic {topic} --partitions N)"
+        )
+    return admin.num_partitions(topic)
+
+
+def _ensure(admin: TopicAdmin, topic: str, partitions: int) -> None:
+    if not admin.exists(topic):
+        admin.create(topic, partitions, if_not_exists=True)
+        return
+    found = admin.num_partitions(topic)
+    if found != partitions:
+        raise TopologyError(
+            f"internal topic {topic!r} has {found} partitions but the topology needs "
+            f"{partitions}; reset the application (streams-eos application-reset) or "
+            "delete the topic"
+        )
