@@ -1,29 +1,26 @@
 #!/usr/bin/env bash
-# The quick-start demo: create a topic, produce keyed lines, read them back with offsets.
+# The quick-start demo: the word count, end to end and exactly once, on local Spark.
 # Runs against a throw-away storage root under .demo/ (override with STREAMS_ROOT).
 set -euo pipefail
 export STREAMS_ROOT="${STREAMS_ROOT:-$(pwd)/.demo/storage}"
-rm -rf "$STREAMS_ROOT"
+STATE_DIR="$(pwd)/.demo/state"
+rm -rf "$STREAMS_ROOT" "$STATE_DIR"
 
 echo "== storage root: $STREAMS_ROOT"
-streams-eos topics --create --topic sentences --partitions 3
+echo "== the topology"
+streams-eos describe examples/wordcount.py
 
-echo "== producing 6 keyed lines (key<TAB>value)"
-printf '%s\t%s\n' \
-  alice "the quick brown fox" \
-  bob "jumps over the lazy dog" \
-  carol "exactly once, every time" \
-  alice "kafka streams on spark" \
-  bob "topics are delta tables" \
-  carol "offsets are dense per partition" |
-  streams-eos console-produce --topic sentences --property parse.key=true
+echo "== producing 5000 lines to text-lines and counting their words (exactly_once_v2)"
+streams-eos run examples/wordcount.py --generate 5000 --until-idle \
+  --config "state.dir=$STATE_DIR" --config commit.interval.ms=200
 
-echo "== topic description"
-streams-eos topics --describe --topic sentences
+echo "== input consumed (log-end offsets of text-lines)"
+streams-eos get-offsets --topic text-lines --time -1
 
-echo "== consumed back (partition, offset, key, value); same key, same partition"
-streams-eos console-consume --topic sentences --from-beginning --timeout-ms 1000 \
-  --property print.partition=true --property print.offset=true --property print.key=true
+echo "== top 10 words (latest count per word in word-counts-out)"
+streams-eos console-consume --topic word-counts-out --from-beginning --timeout-ms 1000 \
+  --property print.key=true --value-deserializer long |
+  sort -t$'\t' -k2,2nr | awk -F'\t' '!seen[$1]++' | head -10
 
-echo "== log-end offsets"
-streams-eos get-offsets --topic sentences --time -1
+echo "== transactions of the application (one per micro-batch, all committed)"
+streams-eos transactions --list

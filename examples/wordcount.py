@@ -3,10 +3,10 @@
 Reads lines from ``text-lines``, splits them into words, counts each word in a RocksDB
 store (``word-counts``), and writes every updated count to ``word-counts-out``::
 
-    streams-eos topics --create --topic text-lines --partitions 4
-    streams-eos topics --create --topic word-counts-out --partitions 4
-    python examples/wordcount.py --generate 10000     # produce sample lines
-    streams-eos run examples/wordcount.py --until-idle
+    streams-eos run examples/wordcount.py --generate 10000 --until-idle
+
+(``TOPICS`` are created when missing; ``--generate`` first produces sample lines.) The same
+file runs under ``spark-submit examples/wordcount.py --until-idle``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from topology import Materialized, Produced, StreamsBuilder, Topology
 INPUT = "text-lines"
 OUTPUT = "word-counts-out"
 STORE = "word-counts"
+TOPICS = {INPUT: 4, OUTPUT: 4}
 
 CONFIG = {
     "application.id": "wordcount",
@@ -76,3 +77,11 @@ def generate(n: int, seed: int = 42) -> list[tuple[str | None, str]]:
         (f"line-{i}", " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))))
         for i in range(n)
     ]
+
+
+if __name__ == "__main__":
+    import sys
+
+    from streams.cli.run import main_for
+
+    sys.exit(main_for(__file__))

@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from streams.cli import console, offsets, topics, transactions
+from streams.cli import console, offsets, run, topics, transactions
 from streams.errors import StreamsError
 
 EXIT_ERROR = 1
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.register(sub, common)
     console.register(sub, common)
     transactions.register(sub, common)
+    run.register(sub, common)
     return parser
 
 
