@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Mapping
 
@@ -45,6 +46,9 @@ def get_or_create_session(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    # Python workers must run this interpreter (its venv has pyarrow, rocksdict, ...),
+    # not whatever ``python3`` comes first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(
         master or os.environ.get("SPARK_MASTER", "local[2]")
     )
