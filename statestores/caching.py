@@ -6,6 +6,11 @@ commits reaches the changelog and the inner store once. When the cache is flushe
 commit) or evicts a dirty entry, the entry is written below and handed to the flush
 listener as ``(key, new value, old value, timestamp)`` — how the DSL forwards aggregates
 downstream only on flush (Kafka's ``TimestampedCacheFlushListener``).
+
+The dirty keys are also kept apart, in the order they were last written (Kafka's
+``NamedCache.dirtyKeys``: a rewrite moves the key to the end), so a flush costs the dirty
+entries only, not the whole cache: the test driver and the runtime commit often, while the
+cache keeps many clean entries.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class CachingBytesStore(WrappingBytesStore):
     def __init__(self, wrapped: BytesKeyValue) -> None:
         super().__init__(wrapped)
         self._cache: dict[bytes, _Entry] = {}
+        self._dirty: dict[bytes, None] = {}  # dirty keys, oldest write first
         self._keys = SortedKeys(self._cache)
         self._bytes = 0
         self._max_bytes = DEFAULT_CACHE_MAX_BYTES
@@ -89,10 +95,17 @@ class CachingBytesStore(WrappingBytesStore):
         return merge_sorted(below, [(k, cache[k].value) for k in keys], reverse=reverse)
 
     def flush(self) -> None:
-        """Write every dirty entry below (oldest first), tell the listener, flush below."""
-        for key, entry in list(self._cache.items()):
-            if entry.dirty:
-                self._write_down(key, entry)
+        """Write every dirty entry below (oldest write first), tell the listener, flush
+        below. The dirty set is taken first: what a listener writes meanwhile waits for the
+        next flush, as in Kafka."""
+        if self._dirty:
+            keys = list(self._dirty)
+            self._dirty.clear()
+            cache = self._cache
+            for key in keys:
+                entry = cache.get(key)
+                if entry is not None and entry.dirty:
+                    self._write_down(key, entry)
         self.wrapped.flush()
 
     def abort(self) -> None:
@@ -113,6 +126,7 @@ class CachingBytesStore(WrappingBytesStore):
 
     def _clear(self) -> None:
         self._cache.clear()
+        self._dirty.clear()
         self._keys.reset()
         self._bytes = 0
 
@@ -127,6 +141,10 @@ class CachingBytesStore(WrappingBytesStore):
             entry.dirty = entry.dirty or old.dirty
         self._bytes += 0 if entry.value is None else len(entry.value)
         cache[key] = entry  # re-inserted: the most recently used
+        if entry.dirty:
+            dirty = self._dirty
+            dirty.pop(key, None)  # a rewrite moves the key to the end, as Kafka's
+            dirty[key] = None
         if self._bytes > self._max_bytes:
             self._evict()
 
@@ -142,6 +160,7 @@ class CachingBytesStore(WrappingBytesStore):
     def _drop(self, key: bytes) -> None:
         entry = self._cache.pop(key, None)
         if entry is not None:
+            self._dirty.pop(key, None)
             self._bytes -= (
                 len(key) + _ENTRY_OVERHEAD + (0 if entry.value is None else len(entry.value))
             )

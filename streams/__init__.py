@@ -42,7 +42,15 @@ _EXPORTS = {
     "Named": "topology.options",
     "Joined": "topology.options",
     "StreamJoined": "topology.options",
+    "JoinWindows": "topology.joins",
     "Repartitioned": "topology.options",
+    "TimeWindows": "topology.windows",
+    "SlidingWindows": "topology.windows",
+    "SessionWindows": "topology.windows",
+    "UnlimitedWindows": "topology.windows",
+    "Suppressed": "topology.suppress",
+    "BufferConfig": "topology.suppress",
+    "WindowedSerdes": "topology.windowed_serdes",
     "Record": "topology.record",
     "Change": "topology.record",
     "ValueAndTimestamp": "topology.record",
@@ -70,6 +78,7 @@ _EXPORTS = {
 __all__ = [
     "Branched",
     "BranchedKStream",
+    "BufferConfig",
     "Cancellable",
     "Change",
     "ConfigError",
@@ -80,6 +89,7 @@ __all__ = [
     "GlobalKTable",
     "Grouped",
     "InvalidTimestampError",
+    "JoinWindows",
     "Joined",
     "KGroupedStream",
     "KGroupedTable",
@@ -99,14 +109,18 @@ __all__ = [
     "Serde",
     "Serdes",
     "SerializationError",
+    "SessionWindows",
+    "SlidingWindows",
     "StreamJoined",
     "StreamsBuilder",
     "StreamsConfig",
     "StreamsError",
     "StreamsProcessingError",
+    "Suppressed",
     "TestInputTopic",
     "TestOutputTopic",
     "TestRecord",
+    "TimeWindows",
     "TimestampExtractor",
     "TopicAdmin",
     "TopicReader",
@@ -114,11 +128,13 @@ __all__ = [
     "TopologyError",
     "TopologyTestDriver",
     "TransactionalProducer",
+    "UnlimitedWindows",
     "UsePartitionTimeOnInvalidTimestamp",
     "ValueAndTimestamp",
     "WallclockTimestampExtractor",
     "Window",
     "Windowed",
+    "WindowedSerdes",
     "serde_from_name",
 ]
 
@@ -144,6 +160,7 @@ if TYPE_CHECKING:
     from topology.branch import Branched, BranchedKStream
     from topology.builder import StreamsBuilder
     from topology.grouped import KGroupedStream, KGroupedTable
+    from topology.joins import JoinWindows
     from topology.kstream import KStream
     from topology.ktable import GlobalKTable, KTable
     from topology.options import (
@@ -164,6 +181,7 @@ if TYPE_CHECKING:
         PunctuationType,
     )
     from topology.record import Change, Record, ValueAndTimestamp
+    from topology.suppress import BufferConfig, Suppressed
     from topology.timestamps import (
         FailOnInvalidTimestamp,
         LogAndSkipOnInvalidTimestamp,
@@ -172,6 +190,8 @@ if TYPE_CHECKING:
         WallclockTimestampExtractor,
     )
     from topology.topology import Topology
+    from topology.windowed_serdes import WindowedSerdes
+    from topology.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
 
 
 def __getattr__(name: str) -> Any:

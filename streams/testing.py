@@ -252,6 +252,16 @@ class TopologyTestDriver:
         """The topics records were produced to."""
         return set(self._outputs)
 
+    def metrics(self) -> dict[str, int]:
+        """Return the task metrics summed over the tasks: ``dropped-records-total``
+        (records processors dropped: null keys, late records for closed windows) and
+        ``skipped-records-total`` (records with an invalid timestamp)."""
+        tasks = (*self._global_tasks, *self._tasks)
+        return {
+            "dropped-records-total": sum(t.dropped_records for t in tasks),
+            "skipped-records-total": sum(t.skipped_records for t in tasks),
+        }
+
     # -- stores ---------------------------------------------------------------------------
 
     def get_all_state_stores(self) -> dict[str, StateStore]:

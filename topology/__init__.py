@@ -7,14 +7,18 @@ Module map: ``builder`` (StreamsBuilder), ``kstream``, ``branch``, ``ktable``, `
 ``topology`` (frozen Topology, sub-topologies); ``describe`` (Kafka's description text);
 ``naming``; ``stores`` (store factories, internal serdes); ``repartition``; ``proc_stream``,
 ``proc_table``, ``proc_aggregate`` (DSL processors); ``processor``, ``record``,
-``timestamps`` (Processor API); ``task``, ``context``, ``nodes``, ``collector`` (engine).
+``timestamps`` (Processor API); ``task``, ``context``, ``nodes``, ``collector`` (engine);
+``windows``, ``windowed``, ``windowed_serdes``, ``proc_window``, ``proc_sliding``,
+``proc_session`` (windowed aggregations); ``suppress``; ``joins`` and ``join_*`` (joins).
 """
 
 from __future__ import annotations
 
+from statestores.api import Window, Windowed
 from topology.branch import Branched, BranchedKStream
 from topology.builder import StreamsBuilder
 from topology.grouped import KGroupedStream, KGroupedTable
+from topology.joins import JoinWindows
 from topology.kstream import KStream
 from topology.ktable import GlobalKTable, KTable
 from topology.options import (
@@ -35,6 +39,7 @@ from topology.processor import (
     PunctuationType,
 )
 from topology.record import Change, Record, ValueAndTimestamp
+from topology.suppress import BufferConfig, Suppressed
 from topology.timestamps import (
     FailOnInvalidTimestamp,
     LogAndSkipOnInvalidTimestamp,
@@ -43,10 +48,14 @@ from topology.timestamps import (
     WallclockTimestampExtractor,
 )
 from topology.topology import Topology
+from topology.windowed import SessionWindowedKStream, TimeWindowedKStream
+from topology.windowed_serdes import WindowedSerdes
+from topology.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
 
 __all__ = [
     "Branched",
     "BranchedKStream",
+    "BufferConfig",
     "Cancellable",
     "Change",
     "Consumed",
@@ -54,6 +63,7 @@ __all__ = [
     "FixedKeyProcessor",
     "GlobalKTable",
     "Grouped",
+    "JoinWindows",
     "Joined",
     "KGroupedStream",
     "KGroupedTable",
@@ -68,11 +78,21 @@ __all__ = [
     "PunctuationType",
     "Record",
     "Repartitioned",
+    "SessionWindowedKStream",
+    "SessionWindows",
+    "SlidingWindows",
     "StreamJoined",
     "StreamsBuilder",
+    "Suppressed",
+    "TimeWindowedKStream",
+    "TimeWindows",
     "TimestampExtractor",
     "Topology",
+    "UnlimitedWindows",
     "UsePartitionTimeOnInvalidTimestamp",
     "ValueAndTimestamp",
     "WallclockTimestampExtractor",
+    "Window",
+    "Windowed",
+    "WindowedSerdes",
 ]

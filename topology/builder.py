@@ -117,6 +117,7 @@ class StreamsBuilder:
             params.send_old_values = True
 
         table._enable_old = enable_old
+        table._materialize = materialize
         if mat.store_name is not None:
             materialize()
             table.queryable_store_name = store

@@ -159,6 +159,11 @@ class NodeContext:
         """Ask the task to commit soon."""
         self._task.commit_requested = True
 
+    def record_dropped(self) -> None:
+        """Count a record this node dropped (a null key, a late record for a closed
+        window) in the task's ``dropped_records`` (Kafka's ``dropped-records`` sensor)."""
+        self._task.dropped_records += 1
+
 
 class FixedKeyNodeContext(NodeContext):
     """A node context that keeps the input key on every forwarded record."""

@@ -10,7 +10,7 @@ windowed processor.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streams.serdes import Serde, Serdes
 from topology.graph import ProcessorSpec, RepartitionTopicSpec, SinkSpec, SourceSpec
@@ -38,6 +38,8 @@ from topology.stores import ChangeSerde, StoreFactory
 
 if TYPE_CHECKING:
     from topology.builder import StreamsBuilder
+    from topology.windowed import SessionWindowedKStream, TimeWindowedKStream
+    from topology.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -191,8 +193,28 @@ class KGroupedStream(Generic[K, V]):
             value_serde=None,
         )
 
-    # windowed_by(TimeWindows | SlidingWindows | SessionWindows): added by the windows phase
-    # in its own module, built on aggregate_with().
+    @overload
+    def windowed_by(self, windows: SessionWindows) -> SessionWindowedKStream[K, V]: ...
+
+    @overload
+    def windowed_by(
+        self, windows: TimeWindows | SlidingWindows | UnlimitedWindows
+    ) -> TimeWindowedKStream[K, V]: ...
+
+    def windowed_by(
+        self, windows: TimeWindows | SlidingWindows | UnlimitedWindows | SessionWindows
+    ) -> TimeWindowedKStream[K, V] | SessionWindowedKStream[K, V]:
+        """Aggregate per key and window (time, sliding, unlimited) or session; results
+        are keyed by ``Windowed[K]`` (see :mod:`topology.windowed`).
+
+        Example:
+            >>> clicks.group_by_key().windowed_by(
+            ...     TimeWindows.of_size_and_grace(60_000, 10_000)
+            ... ).count()  # doctest: +SKIP
+        """
+        from topology.windowed import windowed_by
+
+        return windowed_by(self, windows)
 
 
 class KGroupedTable(Generic[K, V]):

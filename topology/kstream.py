@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from streams.serdes import Serde
 from topology.graph import ProcessorSpec, SinkSpec, TopicNameExtractor
+from topology.join_methods import StreamJoins
 from topology.naming import (
     FILTER,
     FLATMAP,
@@ -53,7 +54,7 @@ def name_of(named: Named | str | None) -> str | None:
     return named.name if isinstance(named, Named) else named
 
 
-class KStream(Generic[K, V]):
+class KStream(StreamJoins, Generic[K, V]):
     """A stream of records. Build one with ``StreamsBuilder.stream``."""
 
     def __init__(

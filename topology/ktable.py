@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from streams.serdes import Serde
 from topology.graph import ProcessorSpec
+from topology.join_methods import TableJoins
 from topology.naming import KTABLE_FILTER, KTABLE_MAPVALUES, KTABLE_SELECT, KTABLE_TOSTREAM
 from topology.options import Grouped, Materialized, Named
 from topology.proc_table import (
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from topology.builder import StreamsBuilder
     from topology.grouped import KGroupedTable
     from topology.kstream import KStream
+    from topology.suppress import Suppressed
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -59,7 +61,7 @@ class GlobalKTable:
     topic: str
 
 
-class KTable(Generic[K, V]):
+class KTable(TableJoins, Generic[K, V]):
     """A table handle. Build one with ``StreamsBuilder.table`` or an aggregation."""
 
     def __init__(
@@ -77,6 +79,15 @@ class KTable(Generic[K, V]):
         self.params = params
         self.queryable_store_name: str | None = params.store_name
         self._enable_old: Callable[[], object] = self._send_old_from_store
+        #: The grace a windowed table's windows close after (``None``: not windowed);
+        #: ``suppress(until_window_closes)`` waits this long past a window's end.
+        self.window_grace_ms: int | None = None
+        # How joins read this table by key (topology.joins.value_getter): a source table
+        # materializes on demand, a derived one computes through its parent, a join result
+        # through its view.
+        self._materialize: Callable[[], None] | None = None
+        self._derived_from: tuple[KTable[Any, Any], Callable[[], Any]] | None = None
+        self._view: Callable[[], Any] | None = None
 
     def __repr__(self) -> str:
         return f"KTable({self.node})"
@@ -108,6 +119,7 @@ class KTable(Generic[K, V]):
             ProcessorSpec(name=name, supplier=lambda: make(name, params), parents=(self.node,))
         )
         table: KTable[Any, Any] = KTable(self.builder, name, self.key_serde, value_serde, params)
+        table.window_grace_ms = self.window_grace_ms
         if materialized is not None and materialized.store_name is not None:
             assert store is not None
             graph.add_store(store_factory(store, materialized, self.key_serde, value_serde), name)
@@ -120,6 +132,7 @@ class KTable(Generic[K, V]):
                 parent.enable_send_old_values()
 
             table._enable_old = enable
+            table._derived_from = (self, lambda: make(name, params))
         return table
 
     def filter(
@@ -199,6 +212,21 @@ class KTable(Generic[K, V]):
             ProcessorSpec(name=name, supplier=TableToStreamProcessor, parents=(self.node,))
         )
         return KStream(self.builder, name, self.key_serde, self.value_serde, False)
+
+    def suppress(self, suppressed: Suppressed) -> KTable[K, V]:
+        """Hold updates back: ``Suppressed.until_window_closes`` emits each window's final
+        result once stream time passes its end plus grace; ``Suppressed.until_time_limit``
+        emits a key's latest update a time limit after its first (see
+        :mod:`topology.suppress`).
+
+        Example:
+            >>> counts.suppress(
+            ...     Suppressed.until_window_closes(BufferConfig.unbounded())
+            ... )  # doctest: +SKIP
+        """
+        from topology.suppress import suppress
+
+        return suppress(self, suppressed)
 
     def group_by(
         self, selector: Callable[[K, V], tuple[K2, V2]], grouped: Grouped | None = None

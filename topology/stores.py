@@ -75,6 +75,9 @@ def resolve_serde(serde: Serde[Any] | None, default: str) -> Serde[Any]:
         return serde_from_name(default)
     if isinstance(serde, ChangeSerde) and serde.inner is None:
         return ChangeSerde(serde_from_name(default))
+    with_inner = getattr(serde, "with_inner", None)
+    if with_inner is not None and getattr(serde, "inner", 0) is None:
+        return with_inner(serde_from_name(default))  # type: ignore[no-any-return]
     return serde
 
 
@@ -122,6 +125,98 @@ class KeyValueStoreFactory:
         else:
             builder = builder.with_logging_disabled()
         return builder  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowStoreFactory:
+    """A DSL window store (windowed aggregations); values are kept as
+    :class:`~topology.record.ValueAndTimestamp`. ``retention_ms`` and ``window_size_ms``
+    are settled by the window specification (see :mod:`topology.windowed`)."""
+
+    name: str
+    retention_ms: int
+    window_size_ms: int
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    supplier: Any = None
+    caching_enabled: bool = True
+    logging_enabled: bool = True
+    logging_config: Mapping[str, str] = field(default_factory=dict)
+    retain_duplicates: bool = False
+
+    @property
+    def kind(self) -> str:
+        """Always ``window``."""
+        return "window"
+
+    def builder(self, config: StreamsConfig) -> StoreBuilder:
+        """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``."""
+        from statestores.stores import Stores
+
+        supplier = self.supplier
+        if supplier is None:
+            make = (
+                Stores.in_memory_window_store
+                if config.default_dsl_store == "in_memory"
+                else Stores.persistent_window_store
+            )
+            supplier = make(
+                self.name, self.retention_ms, self.window_size_ms, self.retain_duplicates
+            )
+        value_serde = resolve_serde(self.value_serde, config.default_value_serde)
+        builder: Any = Stores.window_store_builder(
+            supplier,
+            resolve_serde(self.key_serde, config.default_key_serde),
+            ValueAndTimestampSerde(value_serde),
+        )
+        return _configure(builder, self.caching_enabled, self.logging_enabled, self.logging_config)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionStoreFactory:
+    """A DSL session store (session aggregations); values are the plain aggregates."""
+
+    name: str
+    retention_ms: int
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    supplier: Any = None
+    caching_enabled: bool = True
+    logging_enabled: bool = True
+    logging_config: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """Always ``session``."""
+        return "session"
+
+    def builder(self, config: StreamsConfig) -> StoreBuilder:
+        """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``."""
+        from statestores.stores import Stores
+
+        supplier = self.supplier
+        if supplier is None:
+            make = (
+                Stores.in_memory_session_store
+                if config.default_dsl_store == "in_memory"
+                else Stores.persistent_session_store
+            )
+            supplier = make(self.name, self.retention_ms)
+        builder: Any = Stores.session_store_builder(
+            supplier,
+            resolve_serde(self.key_serde, config.default_key_serde),
+            resolve_serde(self.value_serde, config.default_value_serde),
+        )
+        return _configure(builder, self.caching_enabled, self.logging_enabled, self.logging_config)
+
+
+def _configure(
+    builder: Any, caching: bool, logging: bool, logging_config: Mapping[str, str]
+) -> StoreBuilder:
+    builder = builder.with_caching_enabled() if caching else builder.with_caching_disabled()
+    if logging:
+        return builder.with_logging_enabled(dict(logging_config))  # type: ignore[no-any-return]
+    return builder.with_logging_disabled()  # type: ignore[no-any-return]
 
 
 class ValueAndTimestampSerde:

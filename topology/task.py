@@ -129,6 +129,7 @@ class StreamTask:
         self.current_timestamp = -1
         self.commit_requested = False
         self.skipped_records = 0
+        self.dropped_records = 0  # Kafka's task-level dropped-records: null keys, late records
         self.consumed_offsets: dict[tuple[str, int], int] = {}
         self._partition_time: dict[tuple[str, int], int] = {}
         self._processors: list[tuple[str, Any]] = []
