@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from streams.serdes import Serde, Serdes
 from topology.graph import ProcessorSpec, RepartitionTopicSpec, SinkSpec, SourceSpec
-from topology.kstream import name_of
 from topology.ktable import KTable, store_factory
 from topology.naming import (
     AGGREGATE,
@@ -25,7 +24,7 @@ from topology.naming import (
     SINK,
     SOURCE,
 )
-from topology.options import Grouped, Materialized, Named
+from topology.options import Grouped, Materialized, Named, name_of
 from topology.proc_aggregate import (
     StreamAggregateProcessor,
     StreamReduceProcessor,

@@ -13,17 +13,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, overload
 
 from streams.errors import TopologyError
-from topology.options import Joined, Materialized, Named, StreamJoined
+from topology.options import Joined, Materialized, Named, StreamJoined, name_of
 
 if TYPE_CHECKING:
     from topology.builder import StreamsBuilder
     from topology.joins import JoinWindows
     from topology.kstream import KStream
     from topology.ktable import GlobalKTable, KTable
-
-
-def _name(named: Named | str | None) -> str | None:
-    return named.name if isinstance(named, Named) else named
 
 
 class StreamJoins:
@@ -196,7 +192,7 @@ class StreamJoins:
             return stream_table_join(this, other, arg1, arg2, left=outer[0], with_key=with_key)
         if isinstance(other, GlobalKTable):
             return stream_global_join(
-                this, other, arg1, arg2, left=outer[0], with_key=with_key, named=_name(named)
+                this, other, arg1, arg2, left=outer[0], with_key=with_key, named=name_of(named)
             )
         raise TopologyError(f"Processor {self.node}: cannot join with {other!r}")
 
@@ -325,7 +321,7 @@ class TableJoins:
         if callable(arg2):
             from topology.join_fk_build import foreign_key_join
 
-            return foreign_key_join(this, other, arg1, arg2, arg3, _name(named), left=outer[0])
+            return foreign_key_join(this, other, arg1, arg2, arg3, name_of(named), left=outer[0])
         return table_table_join(
-            this, other, arg1, arg2, _name(named), left_outer=outer[0], right_outer=outer[1]
+            this, other, arg1, arg2, name_of(named), left_outer=outer[0], right_outer=outer[1]
         )

@@ -24,7 +24,7 @@ from topology.naming import (
     REPARTITION,
     SINK,
 )
-from topology.options import Grouped, Named, Produced, Repartitioned
+from topology.options import Grouped, Named, Produced, Repartitioned, name_of
 from topology.proc_stream import (
     FilterProcessor,
     FlatMapProcessor,
@@ -47,11 +47,6 @@ K = TypeVar("K")
 V = TypeVar("V")
 K2 = TypeVar("K2")
 V2 = TypeVar("V2")
-
-
-def name_of(named: Named | str | None) -> str | None:
-    """Return the name a ``Named`` (or plain string) gives, or None."""
-    return named.name if isinstance(named, Named) else named
 
 
 class KStream(StreamJoins, Generic[K, V]):

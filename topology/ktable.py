@@ -15,7 +15,7 @@ from streams.serdes import Serde
 from topology.graph import ProcessorSpec
 from topology.join_methods import TableJoins
 from topology.naming import KTABLE_FILTER, KTABLE_MAPVALUES, KTABLE_SELECT, KTABLE_TOSTREAM
-from topology.options import Grouped, Materialized, Named
+from topology.options import Grouped, Materialized, Named, name_of
 from topology.proc_table import (
     TableFilterProcessor,
     TableMapValuesProcessor,
@@ -107,7 +107,6 @@ class KTable(TableJoins, Generic[K, V]):
         make: Callable[[str, TableParams], Processor[Any, Any, Any, Any]],
         value_serde: Serde[Any] | None,
     ) -> KTable[Any, Any]:
-        from topology.kstream import name_of
 
         names, graph = self.builder.names, self.builder.graph
         store = None
@@ -205,7 +204,7 @@ class KTable(TableJoins, Generic[K, V]):
         Example:
             >>> table.to_stream().to("updates")  # doctest: +SKIP
         """
-        from topology.kstream import KStream, name_of
+        from topology.kstream import KStream
 
         name = self.builder.names.name_or_generate(name_of(named), KTABLE_TOSTREAM)
         self.builder.graph.add_processor(
@@ -238,7 +237,6 @@ class KTable(TableJoins, Generic[K, V]):
             >>> table.group_by(lambda user, region: (region, user)).count()  # doctest: +SKIP
         """
         from topology.grouped import KGroupedTable
-        from topology.kstream import name_of
 
         grouped = grouped or Grouped()
         name = self.builder.names.name_or_generate(name_of(grouped.name), KTABLE_SELECT)

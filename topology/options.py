@@ -39,6 +39,11 @@ class Named:
         return cls(name=name)
 
 
+def name_of(named: Named | str | None) -> str | None:
+    """Return the name a ``Named`` (or plain string) gives, or None."""
+    return named.name if isinstance(named, Named) else named
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Consumed:
     """How a source reads: serdes, timestamp extractor, offset reset, source node name."""

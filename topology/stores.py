@@ -115,16 +115,7 @@ class KeyValueStoreFactory:
             else:
                 supplier = Stores.persistent_key_value_store(self.name)
         builder: Any = Stores.key_value_store_builder(supplier, key_serde, value_serde)
-        builder = (
-            builder.with_caching_enabled()
-            if self.caching_enabled
-            else builder.with_caching_disabled()
-        )
-        if self.logging_enabled:
-            builder = builder.with_logging_enabled(dict(self.logging_config))
-        else:
-            builder = builder.with_logging_disabled()
-        return builder  # type: ignore[no-any-return]
+        return _configure(builder, self.caching_enabled, self.logging_enabled, self.logging_config)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
