@@ -17,6 +17,7 @@ micro-batch, triggered every ``commit.interval.ms``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -130,14 +131,14 @@ class StreamsApp:
         if self.query is None:
             return self.state.is_terminal()
         try:
-            ended = bool(
-                self.query.awaitTermination(None if timeout is None else int(timeout * 1000))
-                if timeout is not None
-                else self.query.awaitTermination()
-            )
+            if timeout is None:
+                self.query.awaitTermination()
+                return True
+            # Seconds, as Spark's (it accepts floats; its annotation says int).
+            return bool(self.query.awaitTermination(timeout))  # type: ignore[arg-type]
         except Exception as exc:
             self._fail(exc)
-        return ended if timeout is not None else True
+            raise  # _fail raises; this keeps the type checker informed
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop the query, abort any open transaction; return whether it stopped in time."""
@@ -178,8 +179,6 @@ class StreamsApp:
         self, thread: StreamThread, positions: dict[tuple[str, int], int]
     ) -> StreamingQuery:
         assert self.plan is not None
-        import json
-
         topics = sorted(self.plan.sources)
         starting: dict[str, dict[str, int]] = {}
         reader = TopicReader(self.admin)

@@ -84,6 +84,7 @@ class StreamThread:
         self.group = config.application_id
         self.eos = config.processing_guarantee != "at_least_once"
         self.producer: TransactionalProducer | None = None
+        self._committers: dict[str, TopicCommitter] = {}
         self.offsets = OffsetsStore(admin)
         self.positions: dict[tuple[str, int], int] = {}
         self.outcomes: dict[tuple[str, int], bool] = {}
@@ -175,7 +176,10 @@ class StreamThread:
         staging = f"{ALOS_STAGING}/{uuid.uuid4().hex}"
         files, positions = self._run_tasks(df, staging, None)
         for topic in sorted(files):
-            TopicCommitter(self.admin, topic).commit(files[topic], timeout_ms=COMMIT_TIMEOUT_MS)
+            committer = self._committers.get(topic)
+            if committer is None:
+                committer = self._committers[topic] = TopicCommitter(self.admin, topic)
+            committer.commit(files[topic], timeout_ms=COMMIT_TIMEOUT_MS)
         if positions:
             self.offsets.commit(self.group, positions)
             self.positions.update(positions)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from runtime.collector import OutputTopic, StagingCollector
 from runtime.state_adapters import TopicChangelogReader
@@ -190,14 +191,12 @@ def _process(
     consumed: dict[tuple[str, int], int] = {}
     topic_col = table.column("topic")
     for topic in topics:
-        rows = table.filter(pa.compute.equal(topic_col, topic))
+        rows = table.filter(pc.equal(topic_col, topic))
         start = plan.positions.get((topic, partition), 0)
-        offsets = rows.column("offset")
-        rows = rows.filter(pa.compute.greater_equal(offsets, start))
+        rows = rows.filter(pc.greater_equal(rows.column("offset"), start))
         if rows.num_rows == 0:
             continue
         offs = rows.column("offset").to_pylist()
-        headers = rows.column("headers").to_pylist()
         task.process_columns(
             topic,
             partition,
@@ -205,10 +204,18 @@ def _process(
             rows.column("value").to_pylist(),
             rows.column("timestamp").to_pylist(),
             offs,
-            [tuple((h["key"], h["value"]) for h in hs) if hs else () for hs in headers],
+            _headers(rows.column("headers")),
         )
         consumed[(topic, partition)] = offs[-1] + 1
     return consumed
+
+
+def _headers(column: pa.ChunkedArray) -> list[tuple[tuple[str, bytes | None], ...]] | None:
+    """Return per-record header tuples, or None when no record has headers (the usual
+    case, which then costs no per-record work)."""
+    if len(pc.list_flatten(column)) == 0:
+        return None
+    return [tuple((h["key"], h["value"]) for h in hs) if hs else () for hs in column.to_pylist()]
 
 
 def _file_row(task_id: str, topic: str, f: Any) -> dict[str, Any]:

@@ -131,7 +131,7 @@ def _run(args: argparse.Namespace) -> int:
     for topic, partitions in dict(getattr(module, "TOPICS", {}) or {}).items():
         admin.create(topic, int(partitions), if_not_exists=True)
     if args.generate:
-        _generate(module, admin, Producer(admin), args.generate)
+        _generate(module, Producer(admin), args.generate)
     app = StreamsApp(module.build_topology(), config)
     started = time.perf_counter()
     if args.until_idle:
@@ -154,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generate(module: ModuleType, admin: Any, producer: Any, n: int) -> None:
+def _generate(module: ModuleType, producer: Any, n: int) -> None:
     generate = getattr(module, "generate", None)
     topic = getattr(module, "INPUT", None)
     if not callable(generate) or not isinstance(topic, str):

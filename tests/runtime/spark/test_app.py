@@ -18,6 +18,7 @@ from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.state import TransactionState
+from streams.errors import UnknownTopicError
 from streams.serdes import Serdes
 from streams.testing import TopologyTestDriver
 
@@ -118,3 +119,12 @@ def test_word_count_matches_the_test_driver(
                 TransactionState.COMPLETE_ABORT,
                 TransactionState.EMPTY,
             )
+
+
+def test_a_missing_source_topic_is_named_with_what_to_do(root: str, tmp_path: Path) -> None:
+    example = load_example("wordcount")
+    config = {**example.CONFIG, "topics.root": root, "state.dir": str(tmp_path / "state")}
+    app = StreamsApp(example.build_topology(), config)
+    with pytest.raises(UnknownTopicError, match="source topic 'text-lines' does not exist"):
+        app.start()
+    assert app.state is AppState.ERROR
