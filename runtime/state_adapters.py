@@ -18,6 +18,7 @@ import os
 from collections.abc import Sequence
 from typing import Protocol
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from runtime.storage.fs import StorageRoot
@@ -61,12 +62,36 @@ class TopicChangelogReader:
     def read(
         self, topic: str, partition: int, offset: int, max_records: int
     ) -> Sequence[tuple[bytes, bytes | None]]:
-        """Return up to ``max_records`` ``(key, value)`` pairs from ``offset`` on."""
+        """Return ``(key, value)`` pairs from ``offset`` on: one per offset of
+        ``[offset, offset + max_records)`` (up to the log end).
+
+        The restorer advances by the number of pairs returned. A compacted changelog has
+        gaps, so there the batch is padded with repeats of its last record (applying a
+        record again right after itself changes nothing); a window wholly inside a gap
+        carries the next record, which nothing precedes back to ``offset``.
+        """
         table = self.reader.read(topic, partition, offset, max_records)
+        if table.num_rows != max_records:  # the log end, or a compacted range's gaps
+            table, covered = self._across_gaps(topic, partition, offset, max_records, table)
+        else:
+            covered = max_records
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()
         self.records_read += len(keys)
-        return list(zip(keys, values, strict=True))
+        pairs = list(zip(keys, values, strict=True))
+        return pairs + pairs[-1:] * (covered - len(pairs)) if pairs else pairs
+
+    def _across_gaps(
+        self, topic: str, partition: int, offset: int, max_records: int, table: pa.Table
+    ) -> tuple[pa.Table, int]:
+        """Return the records to apply and how many offsets they stand for."""
+        end = self.reader.admin.topic_log(topic).index.log(partition).end
+        covered = max(0, min(max_records, end - offset))
+        if table.num_rows == 0 and covered:
+            found = self.reader.next_record_offset(topic, partition, offset)
+            if found is not None:
+                table = self.reader.read(topic, partition, found, 1)
+        return table, covered
 
 
 class ProducerChangelogCollector:

@@ -58,10 +58,20 @@ def compact(
 
     Returns:
         The records to keep and counts of what was removed.
+
+    Raises:
+        ValueError: the records are not in increasing offset order.
     """
     ordered = list(records)
     latest: dict[bytes, int] = {}
+    previous = -1
     for record in ordered:
+        if record.offset <= previous:
+            raise ValueError(
+                f"changelog records must be in increasing offset order: {record.offset} "
+                f"follows {previous}"
+            )
+        previous = record.offset
         latest[record.key] = record.offset
     kept: list[ChangelogRecord] = []
     tombstones = 0

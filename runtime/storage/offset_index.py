@@ -16,8 +16,14 @@ How a version assigns bases:
   of its add actions, with counts from the Delta statistics (``numRecords``) or the parquet
   footer. So users may fill input topics with any Delta writer.
 - A remove drops the file from the index (retention): the log-start offset moves up.
-- A rewrite (``dataChange = false`` adds, e.g. OPTIMIZE) would re-order records and is
-  refused: offsets must never silently change.
+- A changelog compaction (:mod:`runtime.storage.compaction`) carries ``streams.compaction``
+  in its commitInfo: it removes the files of a partition's head and adds one file whose
+  records keep their offsets in an explicit ``offset`` column. Its segment is *sparse*: it
+  spans the offsets of the files it replaced, holds fewer records, and readers take each
+  record's offset from the column. Log-end offsets never change; log-start becomes the
+  first offset kept.
+- Any other rewrite (``dataChange = false`` adds, e.g. OPTIMIZE) would re-order records and
+  is refused: offsets must never silently change.
 
 Snapshots of the index are kept under ``<table>/_streams_index/`` every
 ``SNAPSHOT_EVERY`` versions, so opening a topic never replays more than that many commits,
@@ -45,20 +51,36 @@ SNAPSHOTS_KEPT = 3
 INDEX_DIR = "_streams_index"
 _FORMAT = 1
 
+#: Key of the commit metadata a changelog compaction writes into its commitInfo.
+COMPACTION_KEY = "streams.compaction"
+
+#: Column of a compacted (sparse) data file holding each record's offset.
+OFFSET_COLUMN = "offset"
+
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One data file of a partition: offsets ``[base, base + count)``."""
+    """One data file of a partition: offsets ``[base, base + count)``.
+
+    A compacted file is *sparse* (``span`` set): it covers offsets ``[base, base + span)``
+    but holds only ``count`` of them, each record's offset stored in its ``offset`` column.
+    """
 
     base: int
     count: int
     path: str
     max_timestamp: int | None
+    span: int | None = None
 
     @property
     def end(self) -> int:
-        """Return the offset after the segment's last record."""
-        return self.base + self.count
+        """Return the offset after the last offset the segment covers."""
+        return self.base + (self.count if self.span is None else self.span)
+
+    @property
+    def sparse(self) -> bool:
+        """Return True for a compacted file (offsets taken from its ``offset`` column)."""
+        return self.span is not None
 
 
 class PartitionLog:
@@ -86,6 +108,27 @@ class PartitionLog:
         self.segments.append(segment)
         self._bases.append(segment.base)
         self.end = segment.end
+
+    def insert(self, segment: Segment) -> None:
+        """Add a compacted segment where its offsets belong (the log end is unchanged).
+
+        Raises:
+            StorageError: it overlaps a live segment or lies beyond the log end.
+        """
+        i = bisect.bisect_left(self._bases, segment.base)
+        before = self.segments[i - 1] if i > 0 else None
+        after = self.segments[i] if i < len(self.segments) else None
+        if (
+            (before is not None and before.end > segment.base)
+            or (after is not None and segment.end > after.base)
+            or segment.end > self.end
+        ):
+            raise StorageError(
+                f"compacted file {segment.path} (offsets {segment.base}..{segment.end - 1}) "
+                "overlaps live data files or lies beyond the log end"
+            )
+        self.segments.insert(i, segment)
+        self._bases.insert(i, segment.base)
 
     def remove(self, path: str) -> bool:
         """Drop the segment of file ``path``; return False when it is not here."""
@@ -144,12 +187,23 @@ class OffsetIndex:
             self.num_partitions = entry.partitions
         for action in entry.removes:
             self._remove(relative_file_path(action["path"]))
+        compaction = compaction_metadata(entry)
         meta = entry.offsets_metadata
-        if meta is not None:
+        if compaction is not None:
+            self._apply_compaction(entry, compaction)
+        elif meta is not None:
             self._apply_ours(entry, meta)
         else:
             self._apply_foreign(entry, count_rows)
         self.version = entry.version
+
+    def _apply_compaction(self, entry: LogEntry, meta: dict[str, Any]) -> None:
+        for path, partition, base, span, count, max_ts in meta.get("files", []):
+            segment = Segment(int(base), int(count), path, max_ts, int(span))
+            try:
+                self.log(int(partition)).insert(segment)
+            except StorageError as exc:
+                raise StorageError(f"topic {self.topic} version {entry.version}: {exc}") from exc
 
     def _apply_ours(self, entry: LogEntry, meta: dict[str, Any]) -> None:
         for path, partition, base, count, max_ts in meta.get("files", []):
@@ -200,7 +254,7 @@ class OffsetIndex:
             "logs": {
                 str(p): {
                     "end": plog.end,
-                    "segments": [[s.base, s.count, s.path, s.max_timestamp] for s in plog.segments],
+                    "segments": [_segment_json(s) for s in plog.segments],
                 }
                 for p, plog in sorted(self.logs.items())
             },
@@ -216,10 +270,35 @@ class OffsetIndex:
         index.num_partitions = int(data["partitions"])
         for p, raw in data["logs"].items():
             plog = index.log(int(p))
-            for base, count, path, max_ts in raw["segments"]:
-                plog.append(Segment(base, count, path, max_ts))
+            for base, count, path, max_ts, *span in raw["segments"]:
+                plog.append(Segment(base, count, path, max_ts, span[0] if span else None))
             plog.end = int(raw["end"])
         return index
+
+
+def _segment_json(segment: Segment) -> list[Any]:
+    row: list[Any] = [segment.base, segment.count, segment.path, segment.max_timestamp]
+    return row if segment.span is None else [*row, segment.span]
+
+
+def compaction_metadata(entry: LogEntry) -> dict[str, Any] | None:
+    """Return a compaction commit's metadata (``streams.compaction``), or None.
+
+    Raises:
+        StorageError: the metadata is not a JSON object.
+    """
+    raw = entry.commit_info.get(COMPACTION_KEY)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError as exc:
+        raise StorageError(
+            f"version {entry.version}: commit metadata {COMPACTION_KEY!r} is not JSON: {exc}"
+        ) from exc
+    if not isinstance(data, dict):
+        raise StorageError(f"version {entry.version}: {COMPACTION_KEY!r} is not an object")
+    return data
 
 
 def _parse_stats(raw: Any) -> dict[str, Any]:

@@ -3,6 +3,11 @@
 Reads go straight to the parquet files the offset index names, and only to the row groups
 that hold the asked-for offsets. Only committed data is ever listed in the Delta log, so
 every read is ``read_committed``.
+
+A compacted changelog (:mod:`runtime.storage.compaction`) has gaps: its head is one sparse
+file whose records carry their offsets in an ``offset`` column. Planning finds rows there
+through the column's row-group statistics (one row group read per bound); ordinary dense
+files keep the arithmetic path, with no per-record work.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from runtime.storage.fs import StorageRoot
-from runtime.storage.offset_index import OffsetIndex, PartitionLog, Segment
+from runtime.storage.offset_index import OFFSET_COLUMN, OffsetIndex, PartitionLog, Segment
 from runtime.storage.records import FILE_SCHEMA, READ_SCHEMA, ConsumerRecord, records_from_table
 from runtime.storage.topics import TopicAdmin
 from streams.errors import InvalidPartitionsError, OffsetOutOfRangeError, StorageError
@@ -36,11 +41,12 @@ class FileSlice:
     start: int  # row in the file
     length: int
     file: str  # the file's full path or URI under the storage root
+    first: int | None = None  # a sparse (compacted) file's first offset in the slice
 
     @property
     def first_offset(self) -> int:
         """Return the offset of the slice's first record."""
-        return self.segment.base + self.start
+        return self.segment.base + self.start if self.first is None else self.first
 
 
 class TopicReader:
@@ -73,7 +79,9 @@ class TopicReader:
         """Return the records of ``partition`` from ``offset`` on, in offset order.
 
         Args:
-            max_records: at most this many records (all up to the log end when None).
+            max_records: the records of offsets ``[offset, offset + max_records)``: that
+                many, except across a compacted range's gaps (all up to the log end when
+                None).
 
         Returns:
             A table of ``READ_SCHEMA`` (``partition, offset, key, value, timestamp,
@@ -91,29 +99,61 @@ class TopicReader:
     ) -> list[FileSlice]:
         """Return the file slices that hold ``partition``'s records from ``offset`` on.
 
+        ``max_records`` bounds the offsets: records in ``[offset, offset + max_records)``
+        are planned, which is that many records except across a compacted range's gaps.
+
         Raises:
             OffsetOutOfRangeError: ``offset`` is below log-start or above log-end.
         """
-        plog = self._partition_log(topic, partition)
-        if offset < plog.start or offset > plog.end:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {topic}-{partition} "
-                f"(log-start {plog.start}, log-end {plog.end})"
-            )
-        remaining = plog.end - offset if max_records is None else max_records
+        plog = self._log_at(topic, partition, offset)
+        stop = plog.end if max_records is None else min(plog.end, offset + max(0, max_records))
         slices = []
         table_path = self.admin.table_path(topic)
         for segment in plog.segments_from(offset):
-            if remaining <= 0:
+            if segment.base >= stop:
                 break
-            start = max(0, offset - segment.base)
-            length = min(segment.count - start, remaining)
             path = segment.path
-            slices.append(
-                FileSlice(segment, start, length, path if "://" in path else f"{table_path}/{path}")
-            )
-            remaining -= length
+            full = path if "://" in path else f"{table_path}/{path}"
+            if segment.sparse:
+                piece = self._sparse_slice(topic, segment, full, offset, stop)
+                if piece is not None:
+                    slices.append(piece)
+                continue
+            start = max(0, offset - segment.base)
+            length = min(segment.count, stop - segment.base) - start
+            slices.append(FileSlice(segment, start, length, full))
         return slices
+
+    def next_record_offset(self, topic: str, partition: int, offset: int) -> int | None:
+        """Return the offset of the first record at or after ``offset`` (``offset`` itself
+        except in a compacted range's gap), or None when no record follows.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is below log-start or above log-end.
+        """
+        plog = self._log_at(topic, partition, offset)
+        for segment in plog.segments_from(offset):
+            if not segment.sparse:
+                return max(offset, segment.base)
+            full = self._full_path(topic, segment)
+            piece = self._sparse_slice(topic, segment, full, offset, segment.end)
+            if piece is not None:
+                return piece.first_offset
+        return None
+
+    def _sparse_slice(
+        self, topic: str, segment: Segment, full: str, lo: int, hi: int
+    ) -> FileSlice | None:
+        """Plan the rows of a compacted file holding offsets ``[lo, hi)`` (None: none)."""
+        pfile = _open_file(self.root, topic, segment, full)
+        (start, first), (stop, _) = _rows_at(pfile, [lo, hi])
+        if stop <= start:
+            return None
+        return FileSlice(segment, start, stop - start, full, first)
+
+    def _full_path(self, topic: str, segment: Segment) -> str:
+        path = segment.path
+        return path if "://" in path else f"{self.admin.table_path(topic)}/{path}"
 
     def records(
         self, topic: str, partition: int, offset: int, max_records: int | None = None
@@ -145,11 +185,24 @@ class TopicReader:
         for segment in index.log(partition).segments:
             if segment.max_timestamp is not None and segment.max_timestamp < timestamp:
                 continue
-            ts = self._open(topic, segment).read(columns=["timestamp"]).column(0)
+            pfile = self._open(topic, segment)
+            ts = pfile.read(columns=["timestamp"]).column(0)
             hits = np.flatnonzero(np.asarray(pc.greater_equal(ts, timestamp)))
-            if len(hits):
-                return segment.base + int(hits[0])
+            if not len(hits):
+                continue
+            if segment.sparse:  # a compacted file: the offset is in the record
+                return int(pfile.read(columns=[OFFSET_COLUMN]).column(0)[int(hits[0])].as_py())
+            return segment.base + int(hits[0])
         return None
+
+    def _log_at(self, topic: str, partition: int, offset: int) -> PartitionLog:
+        plog = self._partition_log(topic, partition)
+        if offset < plog.start or offset > plog.end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {topic}-{partition} "
+                f"(log-start {plog.start}, log-end {plog.end})"
+            )
+        return plog
 
     def _partition_log(self, topic: str, partition: int) -> PartitionLog:
         index = self.index(topic)
@@ -161,9 +214,7 @@ class TopicReader:
         return index.log(partition)
 
     def _open(self, topic: str, segment: Segment) -> pq.ParquetFile:
-        path = segment.path
-        full = path if "://" in path else f"{self.admin.table_path(topic)}/{path}"
-        return _open_file(self.root, topic, segment, full)
+        return _open_file(self.root, topic, segment, self._full_path(topic, segment))
 
 
 def read_slices(root: StorageRoot, topic: str, partition: int, slices: list[FileSlice]) -> pa.Table:
@@ -196,10 +247,60 @@ def _read_slice(root: StorageRoot, topic: str, partition: int, piece: FileSlice)
     lo = bisect.bisect_right(firsts.tolist(), piece.start) - 1
     hi = bisect.bisect_left(firsts.tolist(), piece.start + piece.length)
     groups = list(range(max(lo, 0), min(hi, meta.num_row_groups)))
-    data = pfile.read_row_groups(groups, columns=FILE_SCHEMA.names)
+    sparse = piece.segment.sparse
+    names = [*FILE_SCHEMA.names, OFFSET_COLUMN] if sparse else FILE_SCHEMA.names
+    data = pfile.read_row_groups(groups, columns=names)
     data = data.slice(piece.start - int(firsts[groups[0]]), piece.length)
-    first = piece.first_offset
-    offsets = pa.array(np.arange(first, first + piece.length, dtype=np.int64))
+    if sparse:  # a compacted file: records keep their offsets, with gaps between them
+        offsets = data.column(OFFSET_COLUMN).cast(pa.int64())
+    else:
+        first = piece.first_offset
+        offsets = pa.array(np.arange(first, first + piece.length, dtype=np.int64))
     parts = pa.array(np.full(piece.length, partition, dtype=np.int32))
     columns = [parts, offsets, *(data.column(name) for name in FILE_SCHEMA.names)]
     return pa.Table.from_arrays(columns, schema=READ_SCHEMA)
+
+
+def _rows_at(pfile: pq.ParquetFile, targets: list[int]) -> list[tuple[int, int | None]]:
+    """Return, per target offset, the row of a compacted file's first record with an offset
+    ``>= target`` and that offset (``(num_rows, None)`` past the last record).
+
+    The ``offset`` column is sorted; its row-group statistics pick the one group to read.
+    """
+    meta = pfile.metadata
+    column = pfile.schema_arrow.get_field_index(OFFSET_COLUMN)
+    if column < 0:
+        raise StorageError(f"compacted data file has no {OFFSET_COLUMN!r} column")
+    firsts = [0]
+    maxima: list[int | None] = []
+    for g in range(meta.num_row_groups):
+        firsts.append(firsts[-1] + meta.row_group(g).num_rows)
+        stats = meta.row_group(g).column(column).statistics
+        maxima.append(int(stats.max) if stats is not None and stats.has_min_max else None)
+    out: list[tuple[int, int | None]] = []
+    for target in targets:
+        group = next(
+            (g for g, top in enumerate(maxima) if top is None or top >= target),
+            meta.num_row_groups,
+        )
+        if group == meta.num_row_groups:
+            out.append((meta.num_rows, None))
+            continue
+        values = pfile.read_row_group(group, columns=[OFFSET_COLUMN]).column(0).to_numpy()
+        i = int(np.searchsorted(values, target, side="left"))
+        if i == len(values):  # a group without statistics, wholly below the target
+            out.append(_rows_at_after(pfile, group + 1, firsts, target))
+            continue
+        out.append((firsts[group] + i, int(values[i])))
+    return out
+
+
+def _rows_at_after(
+    pfile: pq.ParquetFile, group: int, firsts: list[int], target: int
+) -> tuple[int, int | None]:
+    for g in range(group, pfile.metadata.num_row_groups):
+        values = pfile.read_row_group(g, columns=[OFFSET_COLUMN]).column(0).to_numpy()
+        i = int(np.searchsorted(values, target, side="left"))
+        if i < len(values):
+            return firsts[g] + i, int(values[i])
+    return pfile.metadata.num_rows, None
