@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,7 +36,7 @@ from runtime.spark.session import get_or_create_session
 from runtime.spark.source import SOURCE_NAME, TopicSource
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from runtime.stream_thread import StreamThread
+from runtime.stream_thread import StreamThread, plan_levels
 from streams.config import StreamsConfig
 from streams.errors import StreamsError
 from topology.topology import Topology
@@ -67,8 +68,8 @@ class StreamsApp:
         self._machine = AppStateMachine(self.application_id)
         self.admin = TopicAdmin(self.config.topics_root)
         self.process_id = ""
-        self.thread: StreamThread | None = None
-        self.query: StreamingQuery | None = None
+        self.threads: list[StreamThread] = []
+        self.queries: list[StreamingQuery] = []
         self.plan: TopicPlan | None = None
         self.uncaught_exception_handler: Callable[[BaseException], None] | None = None
         self._error: BaseException | None = None
@@ -98,17 +99,32 @@ class StreamsApp:
         try:
             self.plan = plan_topics(self.topology, self.admin, self.application_id)
             self.process_id = load_or_create_process_id(self.config.state_dir, self.application_id)
-            thread = StreamThread(
+            n = self.config.num_stream_threads
+            in_batch = n == 1 and self.config.processing_guarantee != "exactly_once"
+            levels = plan_levels(
                 self.topology,
-                self.config,
-                self.admin,
-                outputs=self.plan.outputs,
-                sources=self.plan.sources,
-                transactional_id=f"{self.application_id}-{self.process_id}-1",
+                self.plan.sources,
+                self.plan.tasks,
+                self.application_id,
+                in_batch=in_batch,
             )
-            positions = thread.start()
-            self.thread = thread
-            self.query = self._start_query(thread, positions)
+            width = max(self.plan.tasks.values(), default=1)
+            for index in range(1, n + 1):
+                share = None if n == 1 else [p for p in range(width) if p % n == index - 1]
+                thread = StreamThread(
+                    self.topology,
+                    self.config,
+                    self.admin,
+                    outputs=self.plan.outputs,
+                    sources=self.plan.sources,
+                    transactional_id=f"{self.application_id}-{self.process_id}-{index}",
+                    tasks=self.plan.tasks,
+                    partitions=share,
+                    levels=levels,
+                )
+                positions = thread.start()
+                self.threads.append(thread)
+                self.queries.append(self._start_query(thread, index, positions))
         except BaseException:
             self._machine.transit(AppState.PENDING_ERROR)
             self._machine.transit(AppState.ERROR)
@@ -119,23 +135,35 @@ class StreamsApp:
         """Process everything available now (and what that produces), then close."""
         if self.state is AppState.CREATED:
             self.start()
-        assert self.query is not None
         try:
-            self.query.processAllAvailable()
+            # Threads feed each other through repartition topics: drain until a whole
+            # round moves no position.
+            while True:
+                before = [dict(t.positions) for t in self.threads]
+                for query in self.queries:
+                    query.processAllAvailable()
+                if [t.positions for t in self.threads] == before or len(self.queries) == 1:
+                    break
         except Exception as exc:
             self._fail(exc)
         self.close()
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait for the query to end; re-raise its error. Return whether it ended."""
-        if self.query is None:
+        if not self.queries:
             return self.state.is_terminal()
         try:
             if timeout is None:
-                self.query.awaitTermination()
+                for query in self.queries:
+                    query.awaitTermination()
                 return True
-            # Seconds, as Spark's (it accepts floats; its annotation says int).
-            return bool(self.query.awaitTermination(timeout))  # type: ignore[arg-type]
+            deadline = time.monotonic() + timeout
+            for query in self.queries:
+                left = max(0.0, deadline - time.monotonic())
+                # Seconds, as Spark's (it accepts floats; its annotation says int).
+                if not query.awaitTermination(left):  # type: ignore[arg-type]
+                    return False
+            return True
         except Exception as exc:
             self._fail(exc)
             raise  # _fail raises; this keeps the type checker informed
@@ -147,10 +175,7 @@ class StreamsApp:
                 return True
             if self.state is not AppState.PENDING_SHUTDOWN:
                 self._machine.transit(AppState.PENDING_SHUTDOWN)
-            if self.query is not None:
-                self.query.stop()
-            if self.thread is not None:
-                self.thread.close()
+            self._stop_all()
             self._machine.transit(AppState.NOT_RUNNING)
             return True
 
@@ -175,11 +200,36 @@ class StreamsApp:
         """Where Spark keeps this application's query checkpoint."""
         return self.admin.root.uri_of("_apps", self.application_id, "checkpoint")
 
+    @property
+    def thread(self) -> StreamThread | None:
+        """The first stream thread (None before start)."""
+        return self.threads[0] if self.threads else None
+
+    @property
+    def query(self) -> StreamingQuery | None:
+        """The first thread's query (None before start)."""
+        return self.queries[0] if self.queries else None
+
+    def metrics(self) -> dict[str, float]:
+        """Application metrics summed over the threads (Kafka's ``metrics()``)."""
+        out: dict[str, float] = {}
+        for thread in self.threads:
+            for name, value in thread.metrics.items():
+                out[name] = out.get(name, 0) + value
+            out["commit-total"] = out.get("commit-total", 0) + thread.batches
+        return out
+
+    def _stop_all(self) -> None:
+        for query in self.queries:
+            query.stop()
+        for thread in self.threads:
+            thread.close()
+
     def _start_query(
-        self, thread: StreamThread, positions: dict[tuple[str, int], int]
+        self, thread: StreamThread, index: int, positions: dict[tuple[str, int], int]
     ) -> StreamingQuery:
         assert self.plan is not None
-        topics = sorted(self.plan.sources)
+        topics = thread.subscribed
         starting: dict[str, dict[str, int]] = {}
         reader = TopicReader(self.admin)
         for (topic, partition), offset in positions.items():
@@ -198,22 +248,20 @@ class StreamsApp:
             .option("starting_offsets", json.dumps(starting))
             .option("auto_offset_reset", self.config.auto_offset_reset)
             .option("max_poll_records", str(self.config.max_poll_records))
+            .option("partitions", json.dumps(thread.partitions) if thread.partitions else "")
             .load()
         )
         return (
             stream.writeStream.foreachBatch(thread.run_batch)
-            .queryName(f"streams-{self.application_id}")
-            .option("checkpointLocation", self.checkpoint_location())
+            .queryName(f"streams-{self.application_id}-{index}")
+            .option("checkpointLocation", self.checkpoint_location() + f"/thread-{index}")
             .trigger(processingTime=f"{self.config.commit_interval_ms} milliseconds")
             .start()
         )
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc
-        if self.query is not None:
-            self.query.stop()
-        if self.thread is not None:
-            self.thread.close()
+        self._stop_all()
         if not self.state.is_terminal():
             if self.state is AppState.PENDING_SHUTDOWN:
                 self._machine.transit(AppState.NOT_RUNNING)

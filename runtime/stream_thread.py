@@ -4,10 +4,11 @@
 Under ``exactly_once_v2`` one batch is one transaction of the thread's transactional id
 ``<application.id>-<processId>-<threadIndex>``:
 
-1. begin; register every topic the tasks may write (sinks, repartition topics,
-   changelogs) so the staged files have their transaction's directory;
-2. run the tasks in one Spark job (``mapInArrow`` over the batch; see
-   :mod:`runtime.task_runner`); only their metadata comes back;
+1. begin; register every topic the tasks may write (sinks, changelogs) so the staged
+   files have their transaction's directory;
+2. run the tasks in one Spark job (``mapInArrow`` per level of sub-topologies, a shuffle
+   between levels for the repartitioned records; see :mod:`runtime.task_runner`); only
+   their metadata comes back;
 3. add the staged files and the consumed positions to the transaction;
 4. commit (PrepareCommit by CAS is the fencing point: a zombie gets ProducerFencedError,
    raised here as TaskMigratedError), then remember the outcome so the stores apply
@@ -17,6 +18,13 @@ Records below the committed positions are skipped by the tasks, so a batch Spark
 after a crash, or a Spark checkpoint that lags the offsets table, never counts twice.
 ``at_least_once``: the same without a transaction; outputs and changelogs are committed
 first, then the positions (a crash in between gives duplicates, never a loss).
+
+``exactly_once`` (alpha): one transaction per task, of the task's own transactional id
+``<application.id>-<task id>``; each task's outputs commit with its own positions. A
+repartition then cannot be a shuffle inside the batch (the upstream and downstream tasks
+commit separately), so its records go through the repartition topic, as in Kafka; the
+same holds with ``num.stream.threads`` > 1, where the downstream task may belong to
+another thread.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -33,12 +42,23 @@ from pyspark.sql import DataFrame
 from runtime.collector import OutputTopic
 from runtime.storage.committer import StagedFile, TopicCommitter
 from runtime.storage.topics import TopicAdmin
-from runtime.task_runner import RESULT_DDL, BatchPlan, run_partition
+from runtime.task_runner import (
+    FILE,
+    METRIC,
+    POSITION,
+    RECORD,
+    ROW_DDL,
+    BatchPlan,
+    run_inner_level,
+    run_source_level,
+    shuffle_keys,
+)
 from runtime.txn.offsets import OffsetsStore
 from runtime.txn.producer import TransactionalProducer
 from runtime.txn.state import TransactionState
 from streams.config import StreamsConfig
 from streams.errors import ProducerFencedError, StreamsError
+from topology.graph import SinkSpec
 from topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -53,6 +73,62 @@ class TaskMigratedError(StreamsError):
     becomes visible. Close the zombie; the newer instance carries on."""
 
 
+@dataclass(frozen=True)
+class BatchLevels:
+    """How a batch runs its sub-topologies: ``inline`` repartition topic -> the level
+    reading it, ``levels`` sub-topology -> level, ``partitions`` level -> its task count,
+    ``shuffle`` task count -> the shuffle value of each partition."""
+
+    inline: dict[str, int]
+    levels: dict[int, int]
+    partitions: dict[int, int]
+    shuffle: dict[int, list[int]]
+
+    @property
+    def depth(self) -> int:
+        """The number of levels."""
+        return max(self.levels.values(), default=0) + 1
+
+
+def plan_levels(
+    topology: Topology,
+    sources: Mapping[str, int],
+    tasks: Mapping[int, int],
+    application_id: str,
+    *,
+    in_batch: bool,
+) -> BatchLevels:
+    """Level each sub-topology: 0 when it reads no repartition topic, else one more than
+    the deepest sub-topology writing one it reads. Without ``in_batch`` every
+    sub-topology is level 0 and repartitions go through their topics."""
+    inline_topics = set(topology.repartition_topic_names(application_id)) if in_batch else set()
+    writers: dict[str, set[int]] = {}
+    for sub in topology.task_subtopologies():
+        for name in sub.nodes:
+            spec = topology.nodes[name]
+            if isinstance(spec, SinkSpec) and spec.internal and spec.topic is not None:
+                runtime = topology.topic_name(spec.topic, application_id, internal=True)
+                if runtime in inline_topics:
+                    writers.setdefault(runtime, set()).add(sub.id)
+    levels = {sub.id: 0 for sub in topology.task_subtopologies()}
+    for _ in range(len(levels) + 1):
+        changed = False
+        for topic, reader in sources.items():
+            if topic in inline_topics:
+                want = 1 + max(levels[w] for w in writers.get(topic, {0}) if w in levels)
+                if levels.get(reader, 0) < want:
+                    levels[reader] = want
+                    changed = True
+        if not changed:
+            break
+    inline = {t: levels[r] for t, r in sources.items() if t in inline_topics}
+    partitions: dict[int, int] = {}
+    for sub_id, level in levels.items():
+        partitions[level] = max(partitions.get(level, 0), tasks.get(sub_id, 0))
+    shuffle = {n: shuffle_keys(n) for n in set(partitions.values()) if n > 0}
+    return BatchLevels(inline, levels, partitions, shuffle)
+
+
 class StreamThread:
     """Runs micro-batches of a topology for one thread's tasks.
 
@@ -63,6 +139,9 @@ class StreamThread:
         outputs: every topic the tasks may write, with table path and partition count.
         sources: runtime source topic -> the sub-topology reading it.
         transactional_id: the thread's transactional id (exactly_once_v2).
+        tasks: sub-topology -> its number of tasks.
+        partitions: the partition numbers of this thread's tasks (None: all).
+        levels: how sub-topologies are levelled (default: all level 0).
     """
 
     def __init__(
@@ -74,6 +153,9 @@ class StreamThread:
         outputs: Mapping[str, OutputTopic],
         sources: Mapping[str, int],
         transactional_id: str,
+        tasks: Mapping[int, int] | None = None,
+        partitions: list[int] | None = None,
+        levels: BatchLevels | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -81,42 +163,86 @@ class StreamThread:
         self.outputs = dict(outputs)
         self.sources = dict(sources)
         self.transactional_id = transactional_id
+        self.tasks = dict(tasks or {})
+        self.partitions = partitions
+        self.levels = levels or BatchLevels({}, {}, {}, {})
         self.group = config.application_id
-        self.eos = config.processing_guarantee != "at_least_once"
+        self.guarantee = config.processing_guarantee
+        self.eos = self.guarantee != "at_least_once"
+        self.alpha = self.guarantee == "exactly_once"
         self.producer: TransactionalProducer | None = None
+        self.task_producers: dict[str, TransactionalProducer] = {}
         self._committers: dict[str, TopicCommitter] = {}
         self.offsets = OffsetsStore(admin)
         self.positions: dict[tuple[str, int], int] = {}
         self.outcomes: dict[tuple[str, int], bool] = {}
+        self.metrics: dict[str, int] = {}
         self.batch_times: list[float] = []
         self.records_in = 0
         self.batches = 0
 
+    @property
+    def subscribed(self) -> list[str]:
+        """The topics this thread's source reads (not the repartition topics shuffled
+        inside the batch)."""
+        return sorted(t for t in self.sources if t not in self.levels.inline)
+
+    @property
+    def written(self) -> list[str]:
+        """The topics this thread's transactions write."""
+        return sorted(t for t in self.outputs if t not in self.levels.inline)
+
+    def task_ids(self) -> list[str]:
+        """The ids of this thread's tasks."""
+        return [
+            f"{sub}_{p}"
+            for sub, count in sorted(self.tasks.items())
+            for p in range(count)
+            if self.partitions is None or p in self.partitions
+        ]
+
     def start(self) -> dict[tuple[str, int], int]:
-        """Initialise the producer (fencing any older instance); return the positions."""
-        if self.eos:
-            self.producer = TransactionalProducer(
+        """Initialise the producers (fencing any older instance); return the positions."""
+        if not self.eos:
+            self.positions = self.offsets.fetch(self.group)
+            return dict(self.positions)
+        ids = (
+            {task: f"{self.group}-{task}" for task in self.task_ids()}
+            if self.alpha
+            else {"": self.transactional_id}
+        )
+        producers: dict[str, TransactionalProducer] = {}
+        for task, tid in ids.items():
+            shared = next(iter(producers.values())).coordinator if producers else None
+            producer = TransactionalProducer(
                 self.admin,
-                self.transactional_id,
+                tid,
                 transaction_timeout_ms=self.config.transaction_timeout_ms,
                 transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
+                coordinator=shared,
             )
-            self.producer.init_transactions()
-            snap = self.producer.coordinator.load(self.transactional_id)
+            producer.init_transactions()
+            snap = producer.coordinator.load(tid)
             if snap is not None and snap.meta.txn_sequence > 0:
                 done = snap.meta.state is TransactionState.COMPLETE_COMMIT
-                self.outcomes[(self.transactional_id, snap.meta.txn_sequence)] = done
-            self.offsets = OffsetsStore(self.admin, coordinator=self.producer.coordinator)
-            self.positions = self.offsets.fetch(self.group, require_stable=True)
+                self.outcomes[(tid, snap.meta.txn_sequence)] = done
+            producers[task] = producer
+        if self.alpha:
+            self.task_producers = producers
         else:
-            self.positions = self.offsets.fetch(self.group)
+            self.producer = producers[""]
+        any_producer = next(iter(producers.values()))
+        self.offsets = OffsetsStore(self.admin, coordinator=any_producer.coordinator)
+        self.positions = self.offsets.fetch(self.group, require_stable=True)
         return dict(self.positions)
 
     def run_batch(self, df: DataFrame, batch_id: int) -> None:
         """Process and commit one micro-batch (the ``foreachBatch`` function)."""
         started = time.perf_counter()
         try:
-            if self.eos:
+            if self.alpha:
+                self._run_per_task(df, batch_id)
+            elif self.eos:
                 self._run_transactional(df, batch_id)
             else:
                 self._run_at_least_once(df, batch_id)
@@ -129,9 +255,11 @@ class StreamThread:
         self.batches += 1
 
     def close(self) -> None:
-        """Abort an open transaction and release the producer."""
+        """Abort open transactions and release the producers."""
         if self.producer is not None:
             self.producer.close()
+        for producer in self.task_producers.values():
+            producer.close()
 
     # -- exactly_once_v2 -------------------------------------------------------------------
 
@@ -139,7 +267,7 @@ class StreamThread:
         producer = self.producer
         assert producer is not None
         producer.begin_transaction()
-        staging = producer.staging_dir_for(sorted(self.outputs))
+        staging = producer.staging_dir_for(self.written)
         txn = (self.transactional_id, producer.transaction_sequence)
         try:
             files, positions = self._run_tasks(df, staging, txn)
@@ -158,8 +286,7 @@ class StreamThread:
             self.outcomes[txn] = False
             raise
         producer.commit_transaction()
-        self.outcomes = {k: v for k, v in self.outcomes.items() if k[1] >= txn[1] - 8}
-        self.outcomes[txn] = True
+        self._remember(txn, committed=True)
         self.positions.update(positions)
         log.debug(
             "[thread %s] batch=%d txn=%d committed files=%d positions=%d",
@@ -168,6 +295,46 @@ class StreamThread:
             txn[1],
             sum(len(v) for v in files.values()),
             len(positions),
+        )
+
+    def _remember(self, txn: tuple[str, int], *, committed: bool) -> None:
+        tid, seq = txn
+        self.outcomes = {k: v for k, v in self.outcomes.items() if k[0] != tid or k[1] >= seq - 8}
+        self.outcomes[txn] = committed
+
+    # -- exactly_once (alpha) ---------------------------------------------------------------
+
+    def _run_per_task(self, df: DataFrame, batch_id: int) -> None:
+        txns: dict[str, tuple[str, int, str]] = {}
+        for task, producer in self.task_producers.items():
+            producer.begin_transaction()
+            staging = producer.staging_dir_for(self.written)
+            txns[task] = (producer.transactional_id, producer.transaction_sequence, staging)
+        try:
+            by_task = self._run_tasks_by_task(df, txns)
+        except ProducerFencedError:
+            raise
+        except BaseException:
+            for task, producer in self.task_producers.items():
+                producer.abort_transaction()
+                self._remember((txns[task][0], txns[task][1]), committed=False)
+            raise
+        for task, producer in sorted(self.task_producers.items()):
+            txn = (txns[task][0], txns[task][1])
+            files, positions = by_task.get(task, ({}, {}))
+            if not files and not positions:
+                producer.abort_transaction()
+                self._remember(txn, committed=False)
+                continue
+            for topic, staged in files.items():
+                producer.add_staged_files(topic, staged)
+            if positions:
+                producer.send_offsets_to_transaction(positions, self.group)
+            producer.commit_transaction()
+            self._remember(txn, committed=True)
+            self.positions.update(positions)
+        log.debug(
+            "[thread %s] batch=%d committed %d tasks", self.transactional_id, batch_id, len(by_task)
         )
 
     # -- at_least_once ---------------------------------------------------------------------
@@ -186,10 +353,13 @@ class StreamThread:
 
     # -- shared ------------------------------------------------------------------------------
 
-    def _run_tasks(
-        self, df: DataFrame, staging: str, txn: tuple[str, int] | None
-    ) -> tuple[dict[str, list[StagedFile]], dict[tuple[str, int], int]]:
-        plan = BatchPlan(
+    def _plan(
+        self,
+        staging: str,
+        txn: tuple[str, int] | None,
+        task_txns: Mapping[str, tuple[str, int, str]] | None = None,
+    ) -> BatchPlan:
+        return BatchPlan(
             topology=self.topology,
             config=self.config,
             root=self.admin.root.uri_of(),
@@ -199,20 +369,80 @@ class StreamThread:
             positions=dict(self.positions),
             transaction=txn,
             outcomes=dict(self.outcomes),
+            task_transactions=dict(task_txns or {}),
+            inline=self.levels.inline,
+            levels=self.levels.levels,
+            shuffle=self.levels.shuffle,
+            level_partitions=self.levels.partitions,
         )
-        rows = df.mapInArrow(functools.partial(_run_partition_iter, plan), RESULT_DDL).collect()
+
+    def _collect_rows(self, df: DataFrame, plan: BatchPlan) -> list[Any]:
+        """Run the batch's levels as one Spark job; return its metadata rows."""
+        out = df.mapInArrow(functools.partial(_source_level, plan), ROW_DDL)
+        for level in range(1, self.levels.depth):
+            out = out.repartition(self.levels.partitions[level], "shuffle").mapInArrow(
+                functools.partial(_inner_level, plan, level), ROW_DDL
+            )
+        rows = out.select(*_META).collect()
+        stray = [r for r in rows if r["kind"] == RECORD]
+        if stray:
+            raise StreamsError(
+                f"[thread {self.transactional_id}] {len(stray)} repartitioned records of "
+                f"{sorted({r['topic'] for r in stray})} reached no task; this is a bug"
+            )
+        for row in rows:
+            if row["kind"] == METRIC:
+                self.metrics[row["topic"]] = self.metrics.get(row["topic"], 0) + row["count"]
+        return rows
+
+    def _run_tasks(
+        self, df: DataFrame, staging: str, txn: tuple[str, int] | None
+    ) -> tuple[dict[str, list[StagedFile]], dict[tuple[str, int], int]]:
         files: dict[str, list[StagedFile]] = {}
         positions: dict[tuple[str, int], int] = {}
-        for row in rows:
-            if row.kind == "file":
-                files.setdefault(row.topic, []).append(_staged(row))
-            else:
-                positions[(row.topic, row.partition)] = row.offset
+        for row in self._collect_rows(df, self._plan(staging, txn)):
+            _add(row, files, positions)
         return files, positions
 
+    def _run_tasks_by_task(
+        self, df: DataFrame, txns: Mapping[str, tuple[str, int, str]]
+    ) -> dict[str, tuple[dict[str, list[StagedFile]], dict[tuple[str, int], int]]]:
+        out: dict[str, tuple[dict[str, list[StagedFile]], dict[tuple[str, int], int]]] = {}
+        for row in self._collect_rows(df, self._plan("", None, txns)):
+            files, positions = out.setdefault(row["task"], ({}, {}))
+            _add(row, files, positions)
+        return out
 
-def _run_partition_iter(plan: BatchPlan, batches: Any) -> Any:
-    return run_partition(plan, batches)
+
+_META = (
+    "kind",
+    "task",
+    "topic",
+    "partition",
+    "path",
+    "count",
+    "size",
+    "min_timestamp",
+    "max_timestamp",
+    "offset",
+)
+
+
+def _add(
+    row: Any, files: dict[str, list[StagedFile]], positions: dict[tuple[str, int], int]
+) -> None:
+    if row["kind"] == FILE:
+        files.setdefault(row["topic"], []).append(_staged(row))
+    elif row["kind"] == POSITION:
+        positions[(row["topic"], row["partition"])] = row["offset"]
+
+
+def _source_level(plan: BatchPlan, batches: Any) -> Any:
+    return run_source_level(plan, batches)
+
+
+def _inner_level(plan: BatchPlan, level: int, batches: Any) -> Any:
+    return run_inner_level(plan, level, batches)
 
 
 def _staged(row: Any) -> StagedFile:

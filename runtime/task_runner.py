@@ -1,19 +1,28 @@
 """What runs inside a Spark task: the stream tasks of one partition number, for one batch.
 
-The driver pickles a :class:`BatchPlan` into the ``mapInArrow`` function; each Spark task
-receives the records of partition ``p`` of every subscribed topic (see
-:mod:`runtime.spark.source`) and, for each sub-topology reading them:
+The driver pickles a :class:`BatchPlan` into the ``mapInArrow`` functions of the batch.
+Sub-topologies are run in *levels*: level 0 reads the source topics; a sub-topology that
+reads a repartition topic runs one level after every sub-topology writing it. Between two
+levels the repartitioned records travel as rows through a Spark shuffle, inside the same
+batch and the same transaction, never through storage (``BatchPlan.inline``). Each Spark
+task receives the rows of one or more partition numbers and, for each sub-topology of its
+level with records of partition ``p``:
 
 1. opens the task ``<sub-topology>_<p>`` (its stores restore what they miss; a batch
    prepared by an earlier attempt is applied if the plan says its transaction committed,
    otherwise dropped and replayed from the changelog);
-2. skips records below the committed positions (a replayed batch, or a Spark checkpoint
-   older than the offsets table), processes the rest in offset order;
+2. skips source records below the committed positions (a replayed batch, or a Spark
+   checkpoint older than the offsets table), processes the rest: the records of several
+   topics interleaved by timestamp, as Kafka's ``PartitionGroup`` picks the queue whose
+   head has the smallest timestamp;
 3. flushes the task (caches forward, changelog records reach the collector), writes every
-   output and changelog record as staged files of the batch's transaction, and persists
-   the stores' writes as a prepared batch of that transaction (KIP-892);
-4. closes the task (its stores and the task-directory lock), and returns only metadata:
+   output and changelog record as staged files of the batch's transaction, returns the
+   repartitioned records as rows for the next level, and persists the stores' writes as a
+   prepared batch of that transaction (KIP-892);
+4. closes the task (its stores and the task-directory lock), and returns metadata rows:
    the staged files and the consumed positions. The driver commits them.
+
+Rows of other levels and metadata rows pass through a level untouched.
 
 A Spark task that fails or is retried leaves at most orphan staged files (deleted by the
 coordinator's sweep) and a prepared batch that is never confirmed: exactly-once holds
@@ -22,8 +31,9 @@ because only the result that reached the driver is committed.
 
 from __future__ import annotations
 
+import heapq
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +42,7 @@ import pyarrow.compute as pc
 
 from runtime.collector import OutputTopic, StagingCollector
 from runtime.state_adapters import TopicChangelogReader
+from runtime.storage.records import HEADERS_TYPE
 from statestores.state_directory import StateDirectory
 from statestores.state_manager import ProcessorStateManager
 from streams.config import StreamsConfig
@@ -41,8 +52,13 @@ from topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
-#: One row per staged file (kind "file") or consumed position (kind "position").
-RESULT_SCHEMA = pa.schema(
+#: Row kinds: a staged file, a consumed position, a metric, or a repartitioned record.
+FILE, POSITION, METRIC, RECORD = "file", "position", "metric", "record"
+
+#: One row per staged file, consumed position, metric, or record in flight between levels.
+#: ``origin`` and ``offset`` order a record: the upstream task's partition and its
+#: sequence in that task's output; ``shuffle`` places it (see :func:`shuffle_keys`).
+ROW_SCHEMA = pa.schema(
     [
         ("kind", pa.string()),
         ("task", pa.string()),
@@ -54,11 +70,19 @@ RESULT_SCHEMA = pa.schema(
         ("min_timestamp", pa.int64()),
         ("max_timestamp", pa.int64()),
         ("offset", pa.int64()),
+        ("origin", pa.int32()),
+        ("shuffle", pa.int32()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.int64()),
+        ("headers", HEADERS_TYPE),
     ]
 )
-RESULT_DDL = (
+ROW_DDL = (
     "kind string, task string, topic string, partition int, path string, count long, "
-    "size long, min_timestamp long, max_timestamp long, offset long"
+    "size long, min_timestamp long, max_timestamp long, offset long, origin int, "
+    "shuffle int, key binary, value binary, timestamp long, "
+    "headers array<struct<key: string, value: binary>>"
 )
 
 
@@ -68,8 +92,13 @@ class BatchPlan:
 
     ``positions`` are the committed next offsets; records below them were processed by a
     committed batch already. ``transaction`` is ``(transactional id, sequence)`` of the
-    batch (None under at_least_once). ``outcomes`` tells stores how earlier transactions
-    ended, so a prepared batch left by the previous batch is applied or dropped.
+    batch under exactly_once_v2; ``task_transactions`` maps each task to its own
+    ``(transactional id, sequence, staging dir)`` under exactly_once; both empty under
+    at_least_once. ``outcomes`` tells stores how earlier transactions ended, so a prepared
+    batch left by an earlier batch is applied or dropped. ``inline`` maps each repartition
+    topic shuffled inside the batch to the level reading it; ``levels`` maps each
+    sub-topology to its level; ``shuffle`` maps a level's partition count to the shuffle
+    value of each partition.
     """
 
     topology: Topology
@@ -77,10 +106,19 @@ class BatchPlan:
     root: str
     outputs: Mapping[str, OutputTopic]
     staging_dir: str
-    sources: Mapping[str, int]  # runtime topic name -> sub-topology reading it
+    sources: Mapping[str, int]  # runtime topic -> sub-topology reading it
     positions: Mapping[tuple[str, int], int]
     transaction: tuple[str, int] | None
     outcomes: Mapping[tuple[str, int], bool] = field(default_factory=dict)
+    task_transactions: Mapping[str, tuple[str, int, str]] = field(default_factory=dict)
+    inline: Mapping[str, int] = field(default_factory=dict)
+    levels: Mapping[int, int] = field(default_factory=dict)
+    shuffle: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    level_partitions: Mapping[int, int] = field(default_factory=dict)
+
+    def level_of(self, topic: str) -> int:
+        """The level of the sub-topology reading ``topic``."""
+        return self.levels.get(self.sources[topic], 0)
 
 
 class PlanOutcomes:
@@ -94,20 +132,157 @@ class PlanOutcomes:
         return self.outcomes.get((transactional_id, sequence))
 
 
-def run_partition(plan: BatchPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Run the batch's tasks for the records of one partition number; yield result rows."""
+# -- Spark shuffle placement ------------------------------------------------------------
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+
+def spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int column (Murmur3 x86_32, seed 42), as a signed int."""
+    k1 = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k1 = _rotl(k1, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = _rotl(seed ^ k1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def shuffle_keys(partitions: int) -> list[int]:
+    """Return, for each partition ``p`` of ``partitions``, the smallest int ``v`` that
+    ``DataFrame.repartition(partitions, col)`` sends to Spark partition ``p``, so a
+    record's task partition is its Spark partition (no two tasks share a Spark task)."""
+    found: dict[int, int] = {}
+    value = 0
+    while len(found) < partitions:
+        found.setdefault(spark_hash_int(value) % partitions, value)
+        value += 1
+    return [found[p] for p in range(partitions)]
+
+
+# -- the level functions ------------------------------------------------------------------
+
+
+def run_source_level(
+    plan: BatchPlan, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Level 0: run the tasks over the source records of one partition number."""
     table = _collect(batches)
     if table is None:
         return
-    partition = int(table.column("partition")[0].as_py())
-    by_sub: dict[int, list[str]] = {}
-    for topic in table.column("topic").unique().to_pylist():
-        by_sub.setdefault(plan.sources[topic], []).append(topic)
-    rows: list[dict[str, Any]] = []
-    for sub_id in sorted(by_sub):
-        rows.extend(_run_task(plan, sub_id, partition, table, by_sub[sub_id]))
-    if rows:
-        yield pa.RecordBatch.from_pylist(rows, schema=RESULT_SCHEMA)
+    records = table.select(["topic", "partition", "offset", "key", "value", "timestamp", "headers"])
+    yield from _run_level(plan, 0, records, [])
+
+
+def run_inner_level(
+    plan: BatchPlan, level: int, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Level ``level`` > 0: run the tasks over the records shuffled to this Spark task;
+    pass every other row through."""
+    table = _collect(batches)
+    if table is None:
+        return
+    is_record = pc.equal(table.column("kind"), RECORD)
+    topics = table.column("topic")
+    mine_mask = pc.and_(
+        is_record,
+        pc.is_in(topics, value_set=pa.array([t for t, lv in plan.inline.items() if lv == level])),
+    )
+    mine_mask = pc.or_(
+        mine_mask,
+        pc.and_(
+            is_record,
+            pc.is_in(
+                topics,
+                value_set=pa.array(
+                    [t for t in plan.sources if t not in plan.inline and plan.level_of(t) == level],
+                    pa.string(),
+                ),
+            ),
+        ),
+    )
+    mine_mask = pc.fill_null(mine_mask, False)
+    passing = table.filter(pc.invert(mine_mask))
+    mine = table.filter(mine_mask).sort_by([("origin", "ascending"), ("offset", "ascending")])
+    records = mine.select(["topic", "partition", "offset", "key", "value", "timestamp", "headers"])
+    yield from _run_level(plan, level, records, [passing.to_batches()] if passing.num_rows else [])
+
+
+def _run_level(
+    plan: BatchPlan, level: int, records: pa.Table, passing: list[list[pa.RecordBatch]]
+) -> Iterator[pa.RecordBatch]:
+    for batches in passing:
+        yield from batches
+    if records.num_rows == 0:
+        return
+    # Records of other levels (a later sub-topology's co-partitioned source topic) pass
+    # on to be shuffled with the rows of that level.
+    topics = records.column("topic").to_pylist()
+    later = sorted({t for t in set(topics) if plan.level_of(t) != level})
+    if later:
+        mask = pc.is_in(records.column("topic"), value_set=pa.array(later, pa.string()))
+        moving = records.filter(mask)
+        records = records.filter(pc.invert(mask))
+        yield from _as_records(plan, moving, -1).to_batches()
+    parts = records.column("partition")
+    for partition in sorted(pc.unique(parts).to_pylist()):
+        rows_p = records.filter(pc.equal(parts, partition))
+        by_sub: dict[int, list[str]] = {}
+        for topic in pc.unique(rows_p.column("topic")).to_pylist():
+            by_sub.setdefault(plan.sources[topic], []).append(topic)
+        for sub_id in sorted(by_sub):
+            out = _run_task(plan, sub_id, partition, rows_p, sorted(by_sub[sub_id]))
+            yield from out
+
+
+def _as_records(
+    plan: BatchPlan, records: pa.Table, origin: int, shuffle: int | None = None
+) -> pa.Table:
+    """Turn source-shaped records into rows placed for the level reading them."""
+    n = records.num_rows
+    if shuffle is not None:
+        shuffles = [shuffle] * n
+    else:
+        shuffles = [
+            _shuffle_of(plan, plan.level_of(t), p)
+            for t, p in zip(
+                records.column("topic").to_pylist(),
+                records.column("partition").to_pylist(),
+                strict=True,
+            )
+        ]
+    return pa.table(
+        {
+            "kind": pa.array([RECORD] * n, pa.string()),
+            "task": pa.nulls(n, pa.string()),
+            "topic": records.column("topic"),
+            "partition": records.column("partition"),
+            "path": pa.nulls(n, pa.string()),
+            "count": pa.nulls(n, pa.int64()),
+            "size": pa.nulls(n, pa.int64()),
+            "min_timestamp": pa.nulls(n, pa.int64()),
+            "max_timestamp": pa.nulls(n, pa.int64()),
+            "offset": records.column("offset"),
+            "origin": pa.array([origin] * n, pa.int32()),
+            "shuffle": pa.array(shuffles, pa.int32()),
+            "key": records.column("key"),
+            "value": records.column("value"),
+            "timestamp": records.column("timestamp"),
+            "headers": records.column("headers"),
+        },
+        schema=ROW_SCHEMA,
+    )
+
+
+def _shuffle_of(plan: BatchPlan, level: int, partition: int) -> int:
+    keys = plan.shuffle.get(plan.level_partitions.get(level, 0))
+    return keys[partition] if keys else partition
 
 
 def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
@@ -115,12 +290,33 @@ def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
     return pa.Table.from_batches(got) if got else None
 
 
+# -- one task -------------------------------------------------------------------------------
+
+
+class _Collector(StagingCollector):
+    """A staging collector that keeps the records of inline repartition topics apart, to
+    hand them to the next level as rows instead of writing them."""
+
+    inline: frozenset[str] = frozenset()
+
+    def drain_inline(self) -> list[tuple[str, int, pa.Table]]:
+        """Remove and return the inline records as ``(topic, partition, records)``."""
+        return [
+            (topic, partition, chunk)
+            for topic in sorted(self.inline)
+            for partition, chunk in self._acc.drain(topic)
+        ]
+
+
 def _run_task(
     plan: BatchPlan, sub_id: int, partition: int, table: pa.Table, topics: list[str]
-) -> list[dict[str, Any]]:
+) -> list[pa.RecordBatch]:
     config, topology = plan.config, plan.topology
     task_id = f"{sub_id}_{partition}"
-    collector = StagingCollector(plan.root, plan.outputs, plan.staging_dir)
+    own = plan.task_transactions.get(task_id)
+    transaction = (own[0], own[1]) if own is not None else plan.transaction
+    collector = _Collector(plan.root, plan.outputs, own[2] if own else plan.staging_dir)
+    collector.inline = frozenset(plan.inline)
     changelog = CollectorChangelog(
         collector, topology.changelog_topics(config.application_id), partition
     )
@@ -150,7 +346,7 @@ def _run_task(
             collector,
             state_dir=state_dir,
             changelog=changelog,
-            manages_transactions=plan.transaction is not None,
+            manages_transactions=transaction is not None,
             store_context=manager,
         )
         holder.append(task)
@@ -158,14 +354,15 @@ def _run_task(
         try:
             consumed = _process(plan, task, partition, table, topics)
             task.prepare_commit()
+            inline = collector.drain_inline()
             files = collector.flush()
-            if manager is not None and plan.transaction is None:
+            if manager is not None and transaction is None:
                 # at_least_once: state may run ahead of the outputs after a crash; the
                 # store then finds itself ahead of its changelog and is rebuilt from it.
                 manager.prepare_commit(None)
                 manager.commit()
-            elif manager is not None and plan.transaction is not None:
-                manager.prepare_commit(*plan.transaction)
+            elif manager is not None and transaction is not None:
+                manager.prepare_commit(*transaction)
         except BaseException:
             collector.discard()
             if manager is not None:
@@ -178,36 +375,98 @@ def _run_task(
             directory.unlock(task_id)
     rows = [_file_row(task_id, topic, f) for topic, f in files]
     rows.extend(
-        {"kind": "position", "task": task_id, "topic": t, "partition": p, "offset": o}
+        {"kind": POSITION, "task": task_id, "topic": t, "partition": p, "offset": o}
         for (t, p), o in consumed.items()
+        if t not in plan.inline
     )
-    return rows
+    rows.extend(  # records the task dropped (exception handlers, late, ...) or skipped
+        {"kind": METRIC, "task": task_id, "topic": name, "count": count}
+        for name, count in (
+            ("dropped-records-total", task.dropped_records),
+            ("skipped-records-total", task.skipped_records),
+        )
+        if count
+    )
+    out = [pa.RecordBatch.from_pylist(rows, schema=ROW_SCHEMA)] if rows else []
+    for topic, target, chunk in inline:
+        n = chunk.num_rows
+        level = plan.inline[topic]
+        placed = pa.table(
+            {
+                "topic": pa.array([topic] * n, pa.string()),
+                "partition": pa.array([target] * n, pa.int32()),
+                "offset": pa.array(range(n), pa.int64()),
+                "key": chunk.column("key"),
+                "value": chunk.column("value"),
+                "timestamp": chunk.column("timestamp"),
+                "headers": chunk.column("headers"),
+            }
+        )
+        out.extend(
+            _as_records(plan, placed, partition, _shuffle_of(plan, level, target)).to_batches()
+        )
+    return out
 
 
 def _process(
     plan: BatchPlan, task: StreamTask, partition: int, table: pa.Table, topics: list[str]
 ) -> dict[tuple[str, int], int]:
-    """Process the records of ``topics`` not yet committed; return the next positions."""
+    """Process the records of ``topics`` not yet committed, interleaved by timestamp;
+    return the next positions."""
     consumed: dict[tuple[str, int], int] = {}
     topic_col = table.column("topic")
+    queues: list[tuple[str, pa.Table]] = []
     for topic in topics:
         rows = table.filter(pc.equal(topic_col, topic))
-        start = plan.positions.get((topic, partition), 0)
-        rows = rows.filter(pc.greater_equal(rows.column("offset"), start))
-        if rows.num_rows == 0:
-            continue
-        offs = rows.column("offset").to_pylist()
-        task.process_columns(
-            topic,
-            partition,
-            rows.column("key").to_pylist(),
-            rows.column("value").to_pylist(),
-            rows.column("timestamp").to_pylist(),
-            offs,
-            _headers(rows.column("headers")),
-        )
-        consumed[(topic, partition)] = offs[-1] + 1
+        if topic not in plan.inline:
+            start = plan.positions.get((topic, partition), 0)
+            rows = rows.filter(pc.greater_equal(rows.column("offset"), start))
+        if rows.num_rows:
+            queues.append((topic, rows))
+            consumed[(topic, partition)] = int(rows.column("offset")[-1].as_py()) + 1
+    if len(queues) == 1:
+        _process_run(task, partition, *queues[0])
+        return consumed
+    for topic, rows in _interleave(queues):
+        _process_run(task, partition, topic, rows)
     return consumed
+
+
+def _interleave(queues: list[tuple[str, pa.Table]]) -> Iterator[tuple[str, pa.Table]]:
+    """Yield runs of consecutive records in the order Kafka's ``PartitionGroup`` picks
+    them: always the queue whose head record has the smallest timestamp (ties: the
+    earlier topic in sorted order), each queue in its own order."""
+    stamps = [rows.column("timestamp").to_pylist() for _, rows in queues]
+    merged = heapq.merge(
+        *(_tagged(q, col) for q, col in enumerate(stamps)), key=lambda item: (item[0], item[1])
+    )
+    run_q, run_start, run_len = -1, 0, 0
+    for _, q, i in merged:
+        if q == run_q:
+            run_len += 1
+            continue
+        if run_len:
+            yield queues[run_q][0], queues[run_q][1].slice(run_start, run_len)
+        run_q, run_start, run_len = q, i, 1
+    if run_len:
+        yield queues[run_q][0], queues[run_q][1].slice(run_start, run_len)
+
+
+def _tagged(queue: int, stamps: list[int]) -> Iterator[tuple[int, int, int]]:
+    for i, ts in enumerate(stamps):
+        yield ts, queue, i
+
+
+def _process_run(task: StreamTask, partition: int, topic: str, rows: pa.Table) -> None:
+    task.process_columns(
+        topic,
+        partition,
+        rows.column("key").to_pylist(),
+        rows.column("value").to_pylist(),
+        rows.column("timestamp").to_pylist(),
+        rows.column("offset").to_pylist(),
+        _headers(rows.column("headers")),
+    )
 
 
 def _headers(column: pa.ChunkedArray) -> list[tuple[tuple[str, bytes | None], ...]] | None:
@@ -220,7 +479,7 @@ def _headers(column: pa.ChunkedArray) -> list[tuple[tuple[str, bytes | None], ..
 
 def _file_row(task_id: str, topic: str, f: Any) -> dict[str, Any]:
     return {
-        "kind": "file",
+        "kind": FILE,
         "task": task_id,
         "topic": topic,
         "partition": f.partition,

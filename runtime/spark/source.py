@@ -111,6 +111,8 @@ class TopicStreamReader(DataSourceStreamReader):
         self.starting: Offsets = json.loads(options.get("starting_offsets", "{}"))
         self.reset = options.get("auto_offset_reset", "earliest")
         self.max_poll_records = int(options.get("max_poll_records", "1000"))
+        only = options.get("partitions")
+        self.only: frozenset[int] | None = frozenset(json.loads(only)) if only else None
         self._reader: TopicReader | None = None
 
     @property
@@ -132,6 +134,8 @@ class TopicStreamReader(DataSourceStreamReader):
             begun = start.get(topic, {})
             positions: dict[str, int] = {}
             for partition, end in self.reader.end_offsets(topic).items():
+                if self.only is not None and partition not in self.only:
+                    continue
                 key = str(partition)
                 at = begun.get(key, 0)
                 positions[key] = end if cap is None else min(end, at + cap)

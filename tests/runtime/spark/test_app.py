@@ -68,9 +68,17 @@ def output_counts(root: str, topic: str) -> tuple[dict[str, int], list[tuple[str
     return latest, records
 
 
-@pytest.mark.parametrize("guarantee", ["exactly_once_v2", "at_least_once"])
-def test_word_count_matches_the_test_driver(
-    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path, guarantee: str
+@pytest.mark.parametrize(
+    ("guarantee", "threads"),
+    [
+        ("exactly_once_v2", 1),
+        ("at_least_once", 1),
+        ("exactly_once", 1),
+        ("exactly_once_v2", 2),
+    ],
+)
+def test_word_count_matches_the_test_driver(  # noqa: PLR0917 - fixtures and parameters
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path, guarantee: str, threads: int
 ) -> None:
     example = load_example("wordcount")
     lines = example.generate(300)
@@ -84,6 +92,7 @@ def test_word_count_matches_the_test_driver(
         "state.dir": str(tmp_path / "state"),
         "commit.interval.ms": 50,
         "max.poll.records": 40,
+        "num.stream.threads": threads,
     }
     states: list[AppState] = []
     app = StreamsApp(example.build_topology(), config, spark=spark)
@@ -95,6 +104,13 @@ def test_word_count_matches_the_test_driver(
         AppState.PENDING_SHUTDOWN,
         AppState.NOT_RUNNING,
     ]
+    # One thread under v2 or at_least_once: the repartition is a shuffle inside the batch,
+    # nothing goes through the repartition topic. Per-task transactions or several
+    # threads need the topic.
+    repartition = f"{example.CONFIG['application.id']}-{example.STORE}-repartition"
+    stored = sum(TopicReader(root).end_offsets(repartition).values())
+    in_batch = threads == 1 and guarantee != "exactly_once"
+    assert (stored == 0) is in_batch
 
     # A second run (a restart) picks up where the first stopped.
     produce_lines(admin, example.INPUT, lines[200:])
@@ -109,10 +125,16 @@ def test_word_count_matches_the_test_driver(
         per_word.setdefault(word, []).append(count)
     for word, counts in per_word.items():
         assert counts == sorted(set(counts)), f"{word}: {counts}"
-    if guarantee == "exactly_once_v2":
+    if guarantee != "at_least_once":
         tid_dir = os.path.join(root, "_transactions")
         assert os.path.isdir(tid_dir)
         coordinator = TransactionCoordinator(admin)
+        ids = sorted(meta.transactional_id for meta in coordinator.list())
+        if guarantee == "exactly_once":  # one transactional id per task
+            assert ids == sorted(f"wordcount-{s}_{p}" for s in (0, 1) for p in range(3))
+        else:  # one per stream thread: <application.id>-<processId>-<thread>
+            assert [i.rsplit("-", 1)[1] for i in ids] == [str(t + 1) for t in range(threads)]
+            assert len({i.rsplit("-", 1)[0] for i in ids}) == 1
         for meta in coordinator.list():
             assert meta.state in (
                 TransactionState.COMPLETE_COMMIT,

@@ -1,0 +1,91 @@
+"""How a batch runs its sub-topologies: levels, the shuffle between them, and the order
+in which a task takes the records of several topics."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as sf
+
+from runtime.stream_thread import plan_levels
+from runtime.task_runner import _interleave, shuffle_keys, spark_hash_int
+from streams.serdes import Serdes
+from topology import Grouped, StreamsBuilder
+
+
+def test_the_int_hash_is_sparks(spark: SparkSession) -> None:
+    values = [*range(-50, 200), 2**31 - 1, -(2**31)]
+    df = spark.createDataFrame([(v,) for v in values], "v int")
+    got = {r["v"]: r["h"] for r in df.select("v", sf.hash("v").alias("h")).collect()}
+    assert {v: spark_hash_int(v) for v in values} == got
+
+
+def test_shuffle_keys_put_each_partition_in_its_own_spark_partition(spark: SparkSession) -> None:
+    for n in (1, 3, 8, 16):
+        keys = shuffle_keys(n)
+        df = spark.createDataFrame([(p, keys[p]) for p in range(n)], "p int, shuffle int")
+
+        def where(rows: object) -> object:
+            part = TaskContext.get().partitionId()  # type: ignore[union-attr]
+            for row in rows:  # type: ignore[attr-defined]
+                yield (row["p"], part)
+
+        placed = dict(df.repartition(n, "shuffle").rdd.mapPartitions(where).collect())
+        assert placed == {p: p for p in range(n)}, n
+
+
+def _two_stage() -> object:
+    b = StreamsBuilder()
+    s = Serdes.String()
+    (
+        b.stream("in")
+        .group_by(lambda k, v: v, Grouped.with_(s, s))
+        .count()
+        .to_stream()
+        .group_by(lambda k, v: str(v), Grouped.with_(s, Serdes.Long()))
+        .count()
+        .to_stream()
+        .to("out")
+    )
+    return b.build()
+
+
+def test_levels_follow_the_repartition_topics() -> None:
+    topology = _two_stage()
+    names = sorted(topology.repartition_topic_names("app"))  # type: ignore[attr-defined]
+    assert len(names) == 2
+    sources = {"in": 0, names[0]: 1, names[1]: 2}
+    levels = plan_levels(topology, sources, {0: 4, 1: 4, 2: 4}, "app", in_batch=True)  # type: ignore[arg-type]
+    assert levels.levels == {0: 0, 1: 1, 2: 2}
+    assert levels.inline == {names[0]: 1, names[1]: 2}
+    assert levels.depth == 3
+    assert levels.shuffle == {4: shuffle_keys(4)}
+    through = plan_levels(topology, sources, {0: 4, 1: 4, 2: 4}, "app", in_batch=False)  # type: ignore[arg-type]
+    assert through.levels == {0: 0, 1: 0, 2: 0}
+    assert through.inline == {}
+    assert through.depth == 1
+
+
+def test_records_of_several_topics_are_taken_by_timestamp() -> None:
+    def rows(stamps: list[int]) -> pa.Table:
+        return pa.table({"timestamp": pa.array(stamps, pa.int64()), "i": list(range(len(stamps)))})
+
+    queues = [("a", rows([1, 5, 6, 20])), ("b", rows([2, 3, 30])), ("c", rows([5]))]
+    order = [
+        (topic, ts)
+        for topic, run in _interleave(queues)
+        for ts in run.column("timestamp").to_pylist()
+    ]
+    # The head with the smallest timestamp goes first; ties go to the earlier topic; a
+    # queue keeps its own order even when it is not sorted by time.
+    assert order == [
+        ("a", 1),
+        ("b", 2),
+        ("b", 3),
+        ("a", 5),
+        ("c", 5),
+        ("a", 6),
+        ("a", 20),
+        ("b", 30),
+    ]
