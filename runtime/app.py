@@ -97,7 +97,9 @@ class StreamsApp:
         """
         self._machine.transit(AppState.REBALANCING)
         try:
-            self.plan = plan_topics(self.topology, self.admin, self.application_id)
+            self.plan = plan_topics(
+                self.topology, self.admin, self.application_id, config=self.config
+            )
             self.process_id = load_or_create_process_id(self.config.state_dir, self.application_id)
             n = self.config.num_stream_threads
             in_batch = n == 1 and self.config.processing_guarantee != "exactly_once"

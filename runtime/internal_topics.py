@@ -4,17 +4,26 @@ Source topics must exist. Repartition topics get their configured partition coun
 the largest partition count of the sub-topology writing them; changelog topics get the
 partition count of their sub-topology's tasks. Internal topics are created when missing;
 an existing one with another partition count is an error that says what to do.
+
+The dead-letter topic (``errors.dead.letter.queue.topic.name``) is an output like the sinks,
+so dead letters are staged in the batch's transaction. Kafka needs it to exist (or the
+broker to auto-create it); here it is created when missing, with the largest partition
+count of the source topics (dead letters are partitioned by their key, as Kafka's).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from runtime.collector import OutputTopic
 from runtime.storage.topics import TopicAdmin
+from streams.config import StreamsConfig
 from streams.errors import TopologyError, UnknownTopicError
 from topology.graph import SinkSpec, SourceSpec
 from topology.topology import Topology
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,12 +41,21 @@ class TopicPlan:
     external_sources: tuple[str, ...]
 
 
-def plan_topics(topology: Topology, admin: TopicAdmin, application_id: str) -> TopicPlan:
+def plan_topics(
+    topology: Topology,
+    admin: TopicAdmin,
+    application_id: str,
+    *,
+    config: StreamsConfig | None = None,
+) -> TopicPlan:
     """Check the source topics, create missing internal topics, return the plan.
+
+    ``config`` gives the dead-letter topic (``errors.dead.letter.queue.topic.name``).
 
     Raises:
         UnknownTopicError: a source or sink topic does not exist (create it first).
-        TopologyError: an internal topic exists with another partition count.
+        TopologyError: an internal topic exists with another partition count, or the
+            dead-letter topic is one the topology reads.
     """
     subs = topology.task_subtopologies()
     internal_counts: dict[str, int] = {
@@ -91,7 +109,23 @@ def plan_topics(topology: Topology, admin: TopicAdmin, application_id: str) -> T
                 topic = changelogs[store]
                 _ensure(admin, topic, tasks[sub.id])
                 outputs[topic] = OutputTopic(admin.table_path(topic), tasks[sub.id])
+    dead_letters = config.errors_dead_letter_queue_topic_name if config is not None else ""
+    if dead_letters and dead_letters not in outputs:
+        if dead_letters in sources:
+            raise TopologyError(
+                f"errors.dead.letter.queue.topic.name {dead_letters!r} is a source topic of "
+                "the topology: its dead letters would be read again; choose another topic"
+            )
+        counts = [admin.num_partitions(t) for t in external]
+        outputs[dead_letters] = _dead_letter_topic(admin, dead_letters, max(counts, default=1))
     return TopicPlan(sources, outputs, tasks, tuple(external))
+
+
+def _dead_letter_topic(admin: TopicAdmin, topic: str, partitions: int) -> OutputTopic:
+    if not admin.exists(topic):
+        admin.create(topic, partitions, if_not_exists=True)
+        log.info("created dead-letter topic=%s partitions=%d", topic, partitions)
+    return OutputTopic(admin.table_path(topic), admin.num_partitions(topic))
 
 
 def _partitions(admin: TopicAdmin, topic: str, role: str) -> int:

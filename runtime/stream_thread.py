@@ -34,11 +34,13 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
 
+from runtime.changelog_compaction import compact_changelogs
 from runtime.collector import OutputTopic
 from runtime.storage.committer import StagedFile, TopicCommitter
 from runtime.storage.topics import TopicAdmin
@@ -180,6 +182,10 @@ class StreamThread:
         self.batch_times: list[float] = []
         self.records_in = 0
         self.batches = 0
+        #: Whether this thread compacts the changelogs (one thread of the app does).
+        self.compacts = transactional_id.endswith("-1")
+        self._compactor: ThreadPoolExecutor | None = None
+        self._compaction: Future[Any] | None = None
 
     @property
     def subscribed(self) -> list[str]:
@@ -253,9 +259,36 @@ class StreamThread:
             ) from exc
         self.batch_times.append(time.perf_counter() - started)
         self.batches += 1
+        self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        """Every ``statestore.snapshot.interval`` batches, compact the changelogs below
+        their oldest snapshots, in the background (Kafka's log cleaner)."""
+        interval = self.config.statestore_snapshot_interval
+        if not self.compacts or interval == 0 or self.batches % interval:
+            return
+        if not self.topology.changelog_topics(self.group):
+            return
+        if self._compaction is not None and not self._compaction.done():
+            return
+        if self._compactor is None:
+            self._compactor = ThreadPoolExecutor(1, thread_name_prefix="changelog-compaction")
+        self._compaction = self._compactor.submit(self._compact)
+
+    def _compact(self) -> None:
+        try:
+            for result in compact_changelogs(self.admin, self.group, self.config):
+                log.info("[thread %s] compacted %s", self.transactional_id, result)
+        except Exception:  # the next run tries again; processing goes on
+            log.warning(
+                "[thread %s] changelog compaction failed", self.transactional_id, exc_info=True
+            )
 
     def close(self) -> None:
-        """Abort open transactions and release the producers."""
+        """Abort open transactions, wait for a running compaction, release the producers."""
+        if self._compactor is not None:
+            self._compactor.shutdown(wait=True)
+            self._compactor = None
         if self.producer is not None:
             self.producer.close()
         for producer in self.task_producers.values():
@@ -374,7 +407,15 @@ class StreamThread:
             levels=self.levels.levels,
             shuffle=self.levels.shuffle,
             level_partitions=self.levels.partitions,
+            snapshot=self._snapshot_due(),
         )
+
+    def _snapshot_due(self) -> bool:
+        """Whether this batch uploads store snapshots: every
+        ``statestore.snapshot.interval`` batches, the first one after a start included
+        (so a restart soon has a recent snapshot)."""
+        interval = self.config.statestore_snapshot_interval
+        return interval > 0 and self.batches % interval == 0
 
     def _collect_rows(self, df: DataFrame, plan: BatchPlan) -> list[Any]:
         """Run the batch's levels as one Spark job; return its metadata rows."""

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runtime.collector import OutputTopic, StagingCollector
-from runtime.state_adapters import TopicChangelogReader
+from runtime.state_adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.storage.records import HEADERS_TYPE
 from statestores.state_directory import StateDirectory
 from statestores.state_manager import ProcessorStateManager
@@ -98,7 +98,8 @@ class BatchPlan:
     batch left by an earlier batch is applied or dropped. ``inline`` maps each repartition
     topic shuffled inside the batch to the level reading it; ``levels`` maps each
     sub-topology to its level; ``shuffle`` maps a level's partition count to the shuffle
-    value of each partition.
+    value of each partition. ``snapshot``: upload a snapshot of each task's stores (their
+    committed state, once opened) in this batch.
     """
 
     topology: Topology
@@ -115,6 +116,7 @@ class BatchPlan:
     levels: Mapping[int, int] = field(default_factory=dict)
     shuffle: Mapping[int, Sequence[int]] = field(default_factory=dict)
     level_partitions: Mapping[int, int] = field(default_factory=dict)
+    snapshot: bool = False
 
     def level_of(self, topic: str) -> int:
         """The level of the sub-topology reading ``topic``."""
@@ -332,10 +334,16 @@ def _run_task(
                 task_id=task_id,
                 partition=partition,
                 state_dir=state_dir,
-                app_config=config.model_dump(by_alias=True),
+                # Snapshots are the driver's decision (BatchPlan.snapshot): a store here
+                # lives for one batch, so it cannot count commits itself.
+                app_config={
+                    **config.model_dump(by_alias=True),
+                    "statestore.snapshot.interval": 0,
+                },
                 changelog=changelog,
                 changelog_reader=TopicChangelogReader(plan.root),
                 transaction_outcomes=PlanOutcomes(plan.outcomes),
+                snapshots=RootSnapshotStorage(plan.root),
                 timestamp=lambda: holder[0].current_timestamp if holder else 0,
             )
         task = StreamTask(
@@ -351,6 +359,8 @@ def _run_task(
         )
         holder.append(task)
         task.initialize()
+        if manager is not None and plan.snapshot:
+            manager.snapshot()  # the committed state: this batch's writes are not in it
         try:
             consumed = _process(plan, task, partition, table, topics)
             task.prepare_commit()

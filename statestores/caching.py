@@ -77,9 +77,14 @@ class CachingBytesStore(WrappingBytesStore):
         self._insert(key, _Entry(value, True, self._timestamp()))
 
     def delete_range(self, lo: bytes, hi: bytes) -> None:
-        """Drop cached keys in ``[lo, hi)`` and delete the range below."""
+        """Drop cached keys in ``[lo, hi)`` and delete the range below. A dirty key is
+        written down first: its listener (the forward downstream) has not seen that update
+        yet, as Kafka forwards an entry before its segment is dropped."""
         for key in self._keys.between(lo, hi):
             if key < hi:
+                entry = self._cache.get(key)
+                if entry is not None and entry.dirty:
+                    self._write_down(key, entry)
                 self._drop(key)
         self.wrapped.delete_range(lo, hi)
 
@@ -150,7 +155,10 @@ class CachingBytesStore(WrappingBytesStore):
 
     def _evict(self) -> None:
         cache = self._cache
-        while self._bytes > self._max_bytes and len(cache) > 1:
+        # A zero-sized cache keeps nothing (Kafka: every write is forwarded at once);
+        # otherwise the entry just written stays, however large.
+        keep = 0 if self._max_bytes == 0 else 1
+        while self._bytes > self._max_bytes and len(cache) > keep:
             key = next(iter(cache))
             entry = cache[key]
             if entry.dirty:

@@ -36,6 +36,8 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from streams.errors import ConfigError
+from streams.handlers import ALLOWED as _HANDLERS
+from streams.handlers import Kind, check_handler
 
 __all__ = [
     "BUILTIN_SERDES",
@@ -116,6 +118,13 @@ def _warn_deprecated(value: str, kept: str, replacement: str) -> None:
     warnings.warn(message, StreamsDeprecationWarning, stacklevel=_user_stacklevel())
 
 
+def _warn_deprecated_key(old: str, new: str, ignored: bool) -> None:
+    outcome = f"ignored, {new} is set" if ignored else f"read as {new}"
+    message = f"{old} is deprecated ({outcome}); use {new} instead"
+    _LOG.warning("%s", message)
+    warnings.warn(message, StreamsDeprecationWarning, stacklevel=_user_stacklevel())
+
+
 def _is_import_path(text: str) -> bool:
     module, colon, attribute = text.partition(":")
     parts = module.split(".") + (attribute.split(".") if colon else [])
@@ -137,6 +146,18 @@ _TXN: Final = f"{_POSITIVE}, above commit.interval.ms, at most transaction.max.t
 _TXN_MAX: Final = f"{_POSITIVE}, at least transaction.timeout.ms"
 _AT_LEAST_ONE: Final = "an integer >= 1"
 _SERDES: Final = "bytes, string, int, long, double, json, or pkg.module.Name or pkg.module:Name"
+_TOPIC_NAME: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_DLQ: Final = "empty (none), or a topic name: 1 to 249 characters from [a-zA-Z0-9._-]"
+# Kafka 4.0 (KIP-1056) dropped the "default." prefix of these keys; the old names still work.
+_DEPRECATED_KEYS: Final = {
+    "default.deserialization.exception.handler": "deserialization.exception.handler",
+    "default.production.exception.handler": "production.exception.handler",
+}
+_HANDLER_KINDS: Final[dict[str, Kind]] = {
+    "deserialization_exception_handler": "deserialization",
+    "processing_exception_handler": "processing",
+    "production_exception_handler": "production",
+}
 _EXTRACTORS: Final = (
     "fail_on_invalid, log_and_skip, use_partition_time, wallclock, "
     "or pkg.module.Name or pkg.module:Name"
@@ -206,6 +227,18 @@ class StreamsConfig(BaseModel):
     delete_retention_ms: _Int = _key(
         "delete.retention.ms", "an integer >= 0", default=86400000, ge=0
     )
+    deserialization_exception_handler: str = _key(
+        "deserialization.exception.handler", _HANDLERS["deserialization"], default="log-and-fail"
+    )
+    processing_exception_handler: str = _key(
+        "processing.exception.handler", _HANDLERS["processing"], default="log-and-fail"
+    )
+    production_exception_handler: str = _key(
+        "production.exception.handler", _HANDLERS["production"], default="log-and-fail"
+    )
+    errors_dead_letter_queue_topic_name: str = _key(
+        "errors.dead.letter.queue.topic.name", _DLQ, default=""
+    )
 
     def __init__(self, /, **data: Any) -> None:
         """Validate ``data`` (dotted keys); raise ConfigError listing every problem."""
@@ -232,6 +265,20 @@ class StreamsConfig(BaseModel):
         if isinstance(data, dict) and "topics.root" not in data and root:
             return {**data, "topics.root": root}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rename_deprecated_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not _DEPRECATED_KEYS.keys() & data.keys():
+            return data
+        renamed = dict(data)
+        for old, new in _DEPRECATED_KEYS.items():
+            if old in renamed:
+                value = renamed.pop(old)
+                ignored = new in renamed
+                renamed.setdefault(new, value)
+                _warn_deprecated_key(old, new, ignored)
+        return renamed
 
     @field_validator("processing_guarantee", "auto_offset_reset", mode="before")
     @classmethod
@@ -275,6 +322,26 @@ class StreamsConfig(BaseModel):
             raise _invalid("not a dotted import path (pkg.module.Name or pkg.module:Name)")
         return value
 
+    @field_validator(
+        "deserialization_exception_handler",
+        "processing_exception_handler",
+        "production_exception_handler",
+    )
+    @classmethod
+    def _check_handler(cls, value: str, info: ValidationInfo) -> str:
+        kind = _HANDLER_KINDS[str(info.field_name)]
+        try:
+            return check_handler(kind, value)
+        except ValueError as exc:
+            raise _invalid(str(exc)) from None
+
+    @field_validator("errors_dead_letter_queue_topic_name")
+    @classmethod
+    def _check_dead_letter_topic(cls, value: str) -> str:
+        if value and (not _TOPIC_NAME.fullmatch(value) or value in {".", ".."}):
+            raise _invalid("not a valid topic name")
+        return value
+
     @field_validator("statestore_uncommitted_max_bytes")
     @classmethod
     def _check_uncommitted_bytes(cls, value: int) -> int:
@@ -310,6 +377,7 @@ class StreamsConfig(BaseModel):
 
     def get(self, key: str) -> str | int:
         """Return the value of a dotted key; raise ConfigError if the key is unknown."""
+        key = _DEPRECATED_KEYS.get(key, key)
         if key not in _ALLOWED:
             raise ConfigError(_unknown_key(key))
         value: str | int = getattr(self, _FIELD_BY_ALIAS[key])

@@ -38,7 +38,7 @@ from typing import Any, Generic, TypeVar
 
 from statestores.api import StateStore
 from streams.config import StreamsConfig
-from streams.errors import StreamsError
+from streams.errors import StreamsError, TopologyError
 from streams.serdes import Serde
 from topology.record import ValueAndTimestamp
 from topology.stores import KeyValueStoreFactory
@@ -132,6 +132,13 @@ class TopologyTestDriver:
         global_stores = {n: s for t in self._global_tasks for n, s in t.stores.items()}
         self._tasks = [self._task(sub.id, global_stores) for sub in topology.task_subtopologies()]
         self._closed = False
+        dead_letters = self.config.errors_dead_letter_queue_topic_name
+        if dead_letters and self._route(dead_letters) is not None:
+            self.close()
+            raise TopologyError(
+                f"errors.dead.letter.queue.topic.name {dead_letters!r} is a source topic of "
+                "the topology: its dead letters would be read again; choose another topic"
+            )
 
     def _task(self, subtopology_id: int, global_stores: Mapping[str, StateStore]) -> StreamTask:
         task_dir = os.path.join(self._state_dir, self.application_id, f"{subtopology_id}_0")
@@ -196,8 +203,14 @@ class TopologyTestDriver:
             raise StreamsError(f"Unknown topic: {topic}; no source of the topology reads it")
         offset = self._offsets.get(topic, 0)
         self._offsets[topic] = offset + 1
-        task.process(topic, key, value, timestamp, tuple(headers), offset, 0)
-        task.commit()
+        try:
+            task.process(topic, key, value, timestamp, tuple(headers), offset, 0)
+            task.commit()
+        except BaseException:
+            # as an aborted transaction: what the failed record produced (dead letters
+            # included) is never read
+            self._captured.clear()
+            raise
         self._capture()
 
     def _capture(self) -> None:
@@ -254,12 +267,23 @@ class TopologyTestDriver:
 
     def metrics(self) -> dict[str, int]:
         """Return the task metrics summed over the tasks: ``dropped-records-total``
-        (records processors dropped: null keys, late records for closed windows) and
-        ``skipped-records-total`` (records with an invalid timestamp)."""
-        tasks = (*self._global_tasks, *self._tasks)
+        (records dropped: null keys, late records for closed windows, and the records an
+        exception handler skipped) and ``skipped-records-total`` (records with an invalid
+        timestamp)."""
+        totals = {"dropped-records-total": 0, "skipped-records-total": 0}
+        for task_metrics in self.task_metrics().values():
+            for name, value in task_metrics.items():
+                totals[name] += value
+        return totals
+
+    def task_metrics(self) -> dict[str, dict[str, int]]:
+        """Return the metrics of :meth:`metrics` per task id (global tasks included)."""
         return {
-            "dropped-records-total": sum(t.dropped_records for t in tasks),
-            "skipped-records-total": sum(t.skipped_records for t in tasks),
+            t.task_id: {
+                "dropped-records-total": t.dropped_records,
+                "skipped-records-total": t.skipped_records,
+            }
+            for t in (*self._global_tasks, *self._tasks)
         }
 
     # -- stores ---------------------------------------------------------------------------
@@ -503,3 +527,21 @@ class KeyValueStoreFacade:
     def approximate_num_entries(self) -> int:
         """About how many entries the store holds."""
         return int(self.inner.approximate_num_entries())
+
+
+# -- the crash-recovery harness ---------------------------------------------------------
+
+#: Names of :mod:`streams.crashtest` re-exported here, imported on first use (the harness
+#: pulls in the storage and Spark runtime, which the driver alone does not need).
+_CRASHTEST_NAMES = frozenset(
+    {"CrashReport", "CrashTest", "CrashTestError", "InputRecord", "crashtest", "load_jsonl"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    """Return a name of the crash harness (``from streams.testing import crashtest``)."""
+    if name in _CRASHTEST_NAMES:
+        from streams import crashtest as harness
+
+        return getattr(harness, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

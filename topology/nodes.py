@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streams.errors import SerializationError, StreamsError, StreamsProcessingError
+from streams.handlers import Origin, ProducerRecord
 from streams.serdes import Serde
 from topology.collector import RecordCollector
 from topology.context import Forward, NodeContext
@@ -87,12 +88,19 @@ class SourceRuntime:
         self.children: tuple[Forward, ...] = ()
 
 
+#: The task's production error path: ``(node, record, exception, origin, error)``; it
+#: returns to drop the output record (RESUME) or raises ``error``.
+ProductionErrorCallback = Callable[[str, ProducerRecord, Exception, Origin | None, Exception], None]
+
+
 class SinkProcessor:
-    """A sink node in a task: serializes and hands records to the collector."""
+    """A sink node in a task: serializes and hands records to the collector; a failure to
+    serialize or send goes to ``on_error`` (the production exception handler)."""
 
     __slots__ = (
         "_extractor",
         "_key_serialize",
+        "_on_error",
         "_partitioner",
         "_send",
         "_topic",
@@ -113,6 +121,7 @@ class SinkProcessor:
         partitioner: StreamPartitioner | None,
         collector: RecordCollector,
         context: NodeContext,
+        on_error: ProductionErrorCallback | None = None,
     ) -> None:
         self.name = name
         self._topic = topic
@@ -123,6 +132,7 @@ class SinkProcessor:
         self.collector = collector
         self._send = collector.send
         self.context = context
+        self._on_error = on_error
 
     def process(self, record: Record[Any, Any]) -> None:
         """Serialize ``record`` and send it."""
@@ -131,17 +141,38 @@ class SinkProcessor:
             topic = self._extract_topic(record)
         try:
             key = self._key_serialize(topic, record[0])
+        except Exception as exc:
+            self._serialization_failed(topic, record, exc, "key")  # raises unless dropped
+            return
+        try:
             value = self._value_serialize(topic, record[1])
         except Exception as exc:
-            raise SerializationError(
-                f"sink {self.name}: cannot serialize the record for topic {topic} "
-                f"({type(exc).__name__}: {exc}); give the sink serdes that match the key and "
-                "value types (Produced.with_ / Grouped.with_ / Repartitioned.with_)"
-            ) from exc
+            self._serialization_failed(topic, record, exc, "value")
+            return
         partition = None
         if self._partitioner is not None:
             partition = self._choose_partition(topic, record)
-        self._send(topic, key, value, record[2], record[3], partition)
+        try:
+            self._send(topic, key, value, record[2], record[3], partition)
+        except Exception as exc:
+            if self._on_error is None:
+                raise
+            failed = ProducerRecord(topic, key, value, record[2], record[3], partition)
+            self._on_error(self.name, failed, exc, None, exc)
+
+    def _serialization_failed(
+        self, topic: str, record: Record[Any, Any], exc: Exception, origin: Origin
+    ) -> None:
+        error = SerializationError(
+            f"sink {self.name}: cannot serialize the record's {origin} for topic {topic} "
+            f"({type(exc).__name__}: {exc}); give the sink serdes that match the key and "
+            "value types (Produced.with_ / Grouped.with_ / Repartitioned.with_)"
+        )
+        error.__cause__ = exc
+        if self._on_error is None:
+            raise error
+        failed = ProducerRecord(topic, record[0], record[1], record[2], record[3])
+        self._on_error(self.name, failed, exc, origin, error)
 
     def _extract_topic(self, record: Record[Any, Any]) -> str:
         extractor = self._extractor

@@ -14,6 +14,12 @@ Lifecycle::
 
 The hot path avoids per-record dict lookups and logging: source lookup happens once per
 batch, children are pre-bound callables, records are tuples.
+
+Errors go to Kafka's exception handlers (:mod:`streams.handlers`) on their error paths only:
+a record that cannot be deserialized, a processor or punctuator that raises, a sink that
+cannot serialize or send. With the default handlers and no dead-letter topic nothing is
+added per record; otherwise every processor node is wrapped so that a handler's RESUME drops
+the record at the failing node (its siblings still get it, as in Kafka's ``ProcessorNode``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 from statestores.api import ChangelogCollector, StateStore, StateStoreContext
 from streams.config import StreamsConfig
 from streams.errors import SerializationError, StreamsError, TopologyError
+from streams.handlers import RawRecord
 from streams.serdes import deserialize_many
 from topology.collector import CollectorChangelog, RecordCollector
 from topology.context import (
@@ -40,6 +47,7 @@ from topology.nodes import SinkProcessor, SourceRuntime, guard, user_error
 from topology.processor import FixedKeyProcessor, PunctuationType, Punctuator
 from topology.record import ConsumedRecord, Headers, InputRecord, make_record
 from topology.stores import resolve_serde
+from topology.task_errors import TaskErrorPaths
 from topology.timestamps import FailOnInvalidTimestamp, extractor_from_name, invalid_timestamp
 from topology.topology import Topology
 
@@ -129,7 +137,16 @@ class StreamTask:
         self.current_timestamp = -1
         self.commit_requested = False
         self.skipped_records = 0
-        self.dropped_records = 0  # Kafka's task-level dropped-records: null keys, late records
+        # Kafka's task-level dropped-records: null keys, late records, and the records an
+        # exception handler skipped (RESUME)
+        self.dropped_records = 0
+        self.errors = TaskErrorPaths(self)
+        # the input bytes, for dead letters: (topic, offset, key, value) of process(), and
+        # (topic, offsets, keys, values) of the last process_columns() call
+        self.raw_input: tuple[str, int, bytes | None, bytes | None] | None = None
+        self.raw_columns: tuple[str, Sequence[int], Sequence[Any], Sequence[Any]] | None = None
+        if self.errors.handlers.needs_raw_input:  # only then does process() keep them
+            self.process = self._process_keeping_raw  # type: ignore[method-assign]
         self.consumed_offsets: dict[tuple[str, int], int] = {}
         self._partition_time: dict[tuple[str, int], int] = {}
         self._processors: list[tuple[str, Any]] = []
@@ -202,6 +219,7 @@ class StreamTask:
                     partitioner=spec.partitioner,
                     collector=self.collector,
                     context=ctx,
+                    on_error=self.errors.production_failed,
                 )
                 forwards[name] = sink.process
             else:
@@ -209,6 +227,8 @@ class StreamTask:
                 fixed = spec.fixed_key or isinstance(processor, FixedKeyProcessor)
                 ctx = (FixedKeyNodeContext if fixed else NodeContext)(self, name, stores)
                 forwards[name] = _entry(name, processor, ctx, spec.user_code)
+                if self.errors.handlers.resumes_processing:
+                    forwards[name] = self.errors.guarded(name, forwards[name])
                 inits.append((name, processor, ctx))
                 self._processors.append((name, processor))
             contexts[name] = ctx
@@ -280,9 +300,24 @@ class StreamTask:
             k = source.key_deserialize(topic, key)
             v = source.value_deserialize(topic, value)
         except Exception as exc:
-            raise _deserialize_error(source, topic, part, offset, exc) from exc
-        self._run(source, topic, part, k, v, timestamp, headers, offset)
+            raw = RawRecord(topic, part, offset, timestamp, key, value, headers)
+            self.errors.deserialization_failed(source.name, raw, exc)  # raises unless skipped
+        else:
+            self._run(source, topic, part, k, v, timestamp, headers, offset)
         self.consumed_offsets[(topic, part)] = offset + 1
+
+    def _process_keeping_raw(  # noqa: PLR0917 - process() when a handler needs raw input
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers = (),
+        offset: int = -1,
+        partition: int | None = None,
+    ) -> None:
+        self.raw_input = (topic, offset, key, value)
+        StreamTask.process(self, topic, key, value, timestamp, headers, offset, partition)
 
     def process_batch(self, records: Iterable[InputRecord]) -> int:
         """Process raw records in order (any topics of this task); return how many."""
@@ -305,13 +340,16 @@ class StreamTask:
         """Process one topic-partition's records given as columns (e.g. Arrow
         ``to_pylist()``); keys and values are deserialized in bulk. Return the count."""
         source = self.source_for(topic)
+        self.raw_columns = (topic, offsets, keys, values)
         try:
             ks = deserialize_many(source.key_serde, topic, keys)
             vs = deserialize_many(source.value_serde, topic, values)
         except SerializationError:
-            for i in range(len(keys)):  # find the failing record, named by its offset
-                self.process(topic, keys[i], values[i], timestamps[i], (), offsets[i], partition)
-            raise
+            # one record at a time: the deserialization handler decides about the bad ones
+            for i in range(len(keys)):
+                hs = () if headers is None else tuple(headers[i])
+                self.process(topic, keys[i], values[i], timestamps[i], hs, offsets[i], partition)
+            return len(keys)
         run = self._run
         no_headers: Headers = ()
         for i in range(len(ks)):
@@ -429,10 +467,8 @@ class StreamTask:
             self.current_timestamp = now
             try:
                 sched.punctuator(now)
-            except StreamsError:
-                raise
             except Exception as exc:
-                raise user_error(sched.node, sched.punctuator, exc, "punctuator") from exc
+                self.errors.punctuator_failed(sched, exc)  # raises unless the handler resumes
             sched.advance(now)
             ran += 1
         return ran
@@ -442,6 +478,7 @@ class StreamTask:
     def prepare_commit(self) -> dict[tuple[str, int], int]:
         """Flush every store (caches forward their entries downstream, so call it before
         the collector is flushed); return the next offset to consume per topic-partition."""
+        self.raw_input = self.raw_columns = None  # records a flush forwards have none
         for store in self.stores.values():
             store.flush()
         return dict(self.consumed_offsets)
@@ -472,17 +509,6 @@ def _entry(name: str, processor: Any, ctx: NodeContext, user_code: bool) -> Call
 def _next_time(schedules: list[PunctuationSchedule]) -> int:
     live = [s.next_time for s in schedules if not s.cancelled]
     return min(live) if live else _NEVER
-
-
-def _deserialize_error(
-    source: SourceRuntime, topic: str, partition: int, offset: int, exc: Exception
-) -> SerializationError:
-    return SerializationError(
-        f"source {source.name}: cannot deserialize a record ({type(exc).__name__}: {exc})",
-        topic=topic,
-        partition=partition,
-        offset=offset,
-    )
 
 
 def _now_ms() -> int:

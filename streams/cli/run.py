@@ -5,8 +5,12 @@ FILE is a Python file that defines ``build_topology()`` and may define:
 * ``CONFIG``: a mapping of dotted configuration keys (``--properties`` and ``--config``
   override it, in that order);
 * ``TOPICS``: ``{topic: partitions}`` created when missing (inputs and outputs);
-* ``INPUT`` and ``generate(n)``: a topic and a generator of ``(key, value)`` string pairs,
-  produced before the run with ``--generate N``.
+* ``INPUT`` and ``generate(n)``: sample input produced before the run with ``--generate
+  N``. ``generate(n)`` returns ``(key, value)`` or ``(key, value, timestamp)`` records for
+  the topic ``INPUT``, or, for several input topics, a mapping ``{topic: records}``
+  produced (and committed) topic by topic in its order. Keys and values may be ``str``
+  (UTF-8), ``bytes``, ``None``, or ``dict``/``list`` (written as JSON); a missing
+  timestamp is the time of sending (see :func:`generated_records`).
 
 The same FILE runs under ``spark-submit FILE`` when it ends with
 ``if __name__ == "__main__": streams.cli.run.main_for(__file__)``.
@@ -19,13 +23,14 @@ import importlib.util
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from streams.config import StreamsConfig
 from streams.errors import ConfigError
+from streams.serdes import JsonSerde
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -54,7 +59,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "--generate",
         type=int,
         metavar="N",
-        help="first produce N records from FILE's generate(n) to its INPUT topic",
+        help="first produce FILE's generate(N) to its input topic(s)",
     )
     run.set_defaults(handler=_run, needs_root=False)
     desc = sub.add_parser(
@@ -89,10 +94,13 @@ def load_topology_file(path: str) -> ModuleType:
             "returns StreamsBuilder().build()"
         )
     try:
-        import cloudpickle  # shipped with pyspark
+        # PySpark pickles with its own vendored copy: registering with a separately
+        # installed cloudpickle would not reach it, and the workers, which cannot import
+        # FILE, would fail on its top-level classes and functions.
+        from pyspark import cloudpickle
 
-        cloudpickle.register_pickle_by_value(module)
-    except ImportError:  # pragma: no cover - pyspark brings it
+        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+    except ImportError:  # pragma: no cover - a dependency of the project
         pass
     return module
 
@@ -154,21 +162,66 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generate(module: ModuleType, producer: Any, n: int) -> None:
+#: A generated record ready to send: key, value, timestamp (None: the time of sending).
+RawRecord = tuple[bytes | None, bytes | None, int | None]
+
+
+def generated_records(module: ModuleType, n: int) -> dict[str, list[RawRecord]]:
+    """Return FILE's ``generate(n)`` as serialized records per input topic, in produce order.
+
+    Raises:
+        ConfigError: FILE defines no ``generate(n)``, returns records without defining
+            ``INPUT``, or a record is not ``(key, value)`` or ``(key, value, timestamp)``.
+    """
     generate = getattr(module, "generate", None)
-    topic = getattr(module, "INPUT", None)
-    if not callable(generate) or not isinstance(topic, str):
+    if not callable(generate):
         raise ConfigError(
-            f"--generate needs {module.__file__} to define INPUT (a topic) and generate(n)"
+            f"--generate needs {module.__file__} to define generate(n) (and INPUT, the topic "
+            "its records go to, unless it returns {topic: records})"
         )
-    for key, value in generate(n):
-        producer.send(
-            topic,
-            None if key is None else str(key).encode(),
-            None if value is None else str(value).encode(),
+    generated = generate(n)
+    if isinstance(generated, Mapping):
+        per_topic: Mapping[Any, Any] = generated
+    else:
+        topic = getattr(module, "INPUT", None)
+        if not isinstance(topic, str):
+            raise ConfigError(
+                f"--generate needs {module.__file__} to define INPUT (a topic) for the records "
+                "generate(n) returns, or generate(n) to return {topic: records}"
+            )
+        per_topic = {topic: generated}
+    return {str(t): [_raw(str(t), r) for r in records] for t, records in per_topic.items()}
+
+
+def _raw(topic: str, record: Any) -> RawRecord:
+    if not isinstance(record, tuple | list) or len(record) not in (2, 3):
+        raise ConfigError(
+            f"generate(n) gave {record!r} for topic {topic!r}; expected (key, value) or "
+            "(key, value, timestamp)"
         )
-    producer.flush()
-    print(f"produced {n} records to {topic}", file=sys.stderr)
+    timestamp = record[2] if len(record) == 3 else None
+    key, value = _encode(topic, record[0]), _encode(topic, record[1])
+    return key, value, None if timestamp is None else int(timestamp)
+
+
+def _encode(topic: str, data: object) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, dict | list):
+        return JsonSerde().serialize(topic, data)  # the json serde's bytes
+    return str(data).encode()
+
+
+def _generate(module: ModuleType, producer: Any, n: int) -> None:
+    for topic, records in generated_records(module, n).items():
+        _send_all(producer, topic, records)
+        producer.flush()  # one topic committed before the next: tables before streams
+        print(f"produced {len(records)} records to {topic}", file=sys.stderr)
+
+
+def _send_all(producer: Any, topic: str, records: Iterable[RawRecord]) -> None:
+    for key, value, timestamp in records:
+        producer.send(topic, key, value, timestamp=timestamp)
 
 
 def _describe(args: argparse.Namespace) -> int:

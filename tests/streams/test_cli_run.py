@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from streams.cli.run import build_config, load_topology_file
+from streams.cli.run import build_config, generated_records, load_topology_file
 from streams.errors import ConfigError
 from tests.clitools import cli
 
@@ -48,3 +50,49 @@ def test_config_layers_file_then_properties_then_flags(tmp_path: Path) -> None:
     assert config.topics_root == str(tmp_path)
     with pytest.raises(ConfigError, match="expected KEY=VALUE"):
         build_config(module, root=None, properties=None, overrides=["oops"])
+
+
+def test_generate_may_give_timestamps_json_values_and_several_topics(tmp_path: Path) -> None:
+    file = tmp_path / "gen.py"
+    file.write_text(
+        "def build_topology():\n"
+        "    raise NotImplementedError\n"
+        "def generate(n):\n"
+        "    return {'table': [('k', {'b': 1, 'a': None}, 5)], 'stream': [('k', 'v')] * n}\n"
+    )
+    records = generated_records(load_topology_file(str(file)), 2)
+    assert list(records) == ["table", "stream"]  # produced in this order
+    assert records["table"] == [(b"k", b'{"a":null,"b":1}', 5)]
+    assert records["stream"] == [(b"k", b"v", None), (b"k", b"v", None)]
+
+
+def test_generate_without_input_or_with_bad_records_is_refused(tmp_path: Path) -> None:
+    file = tmp_path / "gen.py"
+    file.write_text(
+        "def build_topology():\n    raise NotImplementedError\n"
+        "def generate(n):\n    return [('k', 'v')]\n"
+    )
+    module = load_topology_file(str(file))
+    with pytest.raises(ConfigError, match="define INPUT"):
+        generated_records(module, 1)
+    module.__dict__["INPUT"] = "in"
+    assert generated_records(module, 1) == {"in": [(b"k", b"v", None)]}
+    module.__dict__["generate"] = lambda n: ["kv"]
+    with pytest.raises(ConfigError, match=r"expected \(key, value\) or"):
+        generated_records(module, 1)
+
+
+def test_a_topology_file_ships_by_value_to_workers_that_cannot_import_it(
+    tmp_path: Path,
+) -> None:
+    from pyspark import cloudpickle
+
+    flash_sale = str(Path(EXAMPLE).with_name("flash_sale.py"))
+    module = load_topology_file(flash_sale)
+    pickled = tmp_path / "topology.pkl"
+    pickled.write_bytes(cloudpickle.dumps(module.build_topology()))
+    code = f"import pickle; pickle.loads(open({str(pickled)!r}, 'rb').read())"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr

@@ -69,6 +69,10 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "state.cleanup.delay.ms": "600000",
         "rocksdb.config.setter": "",
         "delete.retention.ms": "86400000",
+        "deserialization.exception.handler": "log-and-fail",
+        "processing.exception.handler": "log-and-fail",
+        "production.exception.handler": "log-and-fail",
+        "errors.dead.letter.queue.topic.name": "",
     }
     assert config.eos_enabled is False
 
@@ -472,6 +476,7 @@ def test_defaults_file_matches_the_model() -> None:
         "topics.root",
         "state.dir",
         "rocksdb.config.setter",
+        "errors.dead.letter.queue.topic.name",
     }
     defaults = make().to_properties()
     assert defaults["state.dir"] == os.path.join(tempfile.gettempdir(), "spark-streams-eos")

@@ -1,0 +1,181 @@
+"""Each example, run on local Spark until idle on generated input, writes exactly what the
+TopologyTestDriver writes for the same input; one also runs through ``streams-eos run``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from runtime.app import StreamsApp
+from runtime.storage.partitioner import partition_for_key
+from runtime.storage.topics import TopicAdmin
+from streams.cli.run import generated_records
+from tests.examples.harness import (
+    EXAMPLES,
+    Out,
+    Outputs,
+    assert_same_outputs,
+    count,
+    driver_outputs,
+    load_example,
+    output_topics,
+    produce,
+    topic_outputs,
+    values,
+)
+from topology import Topology
+
+N = 300
+
+
+def run_on_spark(
+    spark: SparkSession,
+    example: ModuleType,
+    root: str,
+    state_dir: Path,
+    topology: Topology | None = None,
+    **extra: Any,
+) -> Outputs:
+    """Run the example until idle (several small batches); return its output topics."""
+    config: dict[str, Any] = {
+        **example.CONFIG,
+        "topics.root": root,
+        "state.dir": str(state_dir),
+        "commit.interval.ms": 50,
+        "max.poll.records": 40,
+        **extra,
+    }
+    topology = topology or example.build_topology()
+    StreamsApp(topology, config, spark=spark).run_until_idle()
+    return topic_outputs(root, output_topics(example))
+
+
+def check_against_driver(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path, name: str, **extra: Any
+) -> tuple[ModuleType, Outputs]:
+    example = load_example(name)
+    records = produce(admin, example, N)
+    got = run_on_spark(spark, example, root, tmp_path / "state", **extra)
+    return example, assert_equal(example, got, driver_outputs(example, records))
+
+
+def assert_equal(example: ModuleType, got: Outputs, expected: Outputs, **kw: Any) -> Outputs:
+    assert_same_outputs(got, expected, **kw)
+    assert all(count(got, t) for t in output_topics(example)), "an output topic is empty"
+    return got
+
+
+def test_flash_sale_matches_the_driver_and_never_oversells(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    example, got = check_against_driver(spark, admin, root, tmp_path, "flash_sale")
+    accepted = values(got, example.ACCEPTED, json.loads)
+    rejected = values(got, example.REJECTED, json.loads)
+    assert len(accepted) + len(rejected) == N
+    sold = Counter[str]()
+    for order in accepted:
+        sold[order["item"]] += order["qty"]
+    for item, units in sold.items():
+        assert units <= example.INITIAL_STOCK[item], f"{item} oversold: {units}"
+    assert any(units == example.INITIAL_STOCK[i] for i, units in sold.items())  # sold out
+    assert {r["reason"] for r in rejected} <= {"sold out", "not enough stock"}
+
+
+def by_source_partition(example: ModuleType) -> Any:
+    """Movements of one SKU keep their order among those of one input partition (the
+    order of records of different input tasks in one output partition is not defined)."""
+    partitions = example.TOPICS[example.INPUT]
+
+    def group(record: Out) -> tuple[bytes | None, int]:
+        order_id = json.loads(record[1] or b"{}")["order_id"]
+        return record[0], partition_for_key(order_id.encode(), partitions)
+
+    return group
+
+
+def test_order_inventory_writes_both_topics_like_the_driver(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    example = load_example("order_inventory")
+    records = produce(admin, example, N)
+    got = run_on_spark(spark, example, root, tmp_path / "state")
+    expected = driver_outputs(example, records)
+    order = {example.INVENTORY: by_source_partition(example)}
+    assert_equal(example, got, expected, order=order)
+    confirmations = values(got, example.CONFIRMATIONS, json.loads)
+    movements = values(got, example.INVENTORY, json.loads)
+    confirmed = {c["order_id"]: c["units"] for c in confirmations if c["status"] == "confirmed"}
+    assert len(confirmations) == N and 0 < len(confirmed) < N
+    units = Counter[str]()
+    for m in movements:
+        units[m["order_id"]] -= m["delta"]
+    assert units == confirmed  # every confirmed order moved its units, nothing else moved
+
+
+def test_pageviews_emits_the_drivers_final_counts_once_per_window(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    example, got = check_against_driver(spark, admin, root, tmp_path, "pageviews")
+    results = values(got, example.OUTPUT, json.loads)
+    windows = [(r["page"], r["window_start"]) for r in results]
+    assert len(windows) == len(set(windows)), "a window was emitted twice"
+    assert len({w for _, w in windows}) >= 3
+    assert 0 < sum(r["views"] for r in results) < N
+
+
+def test_enrichment_joins_like_the_driver(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    example, got = check_against_driver(
+        spark, admin, root, tmp_path, "enrichment", **{"max.poll.records": 100}
+    )
+    enriched = values(got, example.OUTPUT, json.loads)
+    assert len(enriched) == N
+    tiers = Counter(p["tier"] for p in enriched)
+    assert tiers["guest"] and tiers["gold"] and len(tiers) >= 4
+
+
+def test_streams_eos_run_generates_and_runs_an_example(root: str, tmp_path: Path) -> None:
+    example = load_example("flash_sale")
+    n = 120
+    env = {**os.environ, "STREAMS_ROOT": root, "PYSPARK_PYTHON": sys.executable}
+    cmd = [
+        str(Path(sys.executable).with_name("streams-eos")),
+        "run",
+        str(EXAMPLES / "flash_sale.py"),
+        "--generate",
+        str(n),
+        "--until-idle",
+        "--config",
+        f"topics.root={root}",
+        "--config",
+        f"state.dir={tmp_path / 'state'}",
+        "--config",
+        "commit.interval.ms=100",
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"produced {n} records to {example.INPUT}" in result.stderr
+    summary = json.loads(result.stderr.strip().splitlines()[-1])
+    assert summary["application.id"] == "flash-sale" and summary["batches"] >= 1
+    expected = driver_outputs(example, generated_records(example, n))
+    assert_equal(example, topic_outputs(root, output_topics(example)), expected)
+
+
+@pytest.mark.parametrize("name", ["flash_sale", "order_inventory", "pageviews", "enrichment"])
+def test_an_example_describes_and_generates_deterministically(name: str) -> None:
+    example = load_example(name)
+    assert str(example.build_topology().describe()).startswith("Topologies:")
+    first = generated_records(example, 50)
+    assert first == generated_records(example, 50)
+    assert set(first) <= set(example.TOPICS)
+    assert all(ts is not None for raws in first.values() for _, _, ts in raws)
