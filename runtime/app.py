@@ -17,6 +17,8 @@ micro-batch, triggered every ``commit.interval.ms``.
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import json
 import logging
 import os
@@ -36,12 +38,27 @@ from runtime.spark.session import get_or_create_session
 from runtime.spark.source import SOURCE_NAME, TopicSource
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from runtime.stream_thread import StreamThread, plan_levels
+from runtime.stream_thread import (
+    ApplicationShutdownError,
+    BatchLevels,
+    StreamThread,
+    TaskMigratedError,
+    plan_levels,
+)
 from streams.config import StreamsConfig
 from streams.errors import StreamsError
 from topology.topology import Topology
 
 log = logging.getLogger(__name__)
+
+
+class StreamThreadExceptionResponse(enum.Enum):
+    """What an uncaught exception handler asks for (Kafka's
+    ``StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse``)."""
+
+    REPLACE_THREAD = "REPLACE_THREAD"
+    SHUTDOWN_CLIENT = "SHUTDOWN_CLIENT"
+    SHUTDOWN_APPLICATION = "SHUTDOWN_APPLICATION"
 
 
 class StreamsApp:
@@ -71,7 +88,12 @@ class StreamsApp:
         self.threads: list[StreamThread] = []
         self.queries: list[StreamingQuery] = []
         self.plan: TopicPlan | None = None
-        self.uncaught_exception_handler: Callable[[BaseException], None] | None = None
+        self.uncaught_exception_handler: (
+            Callable[[BaseException], StreamThreadExceptionResponse] | None
+        ) = None
+        self.replaced_threads = 0
+        self._started_ms = 0
+        self._levels: BatchLevels | None = None
         self._error: BaseException | None = None
         self._lock = threading.Lock()
 
@@ -110,23 +132,10 @@ class StreamsApp:
                 self.application_id,
                 in_batch=in_batch,
             )
-            width = max(self.plan.tasks.values(), default=1)
-            for index in range(1, n + 1):
-                share = None if n == 1 else [p for p in range(width) if p % n == index - 1]
-                thread = StreamThread(
-                    self.topology,
-                    self.config,
-                    self.admin,
-                    outputs=self.plan.outputs,
-                    sources=self.plan.sources,
-                    transactional_id=f"{self.application_id}-{self.process_id}-{index}",
-                    tasks=self.plan.tasks,
-                    partitions=share,
-                    levels=levels,
-                )
-                positions = thread.start()
-                self.threads.append(thread)
-                self.queries.append(self._start_query(thread, index, positions))
+            self._levels = levels
+            self._started_ms = time.time_ns() // 1_000_000
+            for index in range(1, self.config.num_stream_threads + 1):
+                self._start_thread(index)
         except BaseException:
             self._machine.transit(AppState.PENDING_ERROR)
             self._machine.transit(AppState.ERROR)
@@ -134,41 +143,62 @@ class StreamsApp:
         self._machine.transit(AppState.RUNNING)
 
     def run_until_idle(self) -> None:
-        """Process everything available now (and what that produces), then close."""
+        """Process everything available now (and what that produces), then close.
+
+        Raises:
+            the error of a stream thread the uncaught exception handler did not replace.
+        """
         if self.state is AppState.CREATED:
             self.start()
-        try:
+        while True:
             # Threads feed each other through repartition topics: drain until a whole
             # round moves no position.
-            while True:
-                before = [dict(t.positions) for t in self.threads]
-                for query in self.queries:
+            before = [dict(t.positions) for t in self.threads]
+            failed = False
+            for index, query in enumerate(list(self.queries)):
+                try:
                     query.processAllAvailable()
-                if [t.positions for t in self.threads] == before or len(self.queries) == 1:
-                    break
-        except Exception as exc:
-            self._fail(exc)
+                except Exception as exc:
+                    self._on_thread_error(index, exc)  # raises unless the thread is replaced
+                    failed = True
+            if failed:
+                continue
+            if len(self.queries) == 1 or [t.positions for t in self.threads] == before:
+                break
         self.close()
 
     def await_termination(self, timeout: float | None = None) -> bool:
-        """Wait for the query to end; re-raise its error. Return whether it ended."""
-        if not self.queries:
-            return self.state.is_terminal()
-        try:
-            if timeout is None:
-                for query in self.queries:
-                    query.awaitTermination()
-                return True
-            deadline = time.monotonic() + timeout
-            for query in self.queries:
-                left = max(0.0, deadline - time.monotonic())
-                # Seconds, as Spark's (it accepts floats; its annotation says int).
-                if not query.awaitTermination(left):  # type: ignore[arg-type]
-                    return False
-            return True
-        except Exception as exc:
-            self._fail(exc)
-            raise  # _fail raises; this keeps the type checker informed
+        """Wait until the application stops; return whether it stopped within ``timeout``
+        seconds (None: wait for ever).
+
+        Raises:
+            the error of a stream thread the uncaught exception handler did not replace.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.queries and not self.state.is_terminal():
+            for index, query in enumerate(list(self.queries)):
+                if not query.isActive:
+                    error = query.exception()
+                    if error is None:
+                        self.close()
+                        return True
+                    self._on_thread_error(index, error)
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            with contextlib.suppress(Exception):  # a failed query: handled just above
+                self.queries[0].awaitTermination(0.2)  # type: ignore[arg-type]
+        return self.state.is_terminal()
+
+    def set_uncaught_exception_handler(
+        self, handler: Callable[[BaseException], StreamThreadExceptionResponse]
+    ) -> None:
+        """Decide what a stream thread's uncaught error does (Kafka's
+        ``setUncaughtExceptionHandler``): REPLACE_THREAD starts the thread again (its
+        transaction aborted, its tasks resumed from the committed state),
+        SHUTDOWN_CLIENT stops this instance in ERROR (the default), and
+        SHUTDOWN_APPLICATION stops every instance of the application.id. A
+        ``TaskMigratedError`` always stops this instance: a newer one owns its tasks."""
+        self.uncaught_exception_handler = handler
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop the query, abort any open transaction; return whether it stopped in time."""
@@ -221,6 +251,59 @@ class StreamsApp:
             out["commit-total"] = out.get("commit-total", 0) + thread.batches
         return out
 
+    def _start_thread(self, index: int) -> None:
+        """Start stream thread ``index`` (1-based) with its share of the partitions."""
+        assert self.plan is not None and self._levels is not None
+        n = self.config.num_stream_threads
+        width = max(self.plan.tasks.values(), default=1)
+        share = None if n == 1 else [p for p in range(width) if p % n == index - 1]
+        thread = StreamThread(
+            self.topology,
+            self.config,
+            self.admin,
+            outputs=self.plan.outputs,
+            sources=self.plan.sources,
+            transactional_id=f"{self.application_id}-{self.process_id}-{index}",
+            tasks=self.plan.tasks,
+            partitions=share,
+            levels=self._levels,
+            shutdown_marker=(self._shutdown_marker(), self._started_ms),
+        )
+        positions = thread.start()
+        query = self._start_query(thread, index, positions)
+        if len(self.threads) >= index:
+            self.threads[index - 1], self.queries[index - 1] = thread, query
+        else:
+            self.threads.append(thread)
+            self.queries.append(query)
+
+    def _shutdown_marker(self) -> str:
+        """The file whose presence asks every instance of the application to stop."""
+        return self.admin.root.path("_apps", self.application_id, "shutdown-requested")
+
+    def _on_thread_error(self, index: int, error: BaseException) -> None:
+        """Apply the uncaught exception handler to thread ``index + 1``'s error: replace
+        the thread, or raise after shutting down this instance (or the application)."""
+        thread = self.threads[index]
+        exc = thread.failure if thread.failure is not None else error
+        response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+        if self.uncaught_exception_handler is not None and not isinstance(
+            exc, TaskMigratedError | ApplicationShutdownError
+        ):
+            response = self.uncaught_exception_handler(exc)
+        if response is StreamThreadExceptionResponse.REPLACE_THREAD:
+            log.warning(
+                "[app %s] replacing stream thread %d after: %s", self.application_id, index + 1, exc
+            )
+            thread.close()
+            self.replaced_threads += 1
+            self._start_thread(index + 1)
+            return
+        if response is StreamThreadExceptionResponse.SHUTDOWN_APPLICATION:
+            stamp = time.time_ns() // 1_000_000
+            self.admin.root.write_bytes(self._shutdown_marker(), f"{stamp}\n{exc}".encode())
+        self._fail(exc)
+
     def _stop_all(self) -> None:
         for query in self.queries:
             query.stop()
@@ -255,8 +338,11 @@ class StreamsApp:
         )
         return (
             stream.writeStream.foreachBatch(thread.run_batch)
-            .queryName(f"streams-{self.application_id}-{index}")
-            .option("checkpointLocation", self.checkpoint_location() + f"/thread-{index}")
+            .queryName(f"streams-{self.application_id}-{self.process_id}-{index}")
+            .option(
+                "checkpointLocation",
+                f"{self.checkpoint_location()}/{self.process_id}-thread-{index}",
+            )
             .trigger(processingTime=f"{self.config.commit_interval_ms} milliseconds")
             .start()
         )
@@ -270,6 +356,4 @@ class StreamsApp:
             else:
                 self._machine.transit(AppState.PENDING_ERROR)
                 self._machine.transit(AppState.ERROR)
-        if self.uncaught_exception_handler is not None:
-            self.uncaught_exception_handler(exc)
         raise exc

@@ -51,9 +51,11 @@ from runtime.task_runner import (
     RECORD,
     ROW_DDL,
     BatchPlan,
+    guarded,
     run_inner_level,
     run_source_level,
     shuffle_keys,
+    task_error,
 )
 from runtime.txn.offsets import OffsetsStore
 from runtime.txn.producer import TransactionalProducer
@@ -131,6 +133,11 @@ def plan_levels(
     return BatchLevels(inline, levels, partitions, shuffle)
 
 
+class ApplicationShutdownError(StreamsError):
+    """Another instance of the application asked every instance to stop
+    (SHUTDOWN_APPLICATION from its uncaught exception handler)."""
+
+
 class StreamThread:
     """Runs micro-batches of a topology for one thread's tasks.
 
@@ -144,6 +151,9 @@ class StreamThread:
         tasks: sub-topology -> its number of tasks.
         partitions: the partition numbers of this thread's tasks (None: all).
         levels: how sub-topologies are levelled (default: all level 0).
+        shutdown_marker: a file under the storage root, and the instance's start time: a
+            shutdown request written there after that time stops the thread before its
+            next batch (another instance asked the whole application to shut down).
     """
 
     def __init__(
@@ -158,6 +168,7 @@ class StreamThread:
         tasks: Mapping[int, int] | None = None,
         partitions: list[int] | None = None,
         levels: BatchLevels | None = None,
+        shutdown_marker: tuple[str, int] | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -168,6 +179,9 @@ class StreamThread:
         self.tasks = dict(tasks or {})
         self.partitions = partitions
         self.levels = levels or BatchLevels({}, {}, {}, {})
+        self.shutdown_marker = shutdown_marker
+        #: The error that stopped the thread (the original, not Spark's wrapper of it).
+        self.failure: BaseException | None = None
         self.group = config.application_id
         self.guarantee = config.processing_guarantee
         self.eos = self.guarantee != "at_least_once"
@@ -246,6 +260,7 @@ class StreamThread:
         """Process and commit one micro-batch (the ``foreachBatch`` function)."""
         started = time.perf_counter()
         try:
+            self._check_shutdown(batch_id)
             if self.alpha:
                 self._run_per_task(df, batch_id)
             elif self.eos:
@@ -253,13 +268,33 @@ class StreamThread:
             else:
                 self._run_at_least_once(df, batch_id)
         except ProducerFencedError as exc:
-            raise TaskMigratedError(
+            self.failure = TaskMigratedError(
                 f"[thread {self.transactional_id}] batch {batch_id}: fenced by a newer "
                 f"instance ({exc}); this instance stops, nothing it staged is visible"
-            ) from exc
+            )
+            raise self.failure from exc
+        except BaseException as exc:
+            self.failure = exc
+            raise
         self.batch_times.append(time.perf_counter() - started)
         self.batches += 1
         self._maybe_compact()
+
+    def _check_shutdown(self, batch_id: int) -> None:
+        if self.shutdown_marker is None:
+            return
+        path, started_ms = self.shutdown_marker
+        data = self.admin.root.read_bytes(path)
+        if data is None:
+            return
+        stamp, _, reason = data.decode(errors="replace").partition("\n")
+        if int(stamp or 0) >= started_ms:
+            raise ApplicationShutdownError(
+                f"[thread {self.transactional_id}] batch {batch_id}: an instance of "
+                f"{self.group} asked the whole application to shut down "
+                f"(SHUTDOWN_APPLICATION) after: {reason}; "
+                "fix the cause and start the instances again"
+            )
 
     def _maybe_compact(self) -> None:
         """Every ``statestore.snapshot.interval`` batches, compact the changelogs below
@@ -424,7 +459,13 @@ class StreamThread:
             out = out.repartition(self.levels.partitions[level], "shuffle").mapInArrow(
                 functools.partial(_inner_level, plan, level), ROW_DDL
             )
-        rows = out.select(*_META).collect()
+        try:
+            rows = out.select(*_META).collect()
+        except Exception as exc:
+            original = task_error(exc)
+            if original is None:
+                raise
+            raise original from exc
         stray = [r for r in rows if r["kind"] == RECORD]
         if stray:
             raise StreamsError(
@@ -479,11 +520,11 @@ def _add(
 
 
 def _source_level(plan: BatchPlan, batches: Any) -> Any:
-    return run_source_level(plan, batches)
+    return guarded(run_source_level(plan, batches))
 
 
 def _inner_level(plan: BatchPlan, level: int, batches: Any) -> Any:
-    return run_inner_level(plan, level, batches)
+    return guarded(run_inner_level(plan, level, batches))
 
 
 def _staged(row: Any) -> StagedFile:

@@ -31,8 +31,10 @@ because only the result that reached the driver is committed.
 
 from __future__ import annotations
 
+import base64
 import heapq
 import logging
+import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,18 +48,21 @@ from runtime.storage.records import HEADERS_TYPE
 from statestores.state_directory import StateDirectory
 from statestores.state_manager import ProcessorStateManager
 from streams.config import StreamsConfig
+from streams.errors import StreamsProcessingError
 from topology.collector import CollectorChangelog
 from topology.task import StreamTask
 from topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
-#: Row kinds: a staged file, a consumed position, a metric, or a repartitioned record.
+#: Row kinds: a staged file, a consumed position, a metric, or records on their way to a
+#: later level (packed: see :func:`_pack`).
 FILE, POSITION, METRIC, RECORD = "file", "position", "metric", "record"
 
-#: One row per staged file, consumed position, metric, or record in flight between levels.
-#: ``origin`` and ``offset`` order a record: the upstream task's partition and its
-#: sequence in that task's output; ``shuffle`` places it (see :func:`shuffle_keys`).
+#: One row per staged file, consumed position, metric, or pack of records in flight
+#: between levels: ``value`` holds the records (an Arrow IPC stream), ``count`` how many,
+#: ``origin`` the upstream task's partition (which orders the packs of one partition) and
+#: ``shuffle`` places the row (see :func:`shuffle_keys`).
 ROW_SCHEMA = pa.schema(
     [
         ("kind", pa.string()),
@@ -134,6 +139,46 @@ class PlanOutcomes:
         return self.outcomes.get((transactional_id, sequence))
 
 
+# -- errors across the JVM -----------------------------------------------------------------
+
+_ERROR_TAG = "streams-task-error:"
+
+
+class TaskFailedError(Exception):
+    """Carries a task's exception to the driver through Spark, which passes only text: the
+    original exception pickled and base64-encoded behind a tag (see :func:`task_error`)."""
+
+
+def guarded(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Yield ``rows``; turn an exception into a :class:`TaskFailedError` the driver decodes."""
+    try:
+        yield from rows
+    except Exception as exc:
+        try:
+            payload = base64.b64encode(pickle.dumps(exc)).decode()
+        except Exception:  # not picklable: the driver rebuilds it from the text
+            payload = ""
+        raise TaskFailedError(f"{_ERROR_TAG}{payload}:{type(exc).__name__}: {exc}") from exc
+
+
+def task_error(error: BaseException) -> BaseException | None:
+    """Return the task's original exception carried in Spark's ``error``, if any."""
+    text = str(error)
+    at = text.find(_ERROR_TAG)
+    if at < 0:
+        return None
+    payload = text[at + len(_ERROR_TAG) :].split(":", 1)[0]
+    if payload:
+        try:
+            original = pickle.loads(base64.b64decode(payload))
+            if isinstance(original, BaseException):
+                return original
+        except Exception:  # fall back to the message below
+            pass
+    message = text[at + len(_ERROR_TAG) :].split(":", 1)[-1].strip().splitlines()[0]
+    return StreamsProcessingError(message)
+
+
 # -- Spark shuffle placement ------------------------------------------------------------
 
 
@@ -179,7 +224,7 @@ def run_source_level(
     if table is None:
         return
     records = table.select(["topic", "partition", "offset", "key", "value", "timestamp", "headers"])
-    yield from _run_level(plan, 0, records, [])
+    yield from _run_level(plan, 0, records)
 
 
 def run_inner_level(
@@ -190,48 +235,39 @@ def run_inner_level(
     table = _collect(batches)
     if table is None:
         return
-    is_record = pc.equal(table.column("kind"), RECORD)
-    topics = table.column("topic")
-    mine_mask = pc.and_(
-        is_record,
-        pc.is_in(topics, value_set=pa.array([t for t, lv in plan.inline.items() if lv == level])),
-    )
-    mine_mask = pc.or_(
-        mine_mask,
+    mine_topics = [t for t in plan.sources if plan.level_of(t) == level]
+    mine_mask = pc.fill_null(
         pc.and_(
-            is_record,
-            pc.is_in(
-                topics,
-                value_set=pa.array(
-                    [t for t in plan.sources if t not in plan.inline and plan.level_of(t) == level],
-                    pa.string(),
-                ),
-            ),
+            pc.equal(table.column("kind"), RECORD),
+            pc.is_in(table.column("topic"), value_set=pa.array(mine_topics, pa.string())),
         ),
+        False,
     )
-    mine_mask = pc.fill_null(mine_mask, False)
     passing = table.filter(pc.invert(mine_mask))
-    mine = table.filter(mine_mask).sort_by([("origin", "ascending"), ("offset", "ascending")])
-    records = mine.select(["topic", "partition", "offset", "key", "value", "timestamp", "headers"])
-    yield from _run_level(plan, level, records, [passing.to_batches()] if passing.num_rows else [])
+    if passing.num_rows:
+        yield from passing.to_batches()
+    packs = table.filter(mine_mask).sort_by(
+        [("partition", "ascending"), ("origin", "ascending"), ("topic", "ascending")]
+    )
+    if packs.num_rows == 0:
+        return
+    records = pa.concat_tables([_unpack(blob) for blob in packs.column("value").to_pylist()])
+    yield from _run_level(plan, level, records)
 
 
-def _run_level(
-    plan: BatchPlan, level: int, records: pa.Table, passing: list[list[pa.RecordBatch]]
-) -> Iterator[pa.RecordBatch]:
-    for batches in passing:
-        yield from batches
+def _run_level(plan: BatchPlan, level: int, records: pa.Table) -> Iterator[pa.RecordBatch]:
     if records.num_rows == 0:
         return
     # Records of other levels (a later sub-topology's co-partitioned source topic) pass
     # on to be shuffled with the rows of that level.
-    topics = records.column("topic").to_pylist()
-    later = sorted({t for t in set(topics) if plan.level_of(t) != level})
+    topic_col = records.column("topic")
+    later = sorted(t for t in pc.unique(topic_col).to_pylist() if plan.level_of(t) != level)
     if later:
-        mask = pc.is_in(records.column("topic"), value_set=pa.array(later, pa.string()))
+        mask = pc.is_in(topic_col, value_set=pa.array(later, pa.string()))
         moving = records.filter(mask)
         records = records.filter(pc.invert(mask))
-        yield from _as_records(plan, moving, -1).to_batches()
+        for topic, partition, chunk in _groups(moving):
+            yield _pack(plan, topic, partition, -1, chunk)
     parts = records.column("partition")
     for partition in sorted(pc.unique(parts).to_pylist()):
         rows_p = records.filter(pc.equal(parts, partition))
@@ -239,47 +275,60 @@ def _run_level(
         for topic in pc.unique(rows_p.column("topic")).to_pylist():
             by_sub.setdefault(plan.sources[topic], []).append(topic)
         for sub_id in sorted(by_sub):
-            out = _run_task(plan, sub_id, partition, rows_p, sorted(by_sub[sub_id]))
-            yield from out
+            yield from _run_task(plan, sub_id, partition, rows_p, sorted(by_sub[sub_id]))
 
 
-def _as_records(
-    plan: BatchPlan, records: pa.Table, origin: int, shuffle: int | None = None
-) -> pa.Table:
-    """Turn source-shaped records into rows placed for the level reading them."""
-    n = records.num_rows
-    if shuffle is not None:
-        shuffles = [shuffle] * n
-    else:
-        shuffles = [
-            _shuffle_of(plan, plan.level_of(t), p)
-            for t, p in zip(
-                records.column("topic").to_pylist(),
-                records.column("partition").to_pylist(),
-                strict=True,
-            )
-        ]
-    return pa.table(
-        {
-            "kind": pa.array([RECORD] * n, pa.string()),
-            "task": pa.nulls(n, pa.string()),
-            "topic": records.column("topic"),
-            "partition": records.column("partition"),
-            "path": pa.nulls(n, pa.string()),
-            "count": pa.nulls(n, pa.int64()),
-            "size": pa.nulls(n, pa.int64()),
-            "min_timestamp": pa.nulls(n, pa.int64()),
-            "max_timestamp": pa.nulls(n, pa.int64()),
-            "offset": records.column("offset"),
-            "origin": pa.array([origin] * n, pa.int32()),
-            "shuffle": pa.array(shuffles, pa.int32()),
-            "key": records.column("key"),
-            "value": records.column("value"),
-            "timestamp": records.column("timestamp"),
-            "headers": records.column("headers"),
-        },
-        schema=ROW_SCHEMA,
-    )
+def _groups(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """Yield the records of each (topic, partition), in their order."""
+    topics = records.column("topic")
+    for topic in sorted(pc.unique(topics).to_pylist()):
+        of_topic = records.filter(pc.equal(topics, topic))
+        parts = of_topic.column("partition")
+        for partition in sorted(pc.unique(parts).to_pylist()):
+            yield topic, partition, of_topic.filter(pc.equal(parts, partition))
+
+
+#: The records inside one packed row (an Arrow IPC stream in its ``value``).
+PACKED_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.int64()),
+        ("headers", HEADERS_TYPE),
+    ]
+)
+
+
+def _pack(
+    plan: BatchPlan, topic: str, partition: int, origin: int, records: pa.Table
+) -> pa.RecordBatch:
+    """One row carrying ``records`` of ``topic``/``partition`` to the level reading them.
+
+    Records travel in bulk, as one Arrow IPC blob per (upstream task, topic, partition):
+    the shuffle moves a few large rows instead of one JVM row per record. ``origin`` (the
+    upstream task's partition, -1 for a source topic) orders the blobs at arrival.
+    """
+    sink = pa.BufferOutputStream()
+    table = records.select(PACKED_SCHEMA.names).cast(PACKED_SCHEMA)
+    with pa.ipc.new_stream(sink, PACKED_SCHEMA) as writer:
+        writer.write_table(table)
+    row = {
+        "kind": RECORD,
+        "topic": topic,
+        "partition": partition,
+        "count": records.num_rows,
+        "origin": origin,
+        "shuffle": _shuffle_of(plan, plan.level_of(topic), partition),
+        "value": sink.getvalue().to_pybytes(),
+    }
+    return pa.RecordBatch.from_pylist([row], schema=ROW_SCHEMA)
+
+
+def _unpack(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
 
 
 def _shuffle_of(plan: BatchPlan, level: int, partition: int) -> int:
@@ -400,7 +449,6 @@ def _run_task(
     out = [pa.RecordBatch.from_pylist(rows, schema=ROW_SCHEMA)] if rows else []
     for topic, target, chunk in inline:
         n = chunk.num_rows
-        level = plan.inline[topic]
         placed = pa.table(
             {
                 "topic": pa.array([topic] * n, pa.string()),
@@ -412,9 +460,7 @@ def _run_task(
                 "headers": chunk.column("headers"),
             }
         )
-        out.extend(
-            _as_records(plan, placed, partition, _shuffle_of(plan, level, target)).to_batches()
-        )
+        out.append(_pack(plan, topic, target, partition, placed))
     return out
 
 
