@@ -334,6 +334,7 @@ class StreamsApp:
             .option("auto_offset_reset", self.config.auto_offset_reset)
             .option("max_poll_records", str(self.config.max_poll_records))
             .option("partitions", json.dumps(thread.partitions) if thread.partitions else "")
+            .option("plan_only", "true")  # the tasks read their records into Arrow
             .load()
         )
         return (

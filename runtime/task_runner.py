@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runtime.collector import OutputTopic, StagingCollector
+from runtime.spark.source import read_task_input
 from runtime.state_adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.storage.records import HEADERS_TYPE
 from statestores.state_directory import StateDirectory
@@ -219,10 +220,23 @@ def shuffle_keys(partitions: int) -> list[int]:
 def run_source_level(
     plan: BatchPlan, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """Level 0: run the tasks over the source records of one partition number."""
+    """Level 0: run the tasks over the source records of one partition number.
+
+    The input is either the records themselves or (the source's ``plan_only`` option)
+    one row per input partition naming the file slices to read, which are then read
+    here, straight into Arrow.
+    """
     table = _collect(batches)
     if table is None:
         return
+    if "task_input" in table.column_names:
+        tables = [
+            pa.Table.from_batches(list(read_task_input(pickle.loads(blob))), schema=_SOURCE_ARROW)
+            for blob in table.column("task_input").to_pylist()
+        ]
+        table = pa.concat_tables(tables)
+        if table.num_rows == 0:
+            return
     records = table.select(["topic", "partition", "offset", "key", "value", "timestamp", "headers"])
     yield from _run_level(plan, 0, records)
 
@@ -288,8 +302,7 @@ def _groups(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
             yield topic, partition, of_topic.filter(pc.equal(parts, partition))
 
 
-#: The records inside one packed row (an Arrow IPC stream in its ``value``).
-PACKED_SCHEMA = pa.schema(
+_SOURCE_ARROW = pa.schema(
     [
         ("topic", pa.string()),
         ("partition", pa.int32()),
@@ -300,6 +313,9 @@ PACKED_SCHEMA = pa.schema(
         ("headers", HEADERS_TYPE),
     ]
 )
+
+#: The records inside one packed row (an Arrow IPC stream in its ``value``).
+PACKED_SCHEMA = _SOURCE_ARROW
 
 
 def _pack(

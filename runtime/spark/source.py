@@ -20,6 +20,7 @@ executor only opens the parquet files its partition names (it never touches the 
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,10 @@ SOURCE_SCHEMA = (
     "topic string, partition int, offset long, key binary, value binary, timestamp long, "
     "headers array<struct<key: string, value: binary>>"
 )
+
+#: The columns with ``plan_only``: one row per Spark input partition, the pickled
+#: :class:`TaskInput` that the consumer reads itself (no JVM row per record).
+PLAN_SCHEMA = "partition int, task_input binary"
 
 Offsets = dict[str, dict[str, int]]
 
@@ -111,6 +116,7 @@ class TopicStreamReader(DataSourceStreamReader):
         self.starting: Offsets = json.loads(options.get("starting_offsets", "{}"))
         self.reset = options.get("auto_offset_reset", "earliest")
         self.max_poll_records = int(options.get("max_poll_records", "1000"))
+        self.plan_only = options.get("plan_only", "false").lower() == "true"
         only = options.get("partitions")
         self.only: frozenset[int] | None = frozenset(json.loads(only)) if only else None
         self._reader: TopicReader | None = None
@@ -158,6 +164,12 @@ class TopicStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TaskInput)
+        if self.plan_only:
+            yield pa.RecordBatch.from_pylist(
+                [{"partition": partition.partition, "task_input": pickle.dumps(partition)}],
+                schema=pa.schema([("partition", pa.int32()), ("task_input", pa.binary())]),
+            )
+            return
         yield from read_task_input(partition)
 
     def commit(self, end: Offsets) -> None:
@@ -182,7 +194,10 @@ class TopicSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return SOURCE_SCHEMA
+        """Record rows, or with the option ``plan_only=true`` one row per input partition
+        naming what to read (:data:`PLAN_SCHEMA`)."""
+        plan_only = str(self.options.get("plan_only", "false")).lower() == "true"
+        return PLAN_SCHEMA if plan_only else SOURCE_SCHEMA
 
     def streamReader(self, schema: StructType) -> TopicStreamReader:  # noqa: N802
         return TopicStreamReader(dict(self.options))

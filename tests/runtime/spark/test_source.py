@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from runtime.spark.source import SOURCE_NAME, TopicSource, resolve_positions
+from runtime.spark.source import SOURCE_NAME, TopicSource, read_task_input, resolve_positions
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
@@ -121,3 +122,43 @@ def test_stream_starts_from_given_offsets(
     )
     seen = sorted((r.partition, r.offset) for b in batches for r in b["rows"])
     assert seen == [(0, 3), (1, 1), (1, 2), (1, 3)]
+
+
+def test_plan_only_rows_name_what_the_consumer_reads(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """With ``plan_only`` each batch has one row per partition number; reading its task
+    input gives exactly the records the record-per-row mode gives."""
+    admin.create("a", 2)
+    producer = Producer(admin)
+    for i in range(10):
+        producer.send("a", b"k%d" % i, b"v%d" % i, timestamp=i, partition=i % 2)
+    producer.flush()
+    spark.dataSource.register(TopicSource)
+    got: list[Any] = []
+
+    def collect(df: Any, batch_id: int) -> None:
+        got.extend(df.collect())
+
+    query = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("root", root)
+        .option("topics", json.dumps(["a"]))
+        .option("plan_only", "true")
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert sorted(r["partition"] for r in got) == [0, 1]
+    records = [
+        (row["partition"], row["offset"], row["key"])
+        for r in got
+        for batch in read_task_input(pickle.loads(r["task_input"]))
+        for row in batch.to_pylist()
+    ]
+    assert sorted(records) == [
+        (i % 2, i // 2, b"k%d" % i) for i in sorted(range(10), key=lambda i: (i % 2, i))
+    ]
