@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
+from runtime.txn import faults
 from runtime.txn.state import OffsetEntry
 from streams.errors import StreamsError
 
@@ -115,6 +116,7 @@ class OffsetsStore:
 
     def commit(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
         """Commit positions plainly (at-least-once); durable on return."""
+        faults.reached("before_offsets_commit")
         entries = [OffsetEntry(group, t, p, o) for (t, p), o in offsets.items()]
         producer = Producer(self.admin)
         for key, value in self.records(group, entries):

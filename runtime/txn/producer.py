@@ -269,6 +269,10 @@ class TransactionalProducer:
             if snap.meta.state is not TransactionState.ONGOING:  # nothing was sent
                 self._finish_local(committed=True)
                 return
+            if faults.broken(faults.BREAK_COMMIT_BEFORE_PREPARE):  # tests only
+                faults.commit_before_prepare(
+                    self.admin, self.coordinator, self._staged, keep=(OFFSETS_TOPIC,)
+                )
             faults.reached("before_prepare")
             staged = {topic: self._staged.get(topic, []) for topic in snap.meta.participants}
             snap = self.coordinator.transit(

@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from streams.cli import console, offsets, run, topics, transactions
+from streams.cli import console, crashtest, offsets, run, topics, transactions
 from streams.errors import StreamsError
 
 EXIT_ERROR = 1
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     console.register(sub, common)
     transactions.register(sub, common)
     run.register(sub, common)
+    crashtest.register(sub, common)
     return parser
 
 

@@ -1,0 +1,111 @@
+"""Measure how long the word count takes to recover from a SIGKILL, by size of its state.
+
+For each state size (distinct words in the ``word-counts`` RocksDB store):
+
+1. fill: one run of ``examples/wordcount.py`` over lines holding that many distinct words;
+2. ``--repeats`` times: produce a few more lines, start the application with a fault point
+   armed (alternately ``after_prepare``, rolled forward on restart, and ``before_prepare``,
+   aborted on restart) so it SIGKILLs itself in its first commit, then start it again and
+   time the restart until its first commit (recovery: Spark start, transaction recovery,
+   stores applying or dropping the prepared batch, the first batch).
+
+    python benchmarks/recovery.py [--keys 10000 1000000] [--repeats 3]
+
+Each run is a real process on local Spark, as under ``streams-eos crashtest``; the figures
+include the JVM start (``JDK_JAVA_OPTIONS=-XX:TieredStopAtLevel=1`` is set, as in the
+tests). Prints one line per size; ``--json`` also writes them to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from runtime.storage.producer import Producer
+from streams.crashcheck import InputRecord
+from streams.crashplan import Kill
+from streams.crashtest import BASE_TIMESTAMP, CrashTest
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+WORDS_PER_LINE = 200
+FAST_JVM = {"JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1"}
+
+
+def fill_lines(keys: int) -> list[InputRecord]:
+    """Lines that together hold ``keys`` distinct words, each word once."""
+    lines = []
+    for start in range(0, keys, WORDS_PER_LINE):
+        words = " ".join(f"w{j:08d}" for j in range(start, min(keys, start + WORDS_PER_LINE)))
+        lines.append(InputRecord("text-lines", f"line-{start}", words, BASE_TIMESTAMP + start))
+    return lines
+
+
+def measure(keys: int, repeats: int, workdir: str) -> dict[str, object]:
+    """Fill the store with ``keys`` words, then kill and restart ``repeats`` times."""
+    test = CrashTest(
+        os.path.join(EXAMPLE, "wordcount.py"),
+        inputs=fill_lines(keys),
+        workdir=workdir,
+        config={"commit.interval.ms": "100", "max.poll.records": "2000"},
+        env=FAST_JVM,
+    )
+    test.setup()
+    started = time.monotonic()
+    fill = test.wait(test.spawn())
+    if fill.error:
+        raise SystemExit(fill.error)
+    fill_s = time.monotonic() - started
+    recoveries = []
+    for r in range(repeats):
+        producer = Producer(test.admin)
+        for i in range(40):  # words already counted: the store's size stays
+            words = " ".join(f"w{(r * 997 + i * 31 + j) % keys:08d}" for j in range(20))
+            producer.send("text-lines", f"more-{r}-{i}".encode(), words.encode())
+        producer.flush()
+        point = "after_prepare" if r % 2 == 0 else "before_prepare"
+        kill = Kill("fault", point=point)
+        test.wait(test.spawn({"STREAMS_FAULT_POINT": point}), kill)
+        restart = test.wait(test.spawn())
+        if restart.error or restart.recovery_s is None:
+            raise SystemExit(restart.error or "the restart made no commit")
+        recoveries.append(restart.recovery_s)
+        print(f"  keys={keys} kill at {point}: recovered in {restart.recovery_s:.2f}s", flush=True)
+    return {
+        "keys": keys,
+        "fill_s": round(fill_s, 2),
+        "recovery_s": recoveries,
+        "recovery_p50_s": round(statistics.median(recoveries), 2),
+        "recovery_max_s": round(max(recoveries), 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args()
+    results = []
+    for keys in args.keys:
+        with tempfile.TemporaryDirectory(prefix=f"recovery-{keys}-") as work:
+            result = measure(keys, args.repeats, work)
+        results.append(result)
+        print(
+            f"keys={keys:>9,} fill={result['fill_s']}s recovery p50={result['recovery_p50_s']}s"
+            f" max={result['recovery_max_s']}s",
+            flush=True,
+        )
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()
