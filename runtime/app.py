@@ -333,7 +333,10 @@ class StreamsApp:
             .option("starting_offsets", json.dumps(starting))
             .option("auto_offset_reset", self.config.auto_offset_reset)
             .option("max_poll_records", str(self.config.max_poll_records))
-            .option("partitions", json.dumps(thread.partitions) if thread.partitions else "")
+            # None: every partition; [] (more threads than partitions): none
+            .option(
+                "partitions", "" if thread.partitions is None else json.dumps(thread.partitions)
+            )
             .option("plan_only", "true")  # the tasks read their records into Arrow
             .load()
         )

@@ -10,8 +10,10 @@ driver's commit adds them to each topic's Delta log.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+import pyarrow as pa
 
 from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import StagedFile, write_file
@@ -93,6 +95,16 @@ class StagingCollector:
                 )
                 out.append((topic, staged))
         return out
+
+    def drain(self, topics: Iterable[str]) -> list[tuple[str, int, pa.Table]]:
+        """Remove the buffered records of ``topics`` without writing them; return them as
+        ``(topic, partition, records)`` (for records handed on in memory, e.g. a
+        repartition shuffled inside the batch)."""
+        return [
+            (topic, partition, chunk)
+            for topic in sorted(topics)
+            for partition, chunk in self._acc.drain(topic)
+        ]
 
     def discard(self) -> None:
         """Drop every buffered record (the task failed; its attempt is abandoned)."""

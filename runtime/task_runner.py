@@ -360,21 +360,6 @@ def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
 # -- one task -------------------------------------------------------------------------------
 
 
-class _Collector(StagingCollector):
-    """A staging collector that keeps the records of inline repartition topics apart, to
-    hand them to the next level as rows instead of writing them."""
-
-    inline: frozenset[str] = frozenset()
-
-    def drain_inline(self) -> list[tuple[str, int, pa.Table]]:
-        """Remove and return the inline records as ``(topic, partition, records)``."""
-        return [
-            (topic, partition, chunk)
-            for topic in sorted(self.inline)
-            for partition, chunk in self._acc.drain(topic)
-        ]
-
-
 def _run_task(
     plan: BatchPlan, sub_id: int, partition: int, table: pa.Table, topics: list[str]
 ) -> list[pa.RecordBatch]:
@@ -382,8 +367,7 @@ def _run_task(
     task_id = f"{sub_id}_{partition}"
     own = plan.task_transactions.get(task_id)
     transaction = (own[0], own[1]) if own is not None else plan.transaction
-    collector = _Collector(plan.root, plan.outputs, own[2] if own else plan.staging_dir)
-    collector.inline = frozenset(plan.inline)
+    collector = StagingCollector(plan.root, plan.outputs, own[2] if own else plan.staging_dir)
     changelog = CollectorChangelog(
         collector, topology.changelog_topics(config.application_id), partition
     )
@@ -429,7 +413,7 @@ def _run_task(
         try:
             consumed = _process(plan, task, partition, table, topics)
             task.prepare_commit()
-            inline = collector.drain_inline()
+            inline = collector.drain(plan.inline)
             files = collector.flush()
             if manager is not None and transaction is None:
                 # at_least_once: state may run ahead of the outputs after a crash; the
