@@ -268,6 +268,8 @@ class StreamsApp:
             partitions=share,
             levels=self._levels,
             shutdown_marker=(self._shutdown_marker(), self._started_ms),
+            internal_sources=frozenset(self.plan.sources) - frozenset(self.plan.external_sources),
+            wake=self._wake_file(index),
         )
         positions = thread.start()
         query = self._start_query(thread, index, positions)
@@ -276,6 +278,12 @@ class StreamsApp:
         else:
             self.threads.append(thread)
             self.queries.append(query)
+
+    def _wake_file(self, index: int) -> str:
+        """The file holding thread ``index``'s wake token for its source."""
+        return self.admin.root.path(
+            "_apps", self.application_id, "wake", f"{self.process_id}-thread-{index}"
+        )
 
     def _shutdown_marker(self) -> str:
         """The file whose presence asks every instance of the application to stop."""
@@ -337,7 +345,9 @@ class StreamsApp:
             .option(
                 "partitions", "" if thread.partitions is None else json.dumps(thread.partitions)
             )
-            .option("plan_only", "true")  # the tasks read their records into Arrow
+            # Spark's offsets only trigger batches; the thread plans the reads itself
+            .option("trigger_only", "true")
+            .option("wake", self._wake_file(index))
             .load()
         )
         return (

@@ -14,8 +14,13 @@ Under ``exactly_once_v2`` one batch is one transaction of the thread's transacti
    raised here as TaskMigratedError), then remember the outcome so the stores apply
    their prepared batches when they next open.
 
-Records below the committed positions are skipped by the tasks, so a batch Spark replays
-after a crash, or a Spark checkpoint that lags the offsets table, never counts twice.
+What a batch reads is planned here, not by Spark's offsets: each source partition of the
+thread's tasks from its committed position on, at most ``max.poll.records`` records. Spark's
+source only triggers the batch; a batch Spark replays after a crash, or a Spark checkpoint
+that lags the offsets table, therefore never counts twice, and records a task held back
+(``max.task.idle.ms``) or a partition it was just given are read again from the committed
+position. When a batch leaves records behind, the thread changes the source's wake token so
+the next trigger runs a batch even if nothing new arrives.
 ``at_least_once``: the same without a transaction; outputs and changelogs are committed
 first, then the positions (a crash in between gives duplicates, never a loss).
 
@@ -42,7 +47,9 @@ from pyspark.sql import DataFrame
 
 from runtime.changelog_compaction import compact_changelogs
 from runtime.collector import OutputTopic
+from runtime.spark.source import TopicSlices
 from runtime.storage.committer import StagedFile, TopicCommitter
+from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.task_runner import (
     FILE,
@@ -61,7 +68,7 @@ from runtime.txn.offsets import OffsetsStore
 from runtime.txn.producer import TransactionalProducer
 from runtime.txn.state import TransactionState
 from streams.config import StreamsConfig
-from streams.errors import ProducerFencedError, StreamsError
+from streams.errors import OffsetOutOfRangeError, ProducerFencedError, StreamsError
 from topology.graph import SinkSpec
 from topology.topology import Topology
 
@@ -154,6 +161,10 @@ class StreamThread:
         shutdown_marker: a file under the storage root, and the instance's start time: a
             shutdown request written there after that time stops the thread before its
             next batch (another instance asked the whole application to shut down).
+        internal_sources: source topics this application writes itself (repartition
+            topics): read from their beginning when no position is committed.
+        wake: a file under the storage root the source reads its wake token from; the
+            thread writes a new token when a batch leaves records behind.
     """
 
     def __init__(
@@ -169,6 +180,8 @@ class StreamThread:
         partitions: list[int] | None = None,
         levels: BatchLevels | None = None,
         shutdown_marker: tuple[str, int] | None = None,
+        internal_sources: frozenset[str] = frozenset(),
+        wake: str | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -180,6 +193,13 @@ class StreamThread:
         self.partitions = partitions
         self.levels = levels or BatchLevels({}, {}, {}, {})
         self.shutdown_marker = shutdown_marker
+        self.internal_sources = internal_sources
+        self.wake = wake
+        self.reader = TopicReader(admin)
+        #: This batch's reads, and the log-end offset of each partition read.
+        self._inputs: dict[int, tuple[TopicSlices, ...]] = {}
+        self._truncated: frozenset[tuple[str, int]] = frozenset()
+        self._ends: dict[tuple[str, int], int] = {}
         #: The error that stopped the thread (the original, not Spark's wrapper of it).
         self.failure: BaseException | None = None
         self.group = config.application_id
@@ -261,6 +281,8 @@ class StreamThread:
         started = time.perf_counter()
         try:
             self._check_shutdown(batch_id)
+            if not self._plan_reads():
+                return  # nothing to read for this thread's tasks (another's partitions)
             if self.alpha:
                 self._run_per_task(df, batch_id)
             elif self.eos:
@@ -278,7 +300,62 @@ class StreamThread:
             raise
         self.batch_times.append(time.perf_counter() - started)
         self.batches += 1
+        self._maybe_wake()
         self._maybe_compact()
+
+    def _plan_reads(self) -> bool:
+        """Plan this batch's reads from the committed positions; return whether there is
+        anything to read."""
+        cap = self.config.max_poll_records
+        inputs: dict[int, list[TopicSlices]] = {}
+        truncated: set[tuple[str, int]] = set()
+        self._ends = {}
+        for topic in self.subscribed:
+            ends = self.reader.end_offsets(topic)
+            starts = self.reader.beginning_offsets(topic)
+            for partition, end in sorted(ends.items()):
+                if self.partitions is not None and partition not in self.partitions:
+                    continue
+                at = self.positions.get((topic, partition))
+                if at is None or at < starts[partition]:  # none yet, or removed (retention)
+                    at = self._reset_position(topic, partition, end)
+                if at >= end:
+                    continue
+                stop = min(end, at + cap)
+                slices = self.reader.plan(topic, partition, at, stop - at)
+                inputs.setdefault(partition, []).append(
+                    TopicSlices(topic, partition, at, stop, tuple(slices))
+                )
+                self._ends[(topic, partition)] = end
+                if stop < end:
+                    truncated.add((topic, partition))
+        self._inputs = {p: tuple(items) for p, items in inputs.items()}
+        self._truncated = frozenset(truncated)
+        return bool(self._inputs)
+
+    def _reset_position(self, topic: str, partition: int, end: int) -> int:
+        """The position of a partition with no valid committed one: its beginning for an
+        internal topic, else as ``auto.offset.reset`` says (kept until committed)."""
+        reset = "earliest" if topic in self.internal_sources else self.config.auto_offset_reset
+        if reset == "none":
+            raise OffsetOutOfRangeError(
+                f"[thread {self.transactional_id}] no valid committed offset for "
+                f"{topic}-{partition} and auto.offset.reset=none; commit a position first "
+                "(streams-eos groups --reset-offsets) or set auto.offset.reset to earliest "
+                "or latest"
+            )
+        at = end if reset == "latest" else self.reader.beginning_offsets(topic)[partition]
+        self.positions[(topic, partition)] = at
+        return at
+
+    def _maybe_wake(self) -> None:
+        """After a batch that left records behind (capped by ``max.poll.records`` or held
+        back), write a new wake token so Spark runs the next batch without new data."""
+        if self.wake is None:
+            return
+        behind = any(self.positions.get(tp, 0) < end for tp, end in self._ends.items())
+        if behind:
+            self.admin.root.write_bytes(self.wake, str(time.time_ns()).encode())
 
     def _check_shutdown(self, batch_id: int) -> None:
         if self.shutdown_marker is None:
@@ -443,6 +520,8 @@ class StreamThread:
             shuffle=self.levels.shuffle,
             level_partitions=self.levels.partitions,
             snapshot=self._snapshot_due(),
+            inputs=self._inputs,
+            truncated=self._truncated,
         )
 
     def _snapshot_due(self) -> bool:

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runtime.collector import OutputTopic, StagingCollector
-from runtime.spark.source import read_task_input
+from runtime.spark.source import TaskInput, TopicSlices, read_task_input
 from runtime.state_adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.storage.records import HEADERS_TYPE
 from statestores.state_directory import StateDirectory
@@ -106,6 +106,14 @@ class BatchPlan:
     sub-topology to its level; ``shuffle`` maps a level's partition count to the shuffle
     value of each partition. ``snapshot``: upload a snapshot of each task's stores (their
     committed state, once opened) in this batch.
+
+    ``inputs`` (a streams application's batches) names, per partition number, the file
+    slices each source topic partition is read from: from the committed position on, at
+    most ``max.poll.records`` of them. ``truncated`` lists the source partitions that have
+    records beyond their slice; a task with several inputs holds back records once such a
+    partition is drained (``max.task.idle.ms`` >= 0), as Kafka's task waits for more data
+    of an empty partition that has lag, so records are processed in timestamp order
+    across batches.
     """
 
     topology: Topology
@@ -123,6 +131,8 @@ class BatchPlan:
     shuffle: Mapping[int, Sequence[int]] = field(default_factory=dict)
     level_partitions: Mapping[int, int] = field(default_factory=dict)
     snapshot: bool = False
+    inputs: Mapping[int, tuple[TopicSlices, ...]] | None = None
+    truncated: frozenset[tuple[str, int]] = frozenset()
 
     def level_of(self, topic: str) -> int:
         """The level of the sub-topology reading ``topic``."""
@@ -230,9 +240,19 @@ def run_source_level(
     if table is None:
         return
     if "task_input" in table.column_names:
+        if plan.inputs is not None:  # the driver planned the reads
+            wanted = [
+                TaskInput(plan.root, p, plan.inputs[p])
+                for p in table.column("partition").to_pylist()
+                if plan.inputs.get(p)
+            ]
+        else:
+            wanted = [pickle.loads(blob) for blob in table.column("task_input").to_pylist()]
+        if not wanted:
+            return
         tables = [
-            pa.Table.from_batches(list(read_task_input(pickle.loads(blob))), schema=_SOURCE_ARROW)
-            for blob in table.column("task_input").to_pylist()
+            pa.Table.from_batches(list(read_task_input(item)), schema=_SOURCE_ARROW)
+            for item in wanted
         ]
         table = pa.concat_tables(tables)
         if table.num_rows == 0:
@@ -411,7 +431,7 @@ def _run_task(
         if manager is not None and plan.snapshot:
             manager.snapshot()  # the committed state: this batch's writes are not in it
         try:
-            consumed = _process(plan, task, partition, table, topics)
+            consumed, held_back = _process(plan, task, partition, table, topics)
             task.prepare_commit()
             inline = collector.drain(plan.inline)
             files = collector.flush()
@@ -443,6 +463,7 @@ def _run_task(
         for name, count in (
             ("dropped-records-total", task.dropped_records),
             ("skipped-records-total", task.skipped_records),
+            ("held-back-records-total", held_back),
         )
         if count
     )
@@ -466,12 +487,12 @@ def _run_task(
 
 def _process(
     plan: BatchPlan, task: StreamTask, partition: int, table: pa.Table, topics: list[str]
-) -> dict[tuple[str, int], int]:
+) -> tuple[dict[tuple[str, int], int], int]:
     """Process the records of ``topics`` not yet committed, interleaved by timestamp;
-    return the next positions."""
-    consumed: dict[tuple[str, int], int] = {}
+    return the next positions and how many records were held back for the next batch."""
     topic_col = table.column("topic")
     queues: list[tuple[str, pa.Table]] = []
+    held_back = 0
     for topic in topics:
         rows = table.filter(pc.equal(topic_col, topic))
         if topic not in plan.inline:
@@ -479,13 +500,50 @@ def _process(
             rows = rows.filter(pc.greater_equal(rows.column("offset"), start))
         if rows.num_rows:
             queues.append((topic, rows))
-            consumed[(topic, partition)] = int(rows.column("offset")[-1].as_py()) + 1
     if len(queues) == 1:
         _process_run(task, partition, *queues[0])
-        return consumed
-    for topic, rows in _interleave(queues):
-        _process_run(task, partition, topic, rows)
-    return consumed
+    elif queues:
+        waits_for = (
+            [(t, partition) in plan.truncated for t, _ in queues]
+            if plan.config.max_task_idle_ms >= 0
+            else [False] * len(queues)
+        )
+        taken = _hold_back(queues, waits_for)
+        if taken is not None:
+            held_back = sum(rows.num_rows for _, rows in queues) - sum(taken)
+            queues = [
+                (t, rows.slice(0, n)) for (t, rows), n in zip(queues, taken, strict=True) if n
+            ]
+        for topic, rows in _interleave(queues):
+            _process_run(task, partition, topic, rows)
+    consumed = {
+        (topic, partition): int(rows.column("offset")[-1].as_py()) + 1
+        for topic, rows in queues
+        if topic not in plan.inline
+    }
+    return consumed, held_back
+
+
+def _hold_back(queues: list[tuple[str, pa.Table]], waits_for: list[bool]) -> list[int] | None:
+    """Return how many records of each queue to process now, or None for all of them.
+
+    Records are taken in :func:`_interleave`'s order until a queue in ``waits_for`` (its
+    partition has records beyond this batch) is drained; the rest wait for the next
+    batch, which reads that partition further (Kafka's task waits the same way while a
+    drained partition has lag, ``max.task.idle.ms``).
+    """
+    if not any(waits_for):
+        return None
+    stamps = [rows.column("timestamp").to_pylist() for _, rows in queues]
+    taken = [0] * len(queues)
+    merged = heapq.merge(
+        *(_tagged(q, col) for q, col in enumerate(stamps)), key=lambda item: (item[0], item[1])
+    )
+    for _, q, _i in merged:
+        taken[q] += 1
+        if waits_for[q] and taken[q] == len(stamps[q]):
+            return taken
+    return None
 
 
 def _interleave(queues: list[tuple[str, pa.Table]]) -> Iterator[tuple[str, pa.Table]]:

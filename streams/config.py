@@ -202,6 +202,18 @@ class StreamsConfig(BaseModel):
         "statestore.uncommitted.max.bytes", f"-1 (unbounded) or {_POSITIVE}", default=64 << 20
     )
     max_poll_records: _Int = _key("max.poll.records", _AT_LEAST_ONE, default=1000, ge=1)
+    max_task_idle_ms: _Int = _key(
+        "max.task.idle.ms",
+        "-1 (never wait) or an integer >= 0",
+        default=0,
+        ge=-1,
+    )
+    session_timeout_ms: _Int = _key("session.timeout.ms", _POSITIVE, default=45000, gt=0)
+    heartbeat_interval_ms: _Int = _key("heartbeat.interval.ms", _POSITIVE, default=3000, gt=0)
+    max_poll_interval_ms: _Int = _key("max.poll.interval.ms", _POSITIVE, default=300000, gt=0)
+    group_initial_rebalance_delay_ms: _Int = _key(
+        "group.initial.rebalance.delay.ms", "an integer >= 0", default=3000, ge=0
+    )
     auto_offset_reset: AutoOffsetReset = _key(
         "auto.offset.reset", "earliest, latest, none", default="earliest"
     )
@@ -365,6 +377,13 @@ class StreamsConfig(BaseModel):
                 f"transaction.timeout.ms: must not exceed transaction.max.timeout.ms (got "
                 f"{timeout}, transaction.max.timeout.ms is {maximum}); allowed: 1 to {maximum}; "
                 "lower transaction.timeout.ms or raise transaction.max.timeout.ms"
+            )
+        session, heartbeat = self.session_timeout_ms, self.heartbeat_interval_ms
+        if heartbeat >= session:
+            problems.append(
+                f"heartbeat.interval.ms: must be less than session.timeout.ms (got {heartbeat}, "
+                f"session.timeout.ms is {session}); Kafka advises at most a third of it; "
+                "lower heartbeat.interval.ms or raise session.timeout.ms"
             )
         if problems:  # reported as they are, one line each
             raise _invalid("\n".join(problems))

@@ -15,6 +15,14 @@ partition)`` then finds all its records in one Spark partition, without a shuffl
 
 Planning (offsets, which file rows to read) runs on the driver from the offset index; an
 executor only opens the parquet files its partition names (it never touches the Delta log).
+
+With ``trigger_only=true`` (what a streams application uses) the source only says *when*
+to run a batch and fans it out: its offsets are the log-end offsets, plus a wake token read
+from the file named by the ``wake`` option, and a batch has one row per partition number
+of the subscribed topics, with or without new records. The application plans what each
+task reads from its committed positions (so records it held back, or partitions it was
+just assigned, are read again) and changes the wake token when a batch left records
+behind, so that the next trigger runs even when no new record arrives.
 """
 
 from __future__ import annotations
@@ -47,6 +55,9 @@ SOURCE_SCHEMA = (
 PLAN_SCHEMA = "partition int, task_input binary"
 
 Offsets = dict[str, dict[str, int]]
+
+#: The offsets entry of the wake token (not a topic name: "~" is not allowed in one).
+WAKE_KEY = "~wake"
 
 
 @dataclass(frozen=True)
@@ -116,10 +127,13 @@ class TopicStreamReader(DataSourceStreamReader):
         self.starting: Offsets = json.loads(options.get("starting_offsets", "{}"))
         self.reset = options.get("auto_offset_reset", "earliest")
         self.max_poll_records = int(options.get("max_poll_records", "1000"))
-        self.plan_only = options.get("plan_only", "false").lower() == "true"
+        self.trigger_only = options.get("trigger_only", "false").lower() == "true"
+        self.plan_only = self.trigger_only or options.get("plan_only", "false").lower() == "true"
+        self.wake = options.get("wake", "")
         only = options.get("partitions")
         self.only: frozenset[int] | None = frozenset(json.loads(only)) if only else None
         self._reader: TopicReader | None = None
+        self._root: StorageRoot | None = None
 
     @property
     def reader(self) -> TopicReader:
@@ -134,7 +148,9 @@ class TopicStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_poll_records)
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
-        cap = None if isinstance(limit, ReadAllAvailable) else self.max_poll_records
+        cap = None
+        if not self.trigger_only and not isinstance(limit, ReadAllAvailable):
+            cap = self.max_poll_records
         out: Offsets = {}
         for topic in self.topics:
             begun = start.get(topic, {})
@@ -146,9 +162,18 @@ class TopicStreamReader(DataSourceStreamReader):
                 at = begun.get(key, 0)
                 positions[key] = end if cap is None else min(end, at + cap)
             out[topic] = positions
+        if self.wake:
+            if self._root is None:
+                self._root = StorageRoot(self.root)
+            token = self._root.read_bytes(self.wake)
+            if token:
+                out[WAKE_KEY] = {"0": int(token)}
         return out
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        if self.trigger_only:  # every partition number; the application plans the reads
+            numbers = {int(p) for t in self.topics for p in end.get(t, {})}
+            return [TaskInput(self.root, p, ()) for p in sorted(numbers)]
         grouped: dict[int, list[TopicSlices]] = {}
         for topic in self.topics:
             for key, stop in end.get(topic, {}).items():
@@ -196,7 +221,10 @@ class TopicSource(DataSource):
     def schema(self) -> str:
         """Record rows, or with the option ``plan_only=true`` one row per input partition
         naming what to read (:data:`PLAN_SCHEMA`)."""
-        plan_only = str(self.options.get("plan_only", "false")).lower() == "true"
+        plan_only = any(
+            str(self.options.get(name, "false")).lower() == "true"
+            for name in ("plan_only", "trigger_only")
+        )
         return PLAN_SCHEMA if plan_only else SOURCE_SCHEMA
 
     def streamReader(self, schema: StructType) -> TopicStreamReader:  # noqa: N802

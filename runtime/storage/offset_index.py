@@ -36,6 +36,7 @@ import bisect
 import gzip
 import json
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -323,7 +324,8 @@ def _as_millis(value: Any) -> int | None:
 
 
 class TopicLog:
-    """Keeps one topic's offset index in step with its Delta log."""
+    """Keeps one topic's offset index in step with its Delta log (thread-safe: the stream
+    threads of one application share it)."""
 
     def __init__(self, root: StorageRoot, topic: str, table_path: str) -> None:
         self.root = root
@@ -331,6 +333,17 @@ class TopicLog:
         self.table_path = table_path
         self._index: OffsetIndex | None = None
         self._snapshot_version = -1
+        self._lock = threading.RLock()
+        self.last_entries: list[LogEntry] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     @property
     def index(self) -> OffsetIndex:
@@ -349,10 +362,14 @@ class TopicLog:
             UnknownTopicError: the topic table does not exist.
             StorageError: the log cannot be read or interpreted.
         """
+        with self._lock:
+            return self._refresh(upto)
+
+    def _refresh(self, upto: int | None) -> OffsetIndex:
         if self._index is None:
             self._index = self._load_snapshot()
         index = self._index
-        self.last_entries: list[LogEntry] = []
+        self.last_entries = []
         while upto is None or index.version < upto:
             entry = read_entry(self.root, self.table_path, index.version + 1)
             if entry is None:

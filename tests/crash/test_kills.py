@@ -102,27 +102,8 @@ def test_the_crash_test_is_exported_by_streams_testing() -> None:
     assert crashtest_from_testing is crashtest
 
 
-#: Examples whose reference the runtime cannot match yet, whatever the kills.
-KNOWN_GAPS = {
-    "enrichment": (
-        "a task reads its input topics batch by batch, not in timestamp order (Kafka's "
-        "PartitionGroup, max.task.idle.ms): with small polls a purchase can be joined "
-        "before its customer's profile is read, unlike the reference"
-    ),
-}
-
-
-def _slow_cases() -> list[object]:
-    return [
-        pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_GAPS[n], strict=False))
-        if n in KNOWN_GAPS
-        else n
-        for n in runnable_examples()
-    ]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", _slow_cases())
+@pytest.mark.parametrize("name", runnable_examples())
 def test_fifty_kills_on_every_example(name: str, tmp_path: Path) -> None:
     report = crashtest(
         example(name),

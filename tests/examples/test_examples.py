@@ -42,10 +42,13 @@ def run_on_spark(
     example: ModuleType,
     root: str,
     state_dir: Path,
+    *,
     topology: Topology | None = None,
+    metrics: dict[str, float] | None = None,
     **extra: Any,
 ) -> Outputs:
-    """Run the example until idle (several small batches); return its output topics."""
+    """Run the example until idle (several small batches); return its output topics (and
+    put the application's metrics into ``metrics``)."""
     config: dict[str, Any] = {
         **example.CONFIG,
         "topics.root": root,
@@ -55,7 +58,10 @@ def run_on_spark(
         **extra,
     }
     topology = topology or example.build_topology()
-    StreamsApp(topology, config, spark=spark).run_until_idle()
+    app = StreamsApp(topology, config, spark=spark)
+    app.run_until_idle()
+    if metrics is not None:
+        metrics.update(app.metrics())
     return topic_outputs(root, output_topics(example))
 
 
@@ -135,13 +141,42 @@ def test_pageviews_emits_the_drivers_final_counts_once_per_window(
 def test_enrichment_joins_like_the_driver(
     spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
 ) -> None:
-    example, got = check_against_driver(
-        spark, admin, root, tmp_path, "enrichment", **{"max.poll.records": 100}
+    # Polls of 5 records per partition cut the customers table (about 17 per partition)
+    # across batches: a purchase must wait until the profiles stamped before it are read
+    # (max.task.idle.ms=0, the default).
+    example = load_example("enrichment")
+    records = produce(admin, example, N)
+    metrics: dict[str, float] = {}
+    got = run_on_spark(
+        spark, example, root, tmp_path / "state", metrics=metrics, **{"max.poll.records": 5}
     )
+    assert_equal(example, got, driver_outputs(example, records))
     enriched = values(got, example.OUTPUT, json.loads)
     assert len(enriched) == N
     tiers = Counter(p["tier"] for p in enriched)
     assert tiers["guest"] and tiers["gold"] and len(tiers) >= 4
+    assert metrics["held-back-records-total"] > 0
+
+
+def test_enrichment_without_waiting_joins_purchases_too_early(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """max.task.idle.ms=-1: each batch is processed as read, so purchases of the first
+    batches find only part of the customers table (the waiting above is what fixes it)."""
+    example = load_example("enrichment")
+    records = produce(admin, example, N)
+    got = run_on_spark(
+        spark,
+        example,
+        root,
+        tmp_path / "state",
+        **{"max.task.idle.ms": -1, "max.poll.records": 5},
+    )
+    expected = driver_outputs(example, records)
+    assert count(got, example.OUTPUT) == N
+    guests = Counter(p["tier"] for p in values(got, example.OUTPUT, json.loads))["guest"]
+    want = Counter(p["tier"] for p in values(expected, example.OUTPUT, json.loads))["guest"]
+    assert guests > want
 
 
 def test_streams_eos_run_generates_and_runs_an_example(root: str, tmp_path: Path) -> None:
