@@ -1,0 +1,1 @@
+"""Consumer groups: the group coordinator over the CAS log, members, assignors."""
