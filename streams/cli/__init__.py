@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from streams.cli import console, crashtest, offsets, run, topics, transactions
+from streams.cli import app_reset, console, crashtest, groups, offsets, run, topics, transactions
 from streams.errors import StreamsError
 
 EXIT_ERROR = 1
@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.register(sub, common)
     console.register(sub, common)
     transactions.register(sub, common)
+    groups.register(sub, common)
+    app_reset.register(sub, common)
     run.register(sub, common)
     crashtest.register(sub, common)
     return parser
