@@ -32,10 +32,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from runtime.app_state import AppState, AppStateMachine, StateListener
+from runtime.group.coordinator import GroupState
 from runtime.internal_topics import TopicPlan, plan_topics
+from runtime.membership import ThreadMembership, task_partitions
 from runtime.process_id import load_or_create_process_id
-from runtime.spark.session import get_or_create_session
 from runtime.spark.source import SOURCE_NAME, TopicSource
+from runtime.spark.startup import SessionStart
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.stream_thread import (
@@ -82,6 +84,7 @@ class StreamsApp:
         topology.validate(self.config)
         self.application_id = self.config.application_id
         self._spark = spark
+        self._session_start: SessionStart | None = None
         self._machine = AppStateMachine(self.application_id)
         self.admin = TopicAdmin(self.config.topics_root)
         self.process_id = ""
@@ -94,6 +97,7 @@ class StreamsApp:
         self.replaced_threads = 0
         self._started_ms = 0
         self._levels: BatchLevels | None = None
+        self._shuffle_levels: BatchLevels | None = None
         self._error: BaseException | None = None
         self._lock = threading.Lock()
 
@@ -118,21 +122,33 @@ class StreamsApp:
             TaskMigratedError: ... later, from await_termination, when fenced.
         """
         self._machine.transit(AppState.REBALANCING)
+        if self._spark is None and self._session_start is None:
+            # The JVM starts while the topics are planned and older instances fenced.
+            self._session_start = SessionStart(f"streams-{self.application_id}")
         try:
             self.plan = plan_topics(
                 self.topology, self.admin, self.application_id, config=self.config
             )
             self.process_id = load_or_create_process_id(self.config.state_dir, self.application_id)
             n = self.config.num_stream_threads
-            in_batch = n == 1 and self.config.processing_guarantee != "exactly_once"
-            levels = plan_levels(
+            self._levels = plan_levels(
                 self.topology,
                 self.plan.sources,
                 self.plan.tasks,
                 self.application_id,
-                in_batch=in_batch,
+                in_batch=False,
             )
-            self._levels = levels
+            # A batch shuffles repartitioned records itself while one thread owns every
+            # task (see StreamThread._choose_levels); never under exactly_once, whose
+            # tasks commit separately.
+            if n == 1 and self.config.processing_guarantee != "exactly_once":
+                self._shuffle_levels = plan_levels(
+                    self.topology,
+                    self.plan.sources,
+                    self.plan.tasks,
+                    self.application_id,
+                    in_batch=True,
+                )
             self._started_ms = time.time_ns() // 1_000_000
             for index in range(1, self.config.num_stream_threads + 1):
                 self._start_thread(index)
@@ -163,9 +179,28 @@ class StreamsApp:
                     failed = True
             if failed:
                 continue
-            if len(self.queries) == 1 or [t.positions for t in self.threads] == before:
+            moved = [t.positions for t in self.threads] != before
+            if not moved and self._idle():
                 break
+            if not moved:  # a rebalance is under way: let the threads rejoin and read
+                for thread in self.threads:
+                    thread.wake_now()
+                time.sleep(0.1)
         self.close()
+
+    def _idle(self) -> bool:
+        """Whether every thread has read all of its tasks' input, and the group is stable
+        with every task owned (by this instance or another)."""
+        if not all(t.caught_up() for t in self.threads):
+            return False
+        membership = self.threads[0].membership if self.threads else None
+        if membership is None:
+            return True
+        group = membership.coordinator.describe(self.application_id)
+        if group.state is not GroupState.STABLE:
+            return False
+        owned = {str(t) for m in group.members for t in m.assignment.user_data.get("tasks", [])}
+        return owned >= set(membership.tasks)
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait until the application stops; return whether it stopped within ``timeout``
@@ -225,7 +260,9 @@ class StreamsApp:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
-            self._spark = get_or_create_session(f"streams-{self.application_id}")
+            if self._session_start is None:
+                self._session_start = SessionStart(f"streams-{self.application_id}")
+            self._spark = self._session_start.session()
         return self._spark
 
     def checkpoint_location(self) -> str:
@@ -252,11 +289,18 @@ class StreamsApp:
         return out
 
     def _start_thread(self, index: int) -> None:
-        """Start stream thread ``index`` (1-based) with its share of the partitions."""
+        """Start stream thread ``index`` (1-based): a member of the application's group,
+        running the tasks the group assigns it."""
         assert self.plan is not None and self._levels is not None
-        n = self.config.num_stream_threads
-        width = max(self.plan.tasks.values(), default=1)
-        share = None if n == 1 else [p for p in range(width) if p % n == index - 1]
+        plan = self.plan
+        membership = ThreadMembership(
+            self.admin,
+            self.config,
+            instance_id=f"{self.process_id}-{index}",
+            client_id=f"{self.application_id}-{self.process_id}-StreamThread-{index}",
+            tasks=task_partitions(plan.tasks, plan.sources, self.admin.num_partitions),
+            process_id=self.process_id,
+        )
         thread = StreamThread(
             self.topology,
             self.config,
@@ -265,8 +309,9 @@ class StreamsApp:
             sources=self.plan.sources,
             transactional_id=f"{self.application_id}-{self.process_id}-{index}",
             tasks=self.plan.tasks,
-            partitions=share,
             levels=self._levels,
+            shuffle_levels=self._shuffle_levels,
+            membership=membership,
             shutdown_marker=(self._shutdown_marker(), self._started_ms),
             internal_sources=frozenset(self.plan.sources) - frozenset(self.plan.external_sources),
             wake=self._wake_file(index),
@@ -322,7 +367,7 @@ class StreamsApp:
         self, thread: StreamThread, index: int, positions: dict[tuple[str, int], int]
     ) -> StreamingQuery:
         assert self.plan is not None
-        topics = thread.subscribed
+        topics = thread.source_topics
         starting: dict[str, dict[str, int]] = {}
         reader = TopicReader(self.admin)
         for (topic, partition), offset in positions.items():
@@ -341,10 +386,6 @@ class StreamsApp:
             .option("starting_offsets", json.dumps(starting))
             .option("auto_offset_reset", self.config.auto_offset_reset)
             .option("max_poll_records", str(self.config.max_poll_records))
-            # None: every partition; [] (more threads than partitions): none
-            .option(
-                "partitions", "" if thread.partitions is None else json.dumps(thread.partitions)
-            )
             # Spark's offsets only trigger batches; the thread plans the reads itself
             .option("trigger_only", "true")
             .option("wake", self._wake_file(index))

@@ -47,6 +47,7 @@ from pyspark.sql import DataFrame
 
 from runtime.changelog_compaction import compact_changelogs
 from runtime.collector import OutputTopic
+from runtime.membership import GenerationFencedError, ThreadMembership
 from runtime.spark.source import TopicSlices
 from runtime.storage.committer import StagedFile, TopicCommitter
 from runtime.storage.reader import TopicReader
@@ -64,7 +65,8 @@ from runtime.task_runner import (
     shuffle_keys,
     task_error,
 )
-from runtime.txn.offsets import OffsetsStore
+from runtime.txn.coordinator import TransactionCoordinator
+from runtime.txn.offsets import OffsetsStore, UnstableOffsetCommitError
 from runtime.txn.producer import TransactionalProducer
 from runtime.txn.state import TransactionState
 from streams.config import StreamsConfig
@@ -165,6 +167,11 @@ class StreamThread:
             topics): read from their beginning when no position is committed.
         wake: a file under the storage root the source reads its wake token from; the
             thread writes a new token when a batch leaves records behind.
+        membership: the thread's member of the application's consumer group; it then
+            runs the tasks the group assigns it (``partitions`` is ignored).
+        shuffle_levels: levels that shuffle repartitioned records inside the batch, used
+            for a batch when this thread owns every task and the repartition topics hold
+            nothing unread (``levels`` pass them through the topics).
     """
 
     def __init__(
@@ -182,6 +189,8 @@ class StreamThread:
         shutdown_marker: tuple[str, int] | None = None,
         internal_sources: frozenset[str] = frozenset(),
         wake: str | None = None,
+        membership: ThreadMembership | None = None,
+        shuffle_levels: BatchLevels | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -192,6 +201,13 @@ class StreamThread:
         self.tasks = dict(tasks or {})
         self.partitions = partitions
         self.levels = levels or BatchLevels({}, {}, {}, {})
+        self.topic_levels = self.levels
+        self.shuffle_levels = shuffle_levels
+        self.membership = membership
+        if membership is not None:
+            membership.on_rebalance = self.wake_now
+        #: The tasks this thread runs when it is a group member (None: by ``partitions``).
+        self.owned: frozenset[str] | None = None
         self.shutdown_marker = shutdown_marker
         self.internal_sources = internal_sources
         self.wake = wake
@@ -200,6 +216,7 @@ class StreamThread:
         self._inputs: dict[int, tuple[TopicSlices, ...]] = {}
         self._truncated: frozenset[tuple[str, int]] = frozenset()
         self._ends: dict[tuple[str, int], int] = {}
+        self._draining = False
         #: The error that stopped the thread (the original, not Spark's wrapper of it).
         self.failure: BaseException | None = None
         self.group = config.application_id
@@ -232,17 +249,30 @@ class StreamThread:
         """The topics this thread's transactions write."""
         return sorted(t for t in self.outputs if t not in self.levels.inline)
 
+    @property
+    def source_topics(self) -> list[str]:
+        """Every topic the thread's batches may read (what its source watches)."""
+        return sorted(t for t in self.sources if t not in self.topic_levels.inline)
+
     def task_ids(self) -> list[str]:
         """The ids of this thread's tasks."""
         return [
             f"{sub}_{p}"
             for sub, count in sorted(self.tasks.items())
             for p in range(count)
-            if self.partitions is None or p in self.partitions
+            if self._owns(f"{sub}_{p}", p)
         ]
 
+    def _owns(self, task: str, partition: int) -> bool:
+        if self.owned is not None:
+            return task in self.owned
+        return self.partitions is None or partition in self.partitions
+
     def start(self) -> dict[tuple[str, int], int]:
-        """Initialise the producers (fencing any older instance); return the positions."""
+        """Join the group (when a member), initialise the producers (fencing any older
+        instance); return the positions."""
+        if self.membership is not None:
+            self.owned = self.membership.join()
         if not self.eos:
             self.positions = self.offsets.fetch(self.group)
             return dict(self.positions)
@@ -251,9 +281,61 @@ class StreamThread:
             if self.alpha
             else {"": self.transactional_id}
         )
+        producers = self._init_producers(ids)
+        if self.alpha:
+            self.task_producers = producers
+        else:
+            self.producer = producers[""]
+        coordinator = next(iter(producers.values())).coordinator if producers else None
+        self.offsets = OffsetsStore(self.admin, coordinator=coordinator)
+        self.positions = self._fetch_stable() if coordinator is not None else {}
+        return dict(self.positions)
+
+    def _fetch_stable(self) -> dict[tuple[str, int], int]:
+        """Fetch the group's positions once no transaction holds offsets of it (Kafka's
+        ``require_stable``); a transaction past its timeout (its producer gone) is
+        aborted meanwhile, as Kafka's coordinator does."""
+        deadline = time.monotonic() + self.config.transaction_max_timeout_ms / 1000
+        coordinator = self.offsets.coordinator
+        while True:
+            try:
+                return self.offsets.fetch(self.group, require_stable=True)
+            except UnstableOffsetCommitError:
+                if time.monotonic() > deadline or coordinator is None:
+                    raise
+                self._complete_decided(coordinator)
+                coordinator.sweep(orphans=False)
+                time.sleep(0.2)
+
+    def _complete_decided(self, coordinator: TransactionCoordinator) -> None:
+        """Finish the group's transactions whose outcome is decided (Prepare*) but whose
+        producer is gone (a killed instance): Kafka's coordinator writes their markers
+        itself. Finishing is idempotent; if the producer is alive and finishes first, the
+        lost race is harmless."""
+        for meta in coordinator.list():
+            if self.group not in meta.group_ids or not meta.state.is_prepare:
+                continue
+            snap = coordinator.load(meta.transactional_id)
+            if snap is None or not snap.meta.state.is_prepare:
+                continue
+            try:
+                coordinator.finish(snap)
+                log.info(
+                    "[thread %s] completed %s's decided transaction %d",
+                    self.transactional_id,
+                    meta.transactional_id,
+                    meta.txn_sequence,
+                )
+            except StreamsError as exc:  # its producer moved first: look again
+                log.debug("[thread %s] %s", self.transactional_id, exc)
+
+    def _init_producers(self, ids: Mapping[str, str]) -> dict[str, TransactionalProducer]:
         producers: dict[str, TransactionalProducer] = {}
+        shared_from = self.producer or next(iter(self.task_producers.values()), None)
         for task, tid in ids.items():
             shared = next(iter(producers.values())).coordinator if producers else None
+            if shared is None and shared_from is not None:
+                shared = shared_from.coordinator
             producer = TransactionalProducer(
                 self.admin,
                 tid,
@@ -267,22 +349,39 @@ class StreamThread:
                 done = snap.meta.state is TransactionState.COMPLETE_COMMIT
                 self.outcomes[(tid, snap.meta.txn_sequence)] = done
             producers[task] = producer
+        return producers
+
+    def _poll_group(self) -> None:
+        """Between batches: follow a rebalance; on new tasks, take the positions again
+        (stable: a previous owner's transaction completes first)."""
+        if self.membership is None:
+            return
+        owned = self.membership.poll()
+        if owned is None:
+            return
+        self.owned = owned
         if self.alpha:
-            self.task_producers = producers
-        else:
-            self.producer = producers[""]
-        any_producer = next(iter(producers.values()))
-        self.offsets = OffsetsStore(self.admin, coordinator=any_producer.coordinator)
-        self.positions = self.offsets.fetch(self.group, require_stable=True)
-        return dict(self.positions)
+            mine = set(self.task_ids())
+            for task in sorted(set(self.task_producers) - mine):
+                self.task_producers.pop(task).close()
+            new = {t: f"{self.group}-{t}" for t in sorted(mine - set(self.task_producers))}
+            self.task_producers.update(self._init_producers(new))
+        self.positions = self._fetch_stable() if self.eos else self.offsets.fetch(self.group)
+
+    def _validate_generation(self) -> None:
+        if self.membership is not None:
+            self.membership.validate()
 
     def run_batch(self, df: DataFrame, batch_id: int) -> None:
         """Process and commit one micro-batch (the ``foreachBatch`` function)."""
         started = time.perf_counter()
         try:
             self._check_shutdown(batch_id)
+            self._poll_group()
             if not self._plan_reads():
                 return  # nothing to read for this thread's tasks (another's partitions)
+            if self.membership is not None:
+                self.membership.batch_started()
             if self.alpha:
                 self._run_per_task(df, batch_id)
             elif self.eos:
@@ -295,26 +394,37 @@ class StreamThread:
                 f"instance ({exc}); this instance stops, nothing it staged is visible"
             )
             raise self.failure from exc
+        except GenerationFencedError as exc:
+            self.failure = TaskMigratedError(
+                f"[thread {self.transactional_id}] batch {batch_id}: {exc}; the batch was "
+                "aborted and this instance stops (its tasks belong to another member now)"
+            )
+            raise self.failure from exc
         except BaseException as exc:
             self.failure = exc
             raise
+        finally:
+            if self.membership is not None:
+                self.membership.batch_finished()
         self.batch_times.append(time.perf_counter() - started)
         self.batches += 1
         self._maybe_wake()
         self._maybe_compact()
 
     def _plan_reads(self) -> bool:
-        """Plan this batch's reads from the committed positions; return whether there is
-        anything to read."""
+        """Choose the batch's levels and plan its reads from the committed positions;
+        return whether there is anything to read."""
+        topics = self._choose_levels()
         cap = self.config.max_poll_records
         inputs: dict[int, list[TopicSlices]] = {}
         truncated: set[tuple[str, int]] = set()
         self._ends = {}
-        for topic in self.subscribed:
+        for topic in topics:
             ends = self.reader.end_offsets(topic)
             starts = self.reader.beginning_offsets(topic)
+            sub = self.sources[topic]
             for partition, end in sorted(ends.items()):
-                if self.partitions is not None and partition not in self.partitions:
+                if not self._owns(f"{sub}_{partition}", partition):
                     continue
                 at = self.positions.get((topic, partition))
                 if at is None or at < starts[partition]:  # none yet, or removed (retention)
@@ -330,8 +440,43 @@ class StreamThread:
                 if stop < end:
                     truncated.add((topic, partition))
         self._inputs = {p: tuple(items) for p, items in inputs.items()}
+        log.debug(
+            "[thread %s] %s batch reads %s",
+            self.transactional_id,
+            "shuffling" if self.levels is self.shuffle_levels else "topic",
+            {(i.topic, i.partition): (i.start, i.end) for items in inputs.values() for i in items},
+        )
         self._truncated = frozenset(truncated)
         return bool(self._inputs)
+
+    def _choose_levels(self) -> list[str]:
+        """Pick this batch's levels; return the topics it reads.
+
+        Repartitioned records are shuffled inside the batch only while this thread owns
+        every task (one instance, one thread) and the repartition topics hold nothing
+        unread; otherwise they go through the topics, as in Kafka. Coming back to one
+        owner, a batch first reads only the repartition topics' remaining records (the
+        upstream tasks write nothing then), and the next batch shuffles.
+        """
+        self.levels = self.topic_levels
+        self._draining = False
+        shuffle = self.shuffle_levels
+        if shuffle is None or self.owned is None or self.task_ids() != self._all_tasks():
+            return self.subscribed
+        unread = [
+            t
+            for t in sorted(shuffle.inline)
+            for p, end in self.reader.end_offsets(t).items()
+            if self.positions.get((t, p), self.reader.beginning_offsets(t)[p]) < end
+        ]
+        if unread:
+            self._draining = True  # the source topics wait: wake up for them afterwards
+            return sorted(set(unread))
+        self.levels = shuffle
+        return self.subscribed
+
+    def _all_tasks(self) -> list[str]:
+        return [f"{sub}_{p}" for sub, count in sorted(self.tasks.items()) for p in range(count)]
 
     def _reset_position(self, topic: str, partition: int, end: int) -> int:
         """The position of a partition with no valid committed one: its beginning for an
@@ -354,7 +499,32 @@ class StreamThread:
         if self.wake is None:
             return
         behind = any(self.positions.get(tp, 0) < end for tp, end in self._ends.items())
-        if behind:
+        if behind or self._draining:
+            self.wake_now()
+
+    def caught_up(self) -> bool:
+        """Whether the thread has no rejoin pending and has read every record of its tasks'
+        input partitions that exists now."""
+        if self.membership is not None and self.membership.rejoin_pending:
+            return False
+        for topic in self.source_topics:
+            sub = self.sources[topic]
+            for partition, end in self.reader.end_offsets(topic).items():
+                if not self._owns(f"{sub}_{partition}", partition):
+                    continue
+                at = self.positions.get((topic, partition))
+                if at is None:  # nothing read yet: where the first batch would start
+                    latest = topic not in self.internal_sources and (
+                        self.config.auto_offset_reset == "latest"
+                    )
+                    at = end if latest else self.reader.beginning_offsets(topic)[partition]
+                if at < end:
+                    return False
+        return True
+
+    def wake_now(self) -> None:
+        """Make the source trigger a batch soon, even without new records."""
+        if self.wake is not None:
             self.admin.root.write_bytes(self.wake, str(time.time_ns()).encode())
 
     def _check_shutdown(self, batch_id: int) -> None:
@@ -397,7 +567,10 @@ class StreamThread:
             )
 
     def close(self) -> None:
-        """Abort open transactions, wait for a running compaction, release the producers."""
+        """Abort open transactions, wait for a running compaction, release the producers,
+        leave the group."""
+        if self.membership is not None:
+            self.membership.close(leave=True)
         if self._compactor is not None:
             self._compactor.shutdown(wait=True)
             self._compactor = None
@@ -430,7 +603,12 @@ class StreamThread:
             producer.abort_transaction()
             self.outcomes[txn] = False
             raise
-        producer.commit_transaction()
+        try:
+            producer.commit_transaction(before_prepare=self._validate_generation)
+        except GenerationFencedError:
+            producer.abort_transaction()  # releases the offsets a new owner waits for
+            self.outcomes[txn] = False
+            raise
         self._remember(txn, committed=True)
         self.positions.update(positions)
         log.debug(
@@ -475,7 +653,13 @@ class StreamThread:
                 producer.add_staged_files(topic, staged)
             if positions:
                 producer.send_offsets_to_transaction(positions, self.group)
-            producer.commit_transaction()
+            try:
+                producer.commit_transaction(before_prepare=self._validate_generation)
+            except GenerationFencedError:
+                for other in self.task_producers.values():
+                    if other.state.name in ("IN_TRANSACTION", "ABORTABLE_ERROR"):
+                        other.abort_transaction()
+                raise
             self._remember(txn, committed=True)
             self.positions.update(positions)
         log.debug(
@@ -493,6 +677,7 @@ class StreamThread:
                 committer = self._committers[topic] = TopicCommitter(self.admin, topic)
             committer.commit(files[topic], timeout_ms=COMMIT_TIMEOUT_MS)
         if positions:
+            self._validate_generation()  # a plain commit is checked too (CommitFailed)
             self.offsets.commit(self.group, positions)
             self.positions.update(positions)
 

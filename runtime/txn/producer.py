@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 
@@ -247,10 +247,16 @@ class TransactionalProducer:
                 partition=self.offsets.partition_for(group_id),
             )
 
-    def commit_transaction(self) -> None:
+    def commit_transaction(self, *, before_prepare: Callable[[], None] | None = None) -> None:
         """Commit: stage the rest, PrepareCommit, commit every participant, CompleteCommit.
 
         Returns only when every participant table and the offsets are durable.
+
+        Args:
+            before_prepare: called once the offsets are registered with the transaction
+                (a new owner's stable offset fetch now waits for it) and before the
+                PrepareCommit: the group generation check of KIP-447. If it raises, nothing
+                is decided and the transaction must be aborted.
 
         Raises:
             ProducerFencedError: this producer was fenced; nothing of it becomes visible.
@@ -274,6 +280,8 @@ class TransactionalProducer:
                     self.admin, self.coordinator, self._staged, keep=(OFFSETS_TOPIC,)
                 )
             faults.reached("before_prepare")
+            if before_prepare is not None:
+                before_prepare()
             staged = {topic: self._staged.get(topic, []) for topic in snap.meta.participants}
             snap = self.coordinator.transit(
                 snap, snap.meta.prepare_commit(staged, now_ms=self.coordinator.clock())

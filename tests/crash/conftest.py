@@ -13,7 +13,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAST_JVM = {"JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1"}
 
 #: Small batches (many transactions to kill) that still leave time between kills.
-RUN_CONFIG = {"commit.interval.ms": "100", "max.poll.records": "5"}
+RUN_CONFIG = {
+    "commit.interval.ms": "100",
+    "max.poll.records": "5",
+    "group.initial.rebalance.delay.ms": "0",  # one instance: no one to wait for
+}
 
 
 def example(name: str) -> Path:

@@ -54,6 +54,7 @@ def run_on_spark(
         "topics.root": root,
         "state.dir": str(state_dir),
         "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
         "max.poll.records": 40,
         **extra,
     }

@@ -228,6 +228,7 @@ def wordcount(admin: TopicAdmin, root: str, tmp_path: Path) -> tuple[dict[str, o
         "topics.root": root,
         "state.dir": str(tmp_path / "state"),
         "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
         "max.poll.records": 40,
     }
     return config, lines

@@ -91,6 +91,7 @@ def test_word_count_matches_the_test_driver(  # noqa: PLR0917 - fixtures and par
         "topics.root": root,
         "state.dir": str(tmp_path / "state"),
         "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
         "max.poll.records": 40,
         "num.stream.threads": threads,
     }
@@ -165,6 +166,7 @@ def test_changelogs_are_compacted_in_the_background_and_restores_still_agree(
         "topics.root": root,
         "state.dir": str(tmp_path / "state"),
         "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
         "max.poll.records": 30,
         "statestore.snapshot.interval": 2,
     }

@@ -55,6 +55,7 @@ def make_app(spark: SparkSession, root: str, tmp_path: Path, **extra: Any) -> St
             "state.dir": str(tmp_path / "state"),
             "processing.guarantee": "exactly_once_v2",
             "commit.interval.ms": 50,
+            "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
             **extra,
         }
     )

@@ -58,6 +58,7 @@ def config(root: str, state: Path, **extra: Any) -> dict[str, Any]:
         "state.dir": str(state),
         "processing.guarantee": "exactly_once_v2",
         "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
         "max.poll.records": 2,
         **extra,
     }
