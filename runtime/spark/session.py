@@ -2,19 +2,26 @@
 
 An application uses the active session when there is one (``spark-submit`` made it, or the
 user did); otherwise it builds a local one from these defaults, quiet (``conf/log4j2``),
-with the UI off and few shuffle partitions, which suits ``local[2]``.
+with the UI off and few shuffle partitions, which suits ``local[2]``, with its driver
+JVM's classes shared from an archive made by an earlier run (:mod:`runtime.spark.cds`),
+and Python workers forked with their modules imported (:mod:`runtime.spark.worker_daemon`).
+A session from ``spark-submit`` (or the user) is used as it is.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 from streams.conf import LOG4J2_FILE
+
+from runtime.spark import cds
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +34,13 @@ DEFAULT_SPARK_CONF: Mapping[str, str] = {
     "spark.python.worker.reuse": "true",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE}",
+}
+
+#: More settings for a local master, whose Python workers run this interpreter: they fork
+#: with pyarrow, pandas, deltalake, rocksdict and the runtime imported. (A cluster's
+#: executors may get the project only with their tasks, too late for their daemon.)
+LOCAL_SPARK_CONF: Mapping[str, str] = {
+    "spark.python.daemon.module": "runtime.spark.worker_daemon",
 }
 
 
@@ -49,16 +63,37 @@ def get_or_create_session(
     # Python workers must run this interpreter (its venv has pyarrow, rocksdict, ...),
     # not whatever ``python3`` comes first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name).master(
-        master or os.environ.get("SPARK_MASTER", "local[2]")
-    )
-    for key, value in {**DEFAULT_SPARK_CONF, **(conf or {})}.items():
+    master = master or os.environ.get("SPARK_MASTER", "local[2]")
+    builder = SparkSession.builder.appName(app_name).master(master)
+    local = LOCAL_SPARK_CONF if master.startswith("local") else {}
+    settings = {**DEFAULT_SPARK_CONF, **local, **(conf or {})}
+    sharing = cds.plan(settings)
+    if sharing.java_options:
+        options = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{options} {sharing.java_options}".strip()
+    for key, value in settings.items():
         builder = builder.config(key, value)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*pandas >= 3.0.0.*", category=FutureWarning)
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    if sharing.dumps:
+        gateway = session.sparkContext._gateway
+        atexit.register(_let_jvm_exit, getattr(gateway, "proc", None))
     log.info(
         "started SparkSession master=%s version=%s", session.sparkContext.master, session.version
     )
     return session
+
+
+def _let_jvm_exit(proc: subprocess.Popen[bytes] | None, timeout_s: float = 60.0) -> None:
+    """At exit, end the driver JVM ourselves and give it time to write its CDS archive
+    (it exits when its stdin closes; a JVM killed with us would leave no archive)."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # the archive is only an optimisation
