@@ -5,7 +5,7 @@ thread's own error, SHUTDOWN_APPLICATION stops the other instances too."""
 from __future__ import annotations
 
 import os
-import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +14,12 @@ from pyspark.sql import SparkSession
 
 from runtime.app import StreamsApp, StreamThreadExceptionResponse
 from runtime.app_state import AppState
+from runtime.group.coordinator import GroupCoordinator, GroupState
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.stream_thread import ApplicationShutdownError
-from streams.errors import StreamsProcessingError
+from streams.errors import StreamsError, StreamsProcessingError
 from streams.serdes import Serdes
 from topology import Consumed, Produced, StreamsBuilder, Topology
 
@@ -110,34 +111,45 @@ def test_shutdown_client_stops_with_the_threads_own_error(
 def test_shutdown_application_stops_the_other_instances(
     spark: SparkSession, root: str, tmp_path: Path
 ) -> None:
-    setup(root)
-    # The healthy instance reads a topic of its own, so only the other one fails.
-    TopicAdmin(root).create("quiet", 1)
-    b = StreamsBuilder()
-    b.stream("quiet", Consumed.with_(S, S)).to("out", Produced.with_(S, S))
-    healthy = StreamsApp(b.build(), config(root, tmp_path / "healthy"), spark=spark)
-    healthy.start()
+    """Two instances of one application split its tasks; the one that meets the bad record
+    asks for SHUTDOWN_APPLICATION, and the other stops before its next batch."""
+    admin = TopicAdmin(root)
+    admin.create("in", 2)
+    admin.create("out", 2)
+    producer = Producer(admin)
+    apps = [
+        StreamsApp(failing_topology(None), config(root, tmp_path / name), spark=spark)
+        for name in ("a", "b")
+    ]
+    for app in apps:
+        app.set_uncaught_exception_handler(
+            lambda exc: StreamThreadExceptionResponse.SHUTDOWN_APPLICATION
+        )
+        app.start()
+    coordinator = GroupCoordinator(admin)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # both members hold one task each
+        group = coordinator.describe("handler")
+        tasks = [len(m.assignment.user_data.get("tasks", [])) for m in group.members]
+        if group.state is GroupState.STABLE and tasks == [1, 1]:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"the two instances did not split the tasks: {group}")
+    producer.send("in", b"k", b"boom", timestamp=1, partition=0)
+    producer.flush()
+    time.sleep(2)
+    for p in (0, 1):  # batches on both instances, to notice the request
+        producer.send("in", b"k", b"nudge", timestamp=1, partition=p)
+    producer.flush()
     failures: list[BaseException] = []
-
-    def wait() -> None:
-        try:
-            healthy.await_termination(120)
-        except BaseException as exc:
-            failures.append(exc)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    failing = StreamsApp(failing_topology(None), config(root, tmp_path / "failing"), spark=spark)
-    failing.set_uncaught_exception_handler(
-        lambda exc: StreamThreadExceptionResponse.SHUTDOWN_APPLICATION
-    )
-    with pytest.raises(StreamsProcessingError):
-        failing.run_until_idle()
-    nudge = Producer(TopicAdmin(root))
-    nudge.send("quiet", b"k", b"v", timestamp=1)  # a batch, to notice the request
-    nudge.flush()
-    waiter.join(120)
-    assert len(failures) == 1, failures
-    assert isinstance(failures[0], ApplicationShutdownError), str(failures[0])[:3000]
-    assert "SHUTDOWN_APPLICATION" in str(failures[0]) and "boom" in str(failures[0])
-    assert healthy.state is AppState.ERROR
+    for app in apps:
+        with pytest.raises(StreamsError) as info:
+            app.await_termination(120)
+        failures.append(info.value)
+        assert app.state is AppState.ERROR
+    kinds = sorted(type(f).__name__ for f in failures)
+    assert kinds == ["ApplicationShutdownError", "StreamsProcessingError"], failures
+    stopped = next(f for f in failures if isinstance(f, ApplicationShutdownError))
+    assert "SHUTDOWN_APPLICATION" in str(stopped) and "boom" in str(stopped)
+    assert "BOOM" not in output(root)
