@@ -11,6 +11,7 @@ A session from ``spark-submit`` (or the user) is used as it is.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import subprocess
@@ -91,9 +92,22 @@ def _let_jvm_exit(proc: subprocess.Popen[bytes] | None, timeout_s: float = 60.0)
     (it exits when its stdin closes; a JVM killed with us would leave no archive)."""
     if proc is None or proc.poll() is not None:
         return
+    _stop_accumulator_server()
     try:
         if proc.stdin is not None:
             proc.stdin.close()
         proc.wait(timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         pass  # the archive is only an optimisation
+
+
+def _stop_accumulator_server() -> None:
+    """Stop PySpark's accumulator server before the JVM goes: its handler would otherwise
+    read the closed connection and print an EOFError traceback at exit."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        with contextlib.suppress(Exception):
+            server.shutdown()
