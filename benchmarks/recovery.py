@@ -30,6 +30,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from produce_consume import machine
 
 from runtime.spark.cds import CDS_DIR_ENV
 from runtime.storage.producer import Producer
@@ -96,6 +98,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
+    print(machine())
     results = []
     for keys in args.keys:
         with tempfile.TemporaryDirectory(prefix=f"recovery-{keys}-") as work:
