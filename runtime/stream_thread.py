@@ -67,7 +67,7 @@ from runtime.task_runner import (
 )
 from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.offsets import OffsetsStore, UnstableOffsetCommitError
-from runtime.txn.producer import TransactionalProducer
+from runtime.txn.producer import ProducerState, TransactionalProducer
 from runtime.txn.state import TransactionState
 from streams.config import StreamsConfig
 from streams.errors import OffsetOutOfRangeError, ProducerFencedError, StreamsError
@@ -463,25 +463,30 @@ class StreamThread:
         shuffle = self.shuffle_levels
         if shuffle is None or self.owned is None or self.task_ids() != self._all_tasks():
             return self.subscribed
-        unread = [
-            t
-            for t in sorted(shuffle.inline)
-            for p, end in self.reader.end_offsets(t).items()
-            if self.positions.get((t, p), self.reader.beginning_offsets(t)[p]) < end
-        ]
+        unread = []
+        for topic in sorted(shuffle.inline):
+            starts = self.reader.beginning_offsets(topic)
+            ends = self.reader.end_offsets(topic)
+            if any(self.positions.get((topic, p), starts[p]) < end for p, end in ends.items()):
+                unread.append(topic)
         if unread:
             self._draining = True  # the source topics wait: wake up for them afterwards
-            return sorted(set(unread))
+            return unread
         self.levels = shuffle
         return self.subscribed
 
     def _all_tasks(self) -> list[str]:
         return [f"{sub}_{p}" for sub, count in sorted(self.tasks.items()) for p in range(count)]
 
+    def _reset_policy(self, topic: str) -> str:
+        """Where a partition with no committed position starts: an internal topic at its
+        beginning, any other as ``auto.offset.reset`` says."""
+        return "earliest" if topic in self.internal_sources else self.config.auto_offset_reset
+
     def _reset_position(self, topic: str, partition: int, end: int) -> int:
         """The position of a partition with no valid committed one: its beginning for an
         internal topic, else as ``auto.offset.reset`` says (kept until committed)."""
-        reset = "earliest" if topic in self.internal_sources else self.config.auto_offset_reset
+        reset = self._reset_policy(topic)
         if reset == "none":
             raise OffsetOutOfRangeError(
                 f"[thread {self.transactional_id}] no valid committed offset for "
@@ -514,9 +519,7 @@ class StreamThread:
                     continue
                 at = self.positions.get((topic, partition))
                 if at is None:  # nothing read yet: where the first batch would start
-                    latest = topic not in self.internal_sources and (
-                        self.config.auto_offset_reset == "latest"
-                    )
+                    latest = self._reset_policy(topic) == "latest"
                     at = end if latest else self.reader.beginning_offsets(topic)[partition]
                 if at < end:
                     return False
@@ -657,7 +660,10 @@ class StreamThread:
                 producer.commit_transaction(before_prepare=self._validate_generation)
             except GenerationFencedError:
                 for other in self.task_producers.values():
-                    if other.state.name in ("IN_TRANSACTION", "ABORTABLE_ERROR"):
+                    if other.state in (
+                        ProducerState.IN_TRANSACTION,
+                        ProducerState.ABORTABLE_ERROR,
+                    ):
                         other.abort_transaction()
                 raise
             self._remember(txn, committed=True)
