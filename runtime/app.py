@@ -300,6 +300,7 @@ class StreamsApp:
             client_id=f"{self.application_id}-{self.process_id}-StreamThread-{index}",
             tasks=task_partitions(plan.tasks, plan.sources, self.admin.num_partitions),
             process_id=self.process_id,
+            description=str(self.topology.describe()),
         )
         thread = StreamThread(
             self.topology,

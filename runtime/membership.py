@@ -26,6 +26,8 @@ also fences its producer.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import re
@@ -66,6 +68,9 @@ class ThreadMembership:
         tasks: every task of the topology -> its source topic partitions.
         process_id: the instance's process id (the assignor spreads tasks over processes
             and prefers the process holding a task's local state).
+        description: the topology's ``describe()`` text; with ``tasks`` it makes the
+            fingerprint that the group compares between processes (one application.id,
+            one topology: a differing instance is refused with ``TopologyMismatchError``).
     """
 
     def __init__(
@@ -77,12 +82,14 @@ class ThreadMembership:
         client_id: str,
         tasks: Mapping[str, Sequence[TopicPartition]],
         process_id: str,
+        description: str = "",
     ) -> None:
         self.config = config
         self.group = config.application_id
         self.process_id = process_id
         self.tasks = {task: tuple(parts) for task, parts in tasks.items()}
         self.topics = tuple(sorted({t for parts in self.tasks.values() for t, _ in parts}))
+        self.fingerprint = topology_fingerprint(description, self.tasks)
         self.coordinator = GroupCoordinator(
             admin, initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms
         )
@@ -218,6 +225,7 @@ class ThreadMembership:
             generation=self.member.generation,
             user_data={
                 "process_id": self.process_id,
+                "topology": self.fingerprint,
                 "owned_tasks": sorted(owned),
                 "local_tasks": self._local_tasks(),
             },
@@ -269,6 +277,13 @@ class ThreadMembership:
                     self.on_rebalance()
                 except Exception:
                     log.warning("[group %s] %s: wake-up failed", self.group, self, exc_info=True)
+
+
+def topology_fingerprint(description: str, tasks: Mapping[str, Sequence[TopicPartition]]) -> str:
+    """Return a short hash of a topology's description and its tasks' source partitions
+    (the same topology code gives the same fingerprint in every process)."""
+    text = json.dumps([description, sorted((t, list(map(list, p))) for t, p in tasks.items())])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def task_partitions(

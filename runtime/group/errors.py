@@ -52,6 +52,14 @@ class InconsistentGroupProtocolError(GroupError):
     ``partition.assignment.strategy`` in every member, or use another ``group.id``."""
 
 
+class TopologyMismatchError(InconsistentGroupProtocolError):
+    """An instance of a streams application asked to join with another topology than the
+    application's running instances (the fingerprint of its processors and tasks differs).
+    One group cannot split the tasks of two topologies. Stop the old instances first (their
+    members expire after ``session.timeout.ms``), or run the changed topology under a new
+    ``application.id``, or reset the application (``streams-eos application-reset``)."""
+
+
 class GroupNotEmptyError(GroupError):
     """The group still has members (GROUP_NOT_EMPTY), so it cannot be deleted (or its
     offsets reset). Stop its members, or wait for their session timeout, then try again."""

@@ -23,13 +23,7 @@ from collections.abc import Callable
 from enum import Enum
 
 from runtime.group.assignors import Assignment, Assignor, Subscription, TopicPartition
-from runtime.group.coordinator import (
-    GroupCoordinator,
-    GroupMetadata,
-    GroupState,
-    JoinGroupRequest,
-    MemberMetadata,
-)
+from runtime.group.coordinator import GroupCoordinator
 from runtime.group.errors import (
     FencedInstanceIdError,
     GroupError,
@@ -38,6 +32,7 @@ from runtime.group.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
+from runtime.group.state import GroupMetadata, GroupState, JoinGroupRequest, MemberMetadata
 from streams.errors import ConfigError, StreamsError
 
 log = logging.getLogger(__name__)

@@ -12,13 +12,7 @@ import pytest
 
 import runtime.group.coordinator as coordinator_module
 from runtime.group.assignors import Assignment, Subscription, TopicPartition, assignor_for
-from runtime.group.coordinator import (
-    GroupCoordinator,
-    GroupMember,
-    GroupMetadata,
-    GroupState,
-    JoinGroupRequest,
-)
+from runtime.group.coordinator import GroupCoordinator, GroupMember
 from runtime.group.errors import (
     FencedInstanceIdError,
     GroupError,
@@ -28,8 +22,10 @@ from runtime.group.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     RebalanceInProgressError,
+    TopologyMismatchError,
     UnknownMemberIdError,
 )
+from runtime.group.state import GroupMetadata, GroupState, JoinGroupRequest
 from runtime.storage.topics import TopicAdmin
 from streams.errors import ConfigError
 
@@ -337,6 +333,48 @@ def test_inconsistent_protocols_are_refused(coord: GroupCoordinator) -> None:
         coord.join_group(G, request(protocol="roundrobin"))
     with pytest.raises(InconsistentGroupProtocolError):
         coord.join_group(G, request(protocol_type="connect"))
+
+
+def streams_join(process: str, topology: str, thread: int = 1) -> JoinGroupRequest:
+    """A stream thread's JoinGroup: static member ``<process>-<thread>``, its topology's
+    fingerprint in the subscription."""
+    user_data = {"process_id": process, "topology": topology}
+    return JoinGroupRequest(
+        Subscription(("t",), user_data=user_data),
+        protocol="streams",
+        instance_id=f"{process}-{thread}",
+        session_timeout_ms=6000,
+        rebalance_timeout_ms=10_000,
+    )
+
+
+def test_an_instance_with_another_topology_is_refused(
+    coord: GroupCoordinator, clock: Clock
+) -> None:
+    coord.join_group(G, streams_join("p1", "aaa", 1))
+    coord.join_group(G, streams_join("p1", "aaa", 2))
+    refusal = r"process p2 runs topology bbb, but the running instances p1 \(topology aaa\)"
+    with pytest.raises(TopologyMismatchError, match=refusal):
+        coord.join_group(G, streams_join("p2", "bbb"))
+    assert sorted(m.instance_id or "" for m in coord.load(G).meta.members.values()) == [
+        "p1-1",
+        "p1-2",
+    ]
+    p2 = coord.join_group(G, streams_join("p2", "aaa"))  # the same topology joins
+    # p1 restarted with a changed topology while p2 still runs the old one: refused, but
+    # p1's own second thread (still holding its old slot) is no reason to refuse it.
+    with pytest.raises(TopologyMismatchError, match=r"p2 \(topology aaa\)") as refused:
+        coord.join_group(G, streams_join("p1", "bbb", 1))
+    assert "p1 (topology" not in str(refused.value)
+    assert isinstance(refused.value, InconsistentGroupProtocolError)
+    coord.leave_group(G, p2, instance_id="p2-1")
+    coord.join_group(G, streams_join("p1", "bbb", 1))
+    coord.join_group(G, streams_join("p1", "bbb", 2))
+    with pytest.raises(TopologyMismatchError):
+        coord.join_group(G, streams_join("p3", "ccc"))
+    clock.advance(6001)  # p1 stopped: its members expire, and a new topology may start
+    coord.join_group(G, streams_join("p3", "ccc"))
+    assert [m.instance_id for m in coord.load(G).meta.members.values()] == ["p3-1"]
 
 
 def test_member_configuration_is_checked(coord: GroupCoordinator) -> None:
