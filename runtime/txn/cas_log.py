@@ -24,6 +24,12 @@ pyarrow.fs has no conditional put, so the backend is chosen from ``StorageRoot.i
   in ``commitInfo["cas.document"]``, with a random nonce so that a commit reported failed
   but landed (a retried PUT) is still known as ours. Documents are read straight from
   ``_delta_log/<V:020d>.json``; delta-rs writes a checkpoint every 20 versions.
+  ``max_commit_retries=0`` is not quite a put-if-absent: delta-rs looks for newer versions
+  before its first attempt and moves an action-less commit, which cannot conflict, past
+  them. So each commit also records the version it was meant for (``cas.version``); one
+  that landed elsewhere is *void*: its writer is told it lost, readers skip it (the newest
+  version's document is then the newest valid one below it), and compaction always keeps
+  the newest valid version.
 
 Compaction keeps the newest ``keep`` versions and never removes the newest. Deleting a
 version frees its name, and put-if-absent cannot tell a freed name from a new one: a writer
@@ -34,7 +40,7 @@ compaction and ``delete()`` hold it exclusively (on NFS, Linux maps ``flock`` to
 byte-range locks). Object stores have no such lock, so the
 delta backend (like Delta Lake's own log retention) deletes only versions older than
 ``retention_seconds``; a writer stalled longer than that between its read and its commit
-is the one case it cannot fence.
+(or between its commit and checking where it landed) is the one case it cannot fence.
 """
 
 from __future__ import annotations
@@ -62,6 +68,19 @@ from streams.errors import CoordinatorError, StorageError
 DOCUMENT_KEY = "cas.document"
 #: Key of the writer's nonce in a delta commit's commitInfo.
 NONCE_KEY = "cas.nonce"
+#: Key of the version a delta commit was meant for; a commit that landed elsewhere is void.
+TARGET_KEY = "cas.version"
+
+
+class _Void:
+    """A delta version whose commit landed past the version it was written for."""
+
+    def __repr__(self) -> str:
+        return "VOID"
+
+
+#: The document of a void version: it holds nothing; read the version below it.
+VOID = _Void()
 
 Backend = Literal["file", "delta"]
 
@@ -134,11 +153,20 @@ class CasLog:
                     version += 1
                 if version < 0:
                     return None
-                document = self._log.document(version)
+                document = self._valid_document(version)
                 self._latest = -1 if document is None else version  # None: compacted, list
                 if document is not None:
                     return version, document
         raise CoordinatorError(f"{self.location}: versions kept vanishing while reading")
+
+    def _valid_document(self, version: int) -> dict[str, Any] | None:
+        """Return the document of ``version``, or of the newest valid version below it when
+        it is void; None when one of them was compacted away meanwhile."""
+        for at in range(version, -1, -1):
+            document = self._log.document(at)
+            if not isinstance(document, _Void):
+                return document
+        raise CoordinatorError(f"{self.location}: every version up to {version} is void")
 
     def append(
         self, expected_version: int, document: dict[str, Any], *, durable: bool = True
@@ -199,14 +227,14 @@ class CasLog:
             self._log.delete()
 
     def has_after(self, version: int) -> bool:
-        """Return True if a version newer than ``version`` was written (one stat: cheap
-        enough for a fencing check on every send).
+        """Return True if a (valid) version newer than ``version`` was written (one stat:
+        cheap enough for a fencing check on every send).
 
         Raises:
             CoordinatorError: the storage failed.
         """
         with self._errors("read"):
-            return self._log.has(version + 1)
+            return self._log.has_after(version)
 
     def exists(self) -> bool:
         """Return True if the log holds at least one version.
@@ -275,6 +303,9 @@ class _FileLog:
 
     def has(self, version: int) -> bool:
         return os.path.exists(self._file(version))
+
+    def has_after(self, version: int) -> bool:
+        return self.has(version + 1)
 
     def document(self, version: int) -> dict[str, Any] | None:
         path = self._file(version)
@@ -425,10 +456,21 @@ class _DeltaLog:
     def has(self, version: int) -> bool:
         return self.root.exists(self._commit_file(version))
 
-    def document(self, version: int) -> dict[str, Any] | None:
+    def has_after(self, version: int) -> bool:
+        at = version + 1
+        while self.has(at):
+            if not isinstance(self.document(at), _Void):
+                return True  # valid, or compacted meanwhile (so newer ones exist)
+            at += 1
+        return False
+
+    def document(self, version: int) -> dict[str, Any] | _Void | None:
         info = self._commit_info(version)
         if info is None:
             return None
+        target = info.get(TARGET_KEY)  # absent in commits written before it was recorded
+        if target is not None and str(target) != str(version):
+            return VOID
         raw = info.get(DOCUMENT_KEY)
         if not isinstance(raw, str):
             raise CoordinatorError(f"{self._commit_file(version)}: no {DOCUMENT_KEY!r} in it")
@@ -471,10 +513,9 @@ class _DeltaLog:
     def append(self, expected_version: int, data: str, durable: bool) -> bool:
         del durable  # an object-store PUT is durable when it returns
         nonce = uuid.uuid4().hex
-        props = CommitProperties(
-            custom_metadata={DOCUMENT_KEY: data, NONCE_KEY: nonce}, max_commit_retries=0
-        )
         target = expected_version + 1
+        metadata = {DOCUMENT_KEY: data, NONCE_KEY: nonce, TARGET_KEY: str(target)}
+        props = CommitProperties(custom_metadata=metadata, max_commit_retries=0)
         try:
             if expected_version < 0:  # "ignore" returns quietly when the table exists
                 self._table = DeltaTable.create(
@@ -500,11 +541,26 @@ class _DeltaLog:
             if self._landed(target, nonce):
                 return True
             raise
-        return True
+        return self._committed_at(target, nonce)
 
     def _landed(self, version: int, nonce: str) -> bool:
         info = self._commit_info(version)
         return info is not None and info.get(NONCE_KEY) == nonce
+
+    def _committed_at(self, target: int, nonce: str) -> bool:
+        """After delta-rs reported the commit done: True if it landed at ``target``, False
+        if delta-rs moved it past (void). When ``target`` was compacted away meanwhile,
+        the commit is looked for among the newer versions; compaction's retention keeps
+        both from vanishing before this check (see the module docstring)."""
+        info = self._commit_info(target)
+        if info is not None:
+            return info.get(NONCE_KEY) == nonce
+        at = target + 1
+        while (later := self._commit_info(at)) is not None:
+            if later.get(NONCE_KEY) == nonce:
+                return False
+            at += 1
+        return True
 
     def compact(self, keep: int) -> None:
         files = [
@@ -515,7 +571,10 @@ class _DeltaLog:
         commits = sorted((c for c in files if _VERSION_FILE.match(c[1].base_name)), key=_key)
         if len(commits) <= keep:
             return
-        cut = commits[-keep][0]  # the oldest version kept
+        newest_valid = self._newest_valid([version for version, _ in commits])
+        if newest_valid is None:
+            return  # another compactor is deleting: leave it to that one
+        cut = min(commits[-keep][0], newest_valid)  # the oldest version kept
         too_young = time.time() - self.retention
         for version, info in commits:  # delete a prefix only: readers rely on no gaps
             if version >= cut or info.mtime is None or info.mtime.timestamp() > too_young:
@@ -531,6 +590,16 @@ class _DeltaLog:
             raise
         for _version, path in sorted((v, i.path) for v, i in files if v < cut):
             self.root.delete_file(path)
+
+    def _newest_valid(self, versions: list[int]) -> int | None:
+        """Return the newest of ``versions`` that is not void (None: one vanished)."""
+        for version in reversed(versions):
+            document = self.document(version)
+            if document is None:
+                return None
+            if not isinstance(document, _Void):
+                return version
+        raise CoordinatorError(f"{self.uri}: every version of the log is void")
 
     def delete(self) -> None:
         self._table = None
