@@ -156,6 +156,8 @@ class CrashTest:
         self._reference: Reference | None = None
         self._typical_s = DEFAULT_RUN_ESTIMATE_S
         self._run_seconds: list[float] = []
+        #: The first run that ended on its own (the input ran out), and the kills before it.
+        self._ran_out: tuple[int, int] | None = None
         self._spawned = 0
 
     # -- setup ---------------------------------------------------------------------------
@@ -325,6 +327,8 @@ class CrashTest:
         if proc.first_commit_s is not None:
             self._typical_s = max(5.0, 2 * proc.first_commit_s)
         if event is None and error is None:
+            if not self._run_seconds:
+                self._ran_out = (proc.index, len(self.kills))
             self._run_seconds.append(seconds)
         return record
 
@@ -369,10 +373,11 @@ class CrashTest:
             if lose_checkpoint:
                 shutil.rmtree(self.checkpoint_dir(), ignore_errors=True)
                 notes.append(f"Spark checkpoint deleted after run {record.run}")
-        if self._run_seconds and kills:
+        if self._ran_out is not None and kills:
+            run, killed = self._ran_out
             notes.append(
-                f"the input ran out after {len(self.runs) - len(self._run_seconds)} runs; "
-                "the kills after that hit startup: give more input"
+                f"the input ran out in run {run} (after {killed} of {kills} kills); the "
+                f"{len(self.kills) - killed} kills after that hit startup: give more input"
             )
         if not self.runs or self.runs[-1].error is None:
             self.wait(self.spawn())

@@ -289,6 +289,7 @@ class TransactionCoordinator:
     def commit_phase(self, meta: TransactionMetadata, *, recovering: bool = True) -> None:
         """Add every participant's staged files to its table (idempotent: the markers)."""
         app_txn = (meta.transactional_id, meta.txn_sequence)
+        count = len(meta.staged)
         for k, topic in enumerate(sorted(meta.staged), start=1):
             files = list(meta.staged[topic])
             if files:
@@ -298,7 +299,7 @@ class TransactionCoordinator:
                     app_txn=app_txn,
                     recovering=recovering,
                 )
-            faults.reached(f"after_participant_{k}")
+            faults.reached_participant(k, last=k == count)
 
     def abort_phase(self, meta: TransactionMetadata) -> None:
         """Delete every staged file of the transaction's sequence in every participant."""

@@ -9,7 +9,8 @@ The points of one transaction commit, in order:
 
 ``before_prepare``  buffers drained and staged, PrepareCommit not yet written
 ``after_prepare``   PrepareCommit written (the point of no return), no participant committed
-``after_participant_<k>``  k participant tables committed (1-based, in commit order)
+``after_participant_<k>``  k participant tables committed (1-based, in commit order);
+                    in a commit with fewer than k participants, all of them
 ``before_complete`` every participant committed, CompleteCommit not yet written
 ``after_complete``  CompleteCommit written, the producer not yet told
 
@@ -135,6 +136,24 @@ def reached(name: str) -> None:
     if _ARMED.hits >= _ARMED.target:
         log.warning("fault point %s reached: killing pid %d", name, os.getpid())
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def reached_participant(k: int, *, last: bool) -> None:
+    """Mark that ``k`` participant tables of a commit are committed (``last``: all of them).
+
+    A commit's participants are the tables its batch wrote, so their number varies (a batch
+    may leave an output untouched; a repartition topic shuffled inside the batch is never
+    written). An armed ``after_participant_<j>`` with ``j > k`` is therefore reached after
+    the last participant of a smaller commit, so that every point the crash harness plans
+    from the topology is met.
+    """
+    names = {f"after_participant_{k}"}
+    for armed in (_STALL, _ARMED):
+        match = _PARTICIPANT.fullmatch(armed.name or "")
+        if last and match and int(match.group(1)) > k:
+            names.add(match.group(0))
+    for name in sorted(names):
+        reached(name)
 
 
 def _stall(name: str, seconds: float) -> None:

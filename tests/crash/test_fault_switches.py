@@ -129,3 +129,25 @@ def test_without_the_switch_the_same_crash_leaves_nothing_visible(
     recovered.init_transactions()
     assert _out_records(root) == 0
     recovered.close()
+
+
+@pytest.mark.parametrize("point", ["after_participant_2", "after_participant_5"])
+def test_a_participant_point_past_a_small_commit_fires_after_its_last_participant(
+    admin: TopicAdmin, root: str, point: str
+) -> None:
+    """The child's commit has two participants (``out`` and the offsets): an armed
+    after_participant_5 (planned from a bigger topology) fires after the second, so the
+    transaction is decided and rolled forward by the next producer."""
+    admin.create("out", 1)
+    child = _child(root, **{faults.ENV_POINT: point})
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL, err
+    assert "committed" not in err
+    coordinator = TransactionCoordinator(admin)
+    snap = coordinator.load("tx")
+    assert snap is not None and snap.meta.state is TransactionState.PREPARE_COMMIT
+    newer = TransactionalProducer(admin, "tx")
+    newer.init_transactions()  # rolls the decided transaction forward
+    assert _out_records(root) == 1
+    assert OffsetsStore(admin).fetch("group") == {("in", 0): 1}
+    newer.close()
