@@ -48,7 +48,7 @@ from pyspark.sql import DataFrame
 from runtime.changelog_compaction import compact_changelogs
 from runtime.collector import OutputTopic
 from runtime.membership import GenerationFencedError, ThreadMembership
-from runtime.spark.source import TopicSlices
+from runtime.read_plan import BatchReads, ReadPlanner
 from runtime.storage.committer import StagedFile, TopicCommitter
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
@@ -70,7 +70,7 @@ from runtime.txn.offsets import OffsetsStore, UnstableOffsetCommitError
 from runtime.txn.producer import ProducerState, TransactionalProducer
 from runtime.txn.state import TransactionState
 from streams.config import StreamsConfig
-from streams.errors import OffsetOutOfRangeError, ProducerFencedError, StreamsError
+from streams.errors import ProducerFencedError, StreamsError
 from topology.graph import SinkSpec
 from topology.topology import Topology
 
@@ -212,10 +212,11 @@ class StreamThread:
         self.internal_sources = internal_sources
         self.wake = wake
         self.reader = TopicReader(admin)
-        #: This batch's reads, and the log-end offset of each partition read.
-        self._inputs: dict[int, tuple[TopicSlices, ...]] = {}
-        self._truncated: frozenset[tuple[str, int]] = frozenset()
-        self._ends: dict[tuple[str, int], int] = {}
+        self.reads_planner = ReadPlanner(
+            self.reader, config, self.sources, internal_sources, transactional_id
+        )
+        #: This batch's reads.
+        self.reads = BatchReads()
         self._draining = False
         #: The error that stopped the thread (the original, not Spark's wrapper of it).
         self.failure: BaseException | None = None
@@ -414,40 +415,18 @@ class StreamThread:
     def _plan_reads(self) -> bool:
         """Choose the batch's levels and plan its reads from the committed positions;
         return whether there is anything to read."""
-        topics = self._choose_levels()
-        cap = self.config.max_poll_records
-        inputs: dict[int, list[TopicSlices]] = {}
-        truncated: set[tuple[str, int]] = set()
-        self._ends = {}
-        for topic in topics:
-            ends = self.reader.end_offsets(topic)
-            starts = self.reader.beginning_offsets(topic)
-            sub = self.sources[topic]
-            for partition, end in sorted(ends.items()):
-                if not self._owns(f"{sub}_{partition}", partition):
-                    continue
-                at = self.positions.get((topic, partition))
-                if at is None or at < starts[partition]:  # none yet, or removed (retention)
-                    at = self._reset_position(topic, partition, end)
-                if at >= end:
-                    continue
-                stop = min(end, at + cap)
-                slices = self.reader.plan(topic, partition, at, stop - at)
-                inputs.setdefault(partition, []).append(
-                    TopicSlices(topic, partition, at, stop, tuple(slices))
-                )
-                self._ends[(topic, partition)] = end
-                if stop < end:
-                    truncated.add((topic, partition))
-        self._inputs = {p: tuple(items) for p, items in inputs.items()}
+        self.reads = self.reads_planner.plan(self._choose_levels(), self._owns, self.positions)
         log.debug(
             "[thread %s] %s batch reads %s",
             self.transactional_id,
             "shuffling" if self.levels is self.shuffle_levels else "topic",
-            {(i.topic, i.partition): (i.start, i.end) for items in inputs.values() for i in items},
+            {
+                (i.topic, i.partition): (i.start, i.end)
+                for r in self.reads.inputs.values()
+                for i in r
+            },
         )
-        self._truncated = frozenset(truncated)
-        return bool(self._inputs)
+        return bool(self.reads.inputs)
 
     def _choose_levels(self) -> list[str]:
         """Pick this batch's levels; return the topics it reads.
@@ -463,12 +442,7 @@ class StreamThread:
         shuffle = self.shuffle_levels
         if shuffle is None or self.owned is None or self.task_ids() != self._all_tasks():
             return self.subscribed
-        unread = []
-        for topic in sorted(shuffle.inline):
-            starts = self.reader.beginning_offsets(topic)
-            ends = self.reader.end_offsets(topic)
-            if any(self.positions.get((topic, p), starts[p]) < end for p, end in ends.items()):
-                unread.append(topic)
+        unread = self.reads_planner.unread(sorted(shuffle.inline), self.positions)
         if unread:
             self._draining = True  # the source topics wait: wake up for them afterwards
             return unread
@@ -478,33 +452,10 @@ class StreamThread:
     def _all_tasks(self) -> list[str]:
         return [f"{sub}_{p}" for sub, count in sorted(self.tasks.items()) for p in range(count)]
 
-    def _reset_policy(self, topic: str) -> str:
-        """Where a partition with no committed position starts: an internal topic at its
-        beginning, any other as ``auto.offset.reset`` says."""
-        return "earliest" if topic in self.internal_sources else self.config.auto_offset_reset
-
-    def _reset_position(self, topic: str, partition: int, end: int) -> int:
-        """The position of a partition with no valid committed one: its beginning for an
-        internal topic, else as ``auto.offset.reset`` says (kept until committed)."""
-        reset = self._reset_policy(topic)
-        if reset == "none":
-            raise OffsetOutOfRangeError(
-                f"[thread {self.transactional_id}] no valid committed offset for "
-                f"{topic}-{partition} and auto.offset.reset=none; commit a position first "
-                "(streams-eos groups --reset-offsets) or set auto.offset.reset to earliest "
-                "or latest"
-            )
-        at = end if reset == "latest" else self.reader.beginning_offsets(topic)[partition]
-        self.positions[(topic, partition)] = at
-        return at
-
     def _maybe_wake(self) -> None:
         """After a batch that left records behind (capped by ``max.poll.records`` or held
         back), write a new wake token so Spark runs the next batch without new data."""
-        if self.wake is None:
-            return
-        behind = any(self.positions.get(tp, 0) < end for tp, end in self._ends.items())
-        if behind or self._draining:
+        if self.wake is not None and (self.reads.behind(self.positions) or self._draining):
             self.wake_now()
 
     def caught_up(self) -> bool:
@@ -512,18 +463,7 @@ class StreamThread:
         input partitions that exists now."""
         if self.membership is not None and self.membership.rejoin_pending:
             return False
-        for topic in self.source_topics:
-            sub = self.sources[topic]
-            for partition, end in self.reader.end_offsets(topic).items():
-                if not self._owns(f"{sub}_{partition}", partition):
-                    continue
-                at = self.positions.get((topic, partition))
-                if at is None:  # nothing read yet: where the first batch would start
-                    latest = self._reset_policy(topic) == "latest"
-                    at = end if latest else self.reader.beginning_offsets(topic)[partition]
-                if at < end:
-                    return False
-        return True
+        return self.reads_planner.caught_up(self.source_topics, self._owns, self.positions)
 
     def wake_now(self) -> None:
         """Make the source trigger a batch soon, even without new records."""
@@ -711,8 +651,8 @@ class StreamThread:
             shuffle=self.levels.shuffle,
             level_partitions=self.levels.partitions,
             snapshot=self._snapshot_due(),
-            inputs=self._inputs,
-            truncated=self._truncated,
+            inputs=self.reads.inputs,
+            truncated=self.reads.truncated,
         )
 
     def _snapshot_due(self) -> bool:
