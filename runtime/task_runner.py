@@ -32,7 +32,6 @@ because only the result that reached the driver is committed.
 from __future__ import annotations
 
 import base64
-import heapq
 import logging
 import pickle
 from collections.abc import Iterator, Mapping, Sequence
@@ -43,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runtime.collector import OutputTopic, StagingCollector
+from runtime.partition_group import process_records
 from runtime.spark.source import TaskInput, TopicSlices, read_task_input
 from runtime.state_adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.storage.records import HEADERS_TYPE
@@ -431,7 +431,16 @@ def _run_task(
         if manager is not None and plan.snapshot:
             manager.snapshot()  # the committed state: this batch's writes are not in it
         try:
-            consumed, held_back = _process(plan, task, partition, table, topics)
+            consumed, held_back = process_records(
+                task,
+                partition,
+                table,
+                topics,
+                positions=plan.positions,
+                inline=plan.inline,
+                truncated=plan.truncated,
+                wait=plan.config.max_task_idle_ms >= 0,
+            )
             task.prepare_commit()
             inline = collector.drain(plan.inline)
             files = collector.flush()
@@ -483,112 +492,6 @@ def _run_task(
         )
         out.append(_pack(plan, topic, target, partition, placed))
     return out
-
-
-def _process(
-    plan: BatchPlan, task: StreamTask, partition: int, table: pa.Table, topics: list[str]
-) -> tuple[dict[tuple[str, int], int], int]:
-    """Process the records of ``topics`` not yet committed, interleaved by timestamp;
-    return the next positions and how many records were held back for the next batch."""
-    topic_col = table.column("topic")
-    queues: list[tuple[str, pa.Table]] = []
-    held_back = 0
-    for topic in topics:
-        rows = table.filter(pc.equal(topic_col, topic))
-        if topic not in plan.inline:
-            start = plan.positions.get((topic, partition), 0)
-            rows = rows.filter(pc.greater_equal(rows.column("offset"), start))
-        if rows.num_rows:
-            queues.append((topic, rows))
-    if len(queues) == 1:
-        _process_run(task, partition, *queues[0])
-    elif queues:
-        waits_for = (
-            [(t, partition) in plan.truncated for t, _ in queues]
-            if plan.config.max_task_idle_ms >= 0
-            else [False] * len(queues)
-        )
-        taken = _hold_back(queues, waits_for)
-        if taken is not None:
-            held_back = sum(rows.num_rows for _, rows in queues) - sum(taken)
-            queues = [
-                (t, rows.slice(0, n)) for (t, rows), n in zip(queues, taken, strict=True) if n
-            ]
-        for topic, rows in _interleave(queues):
-            _process_run(task, partition, topic, rows)
-    consumed = {
-        (topic, partition): int(rows.column("offset")[-1].as_py()) + 1
-        for topic, rows in queues
-        if topic not in plan.inline
-    }
-    return consumed, held_back
-
-
-def _hold_back(queues: list[tuple[str, pa.Table]], waits_for: list[bool]) -> list[int] | None:
-    """Return how many records of each queue to process now, or None for all of them.
-
-    Records are taken in :func:`_interleave`'s order until a queue in ``waits_for`` (its
-    partition has records beyond this batch) is drained; the rest wait for the next
-    batch, which reads that partition further (Kafka's task waits the same way while a
-    drained partition has lag, ``max.task.idle.ms``).
-    """
-    if not any(waits_for):
-        return None
-    stamps = [rows.column("timestamp").to_pylist() for _, rows in queues]
-    taken = [0] * len(queues)
-    merged = heapq.merge(
-        *(_tagged(q, col) for q, col in enumerate(stamps)), key=lambda item: (item[0], item[1])
-    )
-    for _, q, _i in merged:
-        taken[q] += 1
-        if waits_for[q] and taken[q] == len(stamps[q]):
-            return taken
-    return None
-
-
-def _interleave(queues: list[tuple[str, pa.Table]]) -> Iterator[tuple[str, pa.Table]]:
-    """Yield runs of consecutive records in the order Kafka's ``PartitionGroup`` picks
-    them: always the queue whose head record has the smallest timestamp (ties: the
-    earlier topic in sorted order), each queue in its own order."""
-    stamps = [rows.column("timestamp").to_pylist() for _, rows in queues]
-    merged = heapq.merge(
-        *(_tagged(q, col) for q, col in enumerate(stamps)), key=lambda item: (item[0], item[1])
-    )
-    run_q, run_start, run_len = -1, 0, 0
-    for _, q, i in merged:
-        if q == run_q:
-            run_len += 1
-            continue
-        if run_len:
-            yield queues[run_q][0], queues[run_q][1].slice(run_start, run_len)
-        run_q, run_start, run_len = q, i, 1
-    if run_len:
-        yield queues[run_q][0], queues[run_q][1].slice(run_start, run_len)
-
-
-def _tagged(queue: int, stamps: list[int]) -> Iterator[tuple[int, int, int]]:
-    for i, ts in enumerate(stamps):
-        yield ts, queue, i
-
-
-def _process_run(task: StreamTask, partition: int, topic: str, rows: pa.Table) -> None:
-    task.process_columns(
-        topic,
-        partition,
-        rows.column("key").to_pylist(),
-        rows.column("value").to_pylist(),
-        rows.column("timestamp").to_pylist(),
-        rows.column("offset").to_pylist(),
-        _headers(rows.column("headers")),
-    )
-
-
-def _headers(column: pa.ChunkedArray) -> list[tuple[tuple[str, bytes | None], ...]] | None:
-    """Return per-record header tuples, or None when no record has headers (the usual
-    case, which then costs no per-record work)."""
-    if len(pc.list_flatten(column)) == 0:
-        return None
-    return [tuple((h["key"], h["value"]) for h in hs) if hs else () for hs in column.to_pylist()]
 
 
 def _file_row(task_id: str, topic: str, f: Any) -> dict[str, Any]:

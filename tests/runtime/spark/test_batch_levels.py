@@ -8,8 +8,9 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
+from runtime.partition_group import interleave
 from runtime.stream_thread import plan_levels
-from runtime.task_runner import _interleave, shuffle_keys, spark_hash_int
+from runtime.task_runner import shuffle_keys, spark_hash_int
 from streams.serdes import Serdes
 from topology import Grouped, StreamsBuilder
 
@@ -74,7 +75,7 @@ def test_records_of_several_topics_are_taken_by_timestamp() -> None:
     queues = [("a", rows([1, 5, 6, 20])), ("b", rows([2, 3, 30])), ("c", rows([5]))]
     order = [
         (topic, ts)
-        for topic, run in _interleave(queues)
+        for topic, run in interleave(queues)
         for ts in run.column("timestamp").to_pylist()
     ]
     # The head with the smallest timestamp goes first; ties go to the earlier topic; a
