@@ -50,57 +50,61 @@ def process_records(
     if len(queues) == 1:
         _process_run(task, partition, *queues[0])
     elif queues:
-        waits_for = (
-            [(t, partition) in truncated for t, _ in queues] if wait else [False] * len(queues)
-        )
-        taken = hold_back(queues, waits_for)
+        order = merged_order(queues)
+        waits_for = [wait and (t, partition) in truncated for t, _ in queues]
+        taken = hold_back(order, [rows.num_rows for _, rows in queues], waits_for)
         if taken is not None:
-            held_back = sum(rows.num_rows for _, rows in queues) - sum(taken)
-            queues = [
-                (t, rows.slice(0, n)) for (t, rows), n in zip(queues, taken, strict=True) if n
-            ]
-        for topic, rows in interleave(queues):
+            held_back = len(order) - sum(taken)
+            order = order[: sum(taken)]
+            queues = [(t, rows.slice(0, n)) for (t, rows), n in zip(queues, taken, strict=True)]
+        for topic, rows in interleave(queues, order):
             _process_run(task, partition, topic, rows)
     consumed = {
         (topic, partition): int(rows.column("offset")[-1].as_py()) + 1
         for topic, rows in queues
-        if topic not in inline
+        if rows.num_rows and topic not in inline
     }
     return consumed, held_back
 
 
-def hold_back(queues: list[tuple[str, pa.Table]], waits_for: list[bool]) -> list[int] | None:
-    """Return how many records of each queue to process now, or None for all of them.
-
-    Records are taken in :func:`interleave`'s order until a queue in ``waits_for`` (its
-    partition has records beyond this batch) is drained; the rest wait for the next
-    batch, which reads that partition further (Kafka's task waits the same way while a
-    drained partition has lag, ``max.task.idle.ms``).
-    """
-    if not any(waits_for):
-        return None
-    stamps = [rows.column("timestamp").to_pylist() for _, rows in queues]
-    taken = [0] * len(queues)
-    merged = heapq.merge(
-        *(_tagged(q, col) for q, col in enumerate(stamps)), key=lambda item: (item[0], item[1])
-    )
-    for _, q, _i in merged:
-        taken[q] += 1
-        if waits_for[q] and taken[q] == len(stamps[q]):
-            return taken
-    return None
-
-
-def interleave(queues: list[tuple[str, pa.Table]]) -> Iterator[tuple[str, pa.Table]]:
-    """Yield runs of consecutive records in the order Kafka's ``PartitionGroup`` picks
+def merged_order(queues: list[tuple[str, pa.Table]]) -> list[tuple[int, int]]:
+    """Return (queue, index) of every record in the order Kafka's ``PartitionGroup`` picks
     them: always the queue whose head record has the smallest timestamp (ties: the
     earlier topic in sorted order), each queue in its own order."""
     stamps = [rows.column("timestamp").to_pylist() for _, rows in queues]
     merged = heapq.merge(
         *(_tagged(q, col) for q, col in enumerate(stamps)), key=lambda item: (item[0], item[1])
     )
+    return [(q, i) for _, q, i in merged]
+
+
+def hold_back(
+    order: list[tuple[int, int]], sizes: list[int], waits_for: list[bool]
+) -> list[int] | None:
+    """Return how many records of each queue to process now, or None for all of them.
+
+    Records are taken in ``order`` until a queue in ``waits_for`` (its partition has
+    records beyond this batch) is drained; the rest wait for the next batch, which reads
+    that partition further (Kafka's task waits the same way while a drained partition has
+    lag, ``max.task.idle.ms``).
+    """
+    if not any(waits_for):
+        return None
+    taken = [0] * len(sizes)
+    for q, _i in order:
+        taken[q] += 1
+        if waits_for[q] and taken[q] == sizes[q]:
+            return taken
+    return None
+
+
+def interleave(
+    queues: list[tuple[str, pa.Table]], order: list[tuple[int, int]] | None = None
+) -> Iterator[tuple[str, pa.Table]]:
+    """Yield runs of consecutive records of one queue, in ``order`` (default: the
+    :func:`merged_order` of ``queues``)."""
     run_q, run_start, run_len = -1, 0, 0
-    for _, q, i in merged:
+    for q, i in merged_order(queues) if order is None else order:
         if q == run_q:
             run_len += 1
             continue

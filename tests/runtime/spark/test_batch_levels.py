@@ -8,7 +8,7 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
-from runtime.partition_group import interleave
+from runtime.partition_group import hold_back, interleave, merged_order
 from runtime.stream_thread import plan_levels
 from runtime.task_runner import shuffle_keys, spark_hash_int
 from streams.serdes import Serdes
@@ -90,3 +90,18 @@ def test_records_of_several_topics_are_taken_by_timestamp() -> None:
         ("a", 20),
         ("b", 30),
     ]
+
+
+def test_records_after_a_drained_partition_with_more_to_read_wait() -> None:
+    """``a``'s partition has records beyond the batch: once its last record here is taken,
+    the rest (``b``'s 30) waits for the next batch; nobody waiting takes everything."""
+
+    def rows(stamps: list[int]) -> pa.Table:
+        return pa.table({"timestamp": pa.array(stamps, pa.int64())})
+
+    queues = [("a", rows([1, 5, 6, 20])), ("b", rows([2, 3, 30]))]
+    order = merged_order(queues)
+    assert order == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (0, 3), (1, 2)]
+    assert hold_back(order, [4, 3], [True, False]) == [4, 2]
+    assert hold_back(order, [4, 3], [False, True]) == [4, 3]  # b drains last: all of it
+    assert hold_back(order, [4, 3], [False, False]) is None
