@@ -38,13 +38,14 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
 
+from runtime.batch_cycles import cyclic_topics, repartition_writers
 from runtime.changelog_compaction import compact_changelogs
 from runtime.collector import OutputTopic
 from runtime.membership import GenerationFencedError, ThreadMembership
@@ -71,7 +72,6 @@ from runtime.txn.producer import ProducerState, TransactionalProducer
 from runtime.txn.state import TransactionState
 from streams.config import StreamsConfig
 from streams.errors import ProducerFencedError, StreamsError
-from topology.graph import SinkSpec
 from topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -113,16 +113,18 @@ def plan_levels(
 ) -> BatchLevels:
     """Level each sub-topology: 0 when it reads no repartition topic, else one more than
     the deepest sub-topology writing one it reads. Without ``in_batch`` every
-    sub-topology is level 0 and repartitions go through their topics."""
-    inline_topics = set(topology.repartition_topic_names(application_id)) if in_batch else set()
-    writers: dict[str, set[int]] = {}
-    for sub in topology.task_subtopologies():
-        for name in sub.nodes:
-            spec = topology.nodes[name]
-            if isinstance(spec, SinkSpec) and spec.internal and spec.topic is not None:
-                runtime = topology.topic_name(spec.topic, application_id, internal=True)
-                if runtime in inline_topics:
-                    writers.setdefault(runtime, set()).add(sub.id)
+    sub-topology is level 0 and repartitions go through their topics; so do the
+    repartition topics of a cycle between sub-topologies (a foreign-key join's), with
+    ``in_batch`` too."""
+    inline_topics: set[str] = set()
+    if in_batch:
+        inline_topics = set(topology.repartition_topic_names(application_id))
+        inline_topics -= cyclic_topics(topology, sources, application_id)
+    writers = {
+        topic: subs
+        for topic, subs in repartition_writers(topology, application_id).items()
+        if topic in inline_topics
+    }
     levels = {sub.id: 0 for sub in topology.task_subtopologies()}
     for _ in range(len(levels) + 1):
         changed = False
@@ -218,6 +220,8 @@ class StreamThread:
         #: This batch's reads.
         self.reads = BatchReads()
         self._draining = False
+        #: Whether the batch wrote records to a topic this thread reads (a cycle).
+        self._fed_back = False
         #: The error that stopped the thread (the original, not Spark's wrapper of it).
         self.failure: BaseException | None = None
         self.group = config.application_id
@@ -439,6 +443,7 @@ class StreamThread:
         """
         self.levels = self.topic_levels
         self._draining = False
+        self._fed_back = False
         shuffle = self.shuffle_levels
         if shuffle is None or self.owned is None or self.task_ids() != self._all_tasks():
             return self.subscribed
@@ -454,9 +459,15 @@ class StreamThread:
 
     def _maybe_wake(self) -> None:
         """After a batch that left records behind (capped by ``max.poll.records`` or held
-        back), write a new wake token so Spark runs the next batch without new data."""
-        if self.wake is not None and (self.reads.behind(self.positions) or self._draining):
+        back), or wrote records its own tasks read (a cycle of repartition topics, e.g. a
+        foreign-key join's), write a new wake token so Spark runs the next batch without
+        new data: the cycle drains without waiting for new input."""
+        behind = self.reads.behind(self.positions) or self._draining or self._fed_back
+        if self.wake is not None and behind:
             self.wake_now()
+
+    def _note_fed_back(self, topics: Iterable[str]) -> None:
+        self._fed_back = self._fed_back or any(t in self.sources for t in topics)
 
     def caught_up(self) -> bool:
         """Whether the thread has no rejoin pending and has read every record of its tasks'
@@ -694,6 +705,7 @@ class StreamThread:
         positions: dict[tuple[str, int], int] = {}
         for row in self._collect_rows(df, self._plan(staging, txn)):
             _add(row, files, positions)
+        self._note_fed_back(files)
         return files, positions
 
     def _run_tasks_by_task(
@@ -703,6 +715,7 @@ class StreamThread:
         for row in self._collect_rows(df, self._plan("", None, txns)):
             files, positions = out.setdefault(row["task"], ({}, {}))
             _add(row, files, positions)
+        self._note_fed_back(t for files, _ in out.values() for t in files)
         return out
 
 

@@ -105,3 +105,28 @@ def test_records_after_a_drained_partition_with_more_to_read_wait() -> None:
     assert hold_back(order, [4, 3], [True, False]) == [4, 2]
     assert hold_back(order, [4, 3], [False, True]) == [4, 3]  # b drains last: all of it
     assert hold_back(order, [4, 3], [False, False]) is None
+
+
+def test_the_topics_of_a_cycle_go_through_storage_and_the_rest_is_shuffled() -> None:
+    """A foreign-key join's subscription and response topics form a cycle between its
+    two sub-topologies: they are read from their topics; an acyclic repartition upstream
+    of the join stays a shuffle inside the batch."""
+    s = Serdes.String()
+    b = StreamsBuilder()
+    left = b.stream("in").group_by(lambda k, v: v, Grouped.with_(s, s)).count()
+    left.join(b.table("right"), str, lambda a, c: f"{a}{c}").to_stream().to("out")
+    topology = b.build()
+    names = sorted(topology.repartition_topic_names("app"))
+    cyclic = [n for n in names if "FK-JOIN" in n]
+    assert len(names) == 3 and len(cyclic) == 2
+    subs = {sub.id: sub for sub in topology.task_subtopologies()}
+    sources = {
+        topology.topic_name(t, "app", internal=spec.internal): sub_id
+        for sub_id, sub in subs.items()
+        for name in sub.sources
+        for spec in [topology.nodes[name]]
+        for t in spec.topics  # type: ignore[union-attr]
+    }
+    levels = plan_levels(topology, sources, dict.fromkeys(subs, 2), "app", in_batch=True)
+    assert set(levels.inline) == set(names) - set(cyclic)
+    assert levels.depth == 2
