@@ -36,6 +36,7 @@ from runtime.group.coordinator import GroupState
 from runtime.internal_topics import TopicPlan, plan_topics
 from runtime.membership import ThreadMembership, task_partitions
 from runtime.process_id import load_or_create_process_id
+from runtime.source_topics import internal_topic_names, pattern_sources, patterns_to_json
 from runtime.spark.source import SOURCE_NAME, TopicSource
 from runtime.spark.startup import SessionStart
 from runtime.storage.reader import TopicReader
@@ -99,6 +100,7 @@ class StreamsApp:
         self._levels: BatchLevels | None = None
         self._shuffle_levels: BatchLevels | None = None
         self._error: BaseException | None = None
+        self._patterns = pattern_sources(topology)
         self._lock = threading.Lock()
 
     # -- state ----------------------------------------------------------------------------
@@ -316,6 +318,8 @@ class StreamsApp:
             shutdown_marker=(self._shutdown_marker(), self._started_ms),
             internal_sources=frozenset(self.plan.sources) - frozenset(self.plan.external_sources),
             wake=self._wake_file(index),
+            offset_resets=plan.offset_resets,
+            subscription=self._subscription_file(index) if self._patterns else None,
         )
         positions = thread.start()
         query = self._start_query(thread, index, positions)
@@ -329,6 +333,12 @@ class StreamsApp:
         """The file holding thread ``index``'s wake token for its source."""
         return self.admin.root.path(
             "_apps", self.application_id, "wake", f"{self.process_id}-thread-{index}"
+        )
+
+    def _subscription_file(self, index: int) -> str:
+        """The file where thread ``index``'s source names the topics it watches."""
+        return self.admin.root.path(
+            "_apps", self.application_id, "subscription", f"{self.process_id}-thread-{index}"
         )
 
     def _shutdown_marker(self) -> str:
@@ -385,11 +395,13 @@ class StreamsApp:
             .option("root", self.admin.root.uri_of())
             .option("topics", json.dumps(topics))
             .option("starting_offsets", json.dumps(starting))
-            .option("auto_offset_reset", self.config.auto_offset_reset)
+            # Spark's offsets only trigger batches; the thread plans the reads itself,
+            # each source with its own reset policy: a first batch runs for every record
+            .option("auto_offset_reset", "earliest")
             .option("max_poll_records", str(self.config.max_poll_records))
-            # Spark's offsets only trigger batches; the thread plans the reads itself
             .option("trigger_only", "true")
             .option("wake", self._wake_file(index))
+            .options(**self._pattern_options(index))
             .load()
         )
         return (
@@ -402,6 +414,18 @@ class StreamsApp:
             .trigger(processingTime=f"{self.config.commit_interval_ms} milliseconds")
             .start()
         )
+
+    def _pattern_options(self, index: int) -> dict[str, str]:
+        """The source's options of a topology with pattern sources: watch for new
+        matching topics (never the internal ones) every ``metadata.max.age.ms``."""
+        if not self._patterns:
+            return {}
+        return {
+            "patterns": patterns_to_json(self._patterns),
+            "exclude": json.dumps(sorted(internal_topic_names(self.topology, self.application_id))),
+            "metadata_max_age_ms": str(self.config.metadata_max_age_ms),
+            "subscription": self._subscription_file(index),
+        }
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc

@@ -14,9 +14,15 @@ count of the source topics (dead letters are partitioned by their key, as Kafka'
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runtime.collector import OutputTopic
+from runtime.source_topics import (
+    internal_topic_names,
+    match_patterns,
+    offset_resets,
+    pattern_sources,
+)
 from runtime.storage.topics import TopicAdmin
 from streams.config import StreamsConfig
 from streams.errors import TopologyError, UnknownTopicError
@@ -39,6 +45,8 @@ class TopicPlan:
     outputs: dict[str, OutputTopic]
     tasks: dict[int, int]
     external_sources: tuple[str, ...]
+    #: source topic -> its source's own reset policy (``Consumed.with_offset_reset_policy``)
+    offset_resets: dict[str, str] = field(default_factory=dict)
 
 
 def plan_topics(
@@ -66,6 +74,7 @@ def plan_topics(
     sources: dict[str, int] = {}
     tasks: dict[int, int] = {}
     external: list[str] = []
+    matched = _pattern_topics(topology, admin, application_id)
     for _ in range(len(subs) + 1):  # repartition counts flow downstream
         for sub in subs:
             counts = []
@@ -82,6 +91,7 @@ def plan_topics(
                         if runtime not in external:
                             external.append(runtime)
                         counts.append(_partitions(admin, runtime, "source"))
+            counts += _add_matched(admin, sub.id, matched, sources, external)
             if counts:
                 tasks[sub.id] = max(counts)
             for name in sub.nodes:
@@ -118,7 +128,35 @@ def plan_topics(
             )
         counts = [admin.num_partitions(t) for t in external]
         outputs[dead_letters] = _dead_letter_topic(admin, dead_letters, max(counts, default=1))
-    return TopicPlan(sources, outputs, tasks, tuple(external))
+    resets = offset_resets(topology, sources, application_id)
+    return TopicPlan(sources, outputs, tasks, tuple(external), resets)
+
+
+def _add_matched(
+    admin: TopicAdmin,
+    sub_id: int,
+    matched: dict[str, int],
+    sources: dict[str, int],
+    external: list[str],
+) -> list[int]:
+    """Add the pattern-matched topics of ``sub_id`` to ``sources`` and ``external``;
+    return their partition counts."""
+    counts = []
+    for topic in (t for t, reader in matched.items() if reader == sub_id):
+        sources[topic] = sub_id
+        if topic not in external:
+            external.append(topic)
+        counts.append(_partitions(admin, topic, "source"))
+    return counts
+
+
+def _pattern_topics(topology: Topology, admin: TopicAdmin, application_id: str) -> dict[str, int]:
+    """Return the existing topics the topology's patterns match -> their sub-topology."""
+    patterns = pattern_sources(topology)
+    if not patterns:
+        return {}
+    excluded = internal_topic_names(topology, application_id)
+    return match_patterns(patterns, admin.list(), excluded)
 
 
 def _dead_letter_topic(admin: TopicAdmin, topic: str, partitions: int) -> OutputTopic:

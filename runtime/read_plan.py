@@ -4,8 +4,9 @@ The thread keeps the committed position of every partition its tasks consume; a 
 reads from there, at most ``max.poll.records`` per partition, up to the log end seen when
 the batch is planned (Spark's source only triggers batches). A partition with no valid
 committed position starts where the reset policy says: an internal (repartition) topic at
-its beginning, any other as ``auto.offset.reset`` says (``none``: an error that names the
-partition and how to commit a position).
+its beginning, any other as its source's own policy says
+(``Consumed.with_offset_reset_policy``), else as ``auto.offset.reset`` says (``none``: an
+error that names the partition and how to commit a position).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class ReadPlanner:
         sources: source topic -> the sub-topology reading it.
         internal_sources: the topics this application writes itself (repartition topics).
         name: how log and error messages name the thread.
+        offset_resets: source topic -> its source's own reset policy, which wins over
+            ``auto.offset.reset`` (``Consumed.with_offset_reset_policy``).
     """
 
     def __init__(
@@ -61,12 +64,20 @@ class ReadPlanner:
         sources: Mapping[str, int],
         internal_sources: frozenset[str],
         name: str,
+        *,
+        offset_resets: Mapping[str, str] | None = None,
     ) -> None:
         self.reader = reader
         self.config = config
         self.sources = dict(sources)
         self.internal_sources = internal_sources
         self.name = name
+        self.offset_resets = dict(offset_resets or {})
+
+    def add_sources(self, sources: Mapping[str, int], offset_resets: Mapping[str, str]) -> None:
+        """Read ``sources`` too (topics a pattern source matched while running)."""
+        self.sources.update(sources)
+        self.offset_resets.update(offset_resets)
 
     def plan(self, topics: list[str], owns: Owns, positions: Positions) -> BatchReads:
         """Return the batch's reads of ``topics`` for the partitions the thread owns.
@@ -133,8 +144,11 @@ class ReadPlanner:
 
     def reset_policy(self, topic: str) -> str:
         """Where a partition with no committed position starts: an internal topic at its
-        beginning, any other as ``auto.offset.reset`` says."""
-        return "earliest" if topic in self.internal_sources else self.config.auto_offset_reset
+        beginning, any other as its source's own policy says, else as
+        ``auto.offset.reset`` says."""
+        if topic in self.internal_sources:
+            return "earliest"
+        return self.offset_resets.get(topic, self.config.auto_offset_reset)
 
     def reset_position(self, topic: str, partition: int, end: int, positions: Positions) -> int:
         """Return (and keep in ``positions``) the reset position of a partition with no
@@ -148,7 +162,8 @@ class ReadPlanner:
             raise OffsetOutOfRangeError(
                 f"[thread {self.name}] no valid committed offset for {topic}-{partition} and "
                 "auto.offset.reset=none; commit a position first (streams-eos groups "
-                "--reset-offsets) or set auto.offset.reset to earliest or latest"
+                "--reset-offsets), set auto.offset.reset to earliest or latest, or give "
+                "the source its own policy (Consumed.with_offset_reset_policy)"
             )
         at = end if reset == "latest" else self.reader.beginning_offsets(topic)[partition]
         positions[(topic, partition)] = at

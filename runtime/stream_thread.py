@@ -50,6 +50,7 @@ from runtime.changelog_compaction import compact_changelogs
 from runtime.collector import OutputTopic
 from runtime.membership import GenerationFencedError, ThreadMembership
 from runtime.read_plan import BatchReads, ReadPlanner
+from runtime.source_topics import PatternFollower
 from runtime.storage.committer import StagedFile, TopicCommitter
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
@@ -174,6 +175,9 @@ class StreamThread:
         shuffle_levels: levels that shuffle repartitioned records inside the batch, used
             for a batch when this thread owns every task and the repartition topics hold
             nothing unread (``levels`` pass them through the topics).
+        offset_resets: source topic -> its source's own reset policy.
+        subscription: a file under the storage root where the source names every topic
+            it watches (with pattern sources: new matching topics are read from then on).
     """
 
     def __init__(
@@ -193,6 +197,8 @@ class StreamThread:
         wake: str | None = None,
         membership: ThreadMembership | None = None,
         shuffle_levels: BatchLevels | None = None,
+        offset_resets: Mapping[str, str] | None = None,
+        subscription: str | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -215,8 +221,23 @@ class StreamThread:
         self.wake = wake
         self.reader = TopicReader(admin)
         self.reads_planner = ReadPlanner(
-            self.reader, config, self.sources, internal_sources, transactional_id
+            self.reader,
+            config,
+            self.sources,
+            internal_sources,
+            transactional_id,
+            offset_resets=offset_resets,
         )
+        self.patterns: PatternFollower | None = None
+        if subscription is not None:
+            path = subscription
+            self.patterns = PatternFollower(
+                topology,
+                config.application_id,
+                lambda: admin.root.read_bytes(path),
+                admin.num_partitions,
+                self.tasks,
+            )
         #: This batch's reads.
         self.reads = BatchReads()
         self._draining = False
@@ -419,6 +440,7 @@ class StreamThread:
     def _plan_reads(self) -> bool:
         """Choose the batch's levels and plan its reads from the committed positions;
         return whether there is anything to read."""
+        self._follow_patterns()
         self.reads = self.reads_planner.plan(self._choose_levels(), self._owns, self.positions)
         log.debug(
             "[thread %s] %s batch reads %s",
@@ -431,6 +453,15 @@ class StreamThread:
             },
         )
         return bool(self.reads.inputs)
+
+    def _follow_patterns(self) -> None:
+        """Read the new topics the source's pattern watch found from now on."""
+        if self.patterns is None:
+            return
+        found, resets = self.patterns.new_sources(self.sources)
+        if found:
+            self.sources.update(found)
+            self.reads_planner.add_sources(found, resets)
 
     def _choose_levels(self) -> list[str]:
         """Pick this batch's levels; return the topics it reads.

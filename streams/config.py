@@ -202,6 +202,7 @@ class StreamsConfig(BaseModel):
         "statestore.uncommitted.max.bytes", f"-1 (unbounded) or {_POSITIVE}", default=64 << 20
     )
     max_poll_records: _Int = _key("max.poll.records", _AT_LEAST_ONE, default=1000, ge=1)
+    metadata_max_age_ms: _Int = _key("metadata.max.age.ms", _POSITIVE, default=300000, gt=0)
     max_task_idle_ms: _Int = _key(
         "max.task.idle.ms",
         "-1 (never wait) or an integer >= 0",

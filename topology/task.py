@@ -273,7 +273,7 @@ class StreamTask:
         source = self._sources.get(topic)
         if source is None:
             for pattern, candidate in self._pattern_sources:
-                if pattern.fullmatch(topic):
+                if pattern.fullmatch(topic) and not self._is_internal(topic):
                     self._sources[topic] = source = candidate
                     break
             else:
@@ -282,6 +282,14 @@ class StreamTask:
                     f"reads topic {topic}"
                 )
         return source
+
+    def _is_internal(self, topic: str) -> bool:
+        """Whether ``topic`` is one of the application's internal topics, which a pattern
+        source never reads (as Kafka's pattern subscription)."""
+        app = self.application_id
+        return topic in self.topology.repartition_topic_names(app) or (
+            topic in self.topology.changelog_topics(app).values()
+        )
 
     def process(  # noqa: PLR0917 - the per-record entry point
         self,

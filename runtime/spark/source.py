@@ -23,6 +23,10 @@ of the subscribed topics, with or without new records. The application plans wha
 task reads from its committed positions (so records it held back, or partitions it was
 just assigned, are read again) and changes the wake token when a batch left records
 behind, so that the next trigger runs even when no new record arrives.
+
+With ``patterns`` (a pattern source), the source lists the topics again at most every
+``metadata_max_age_ms``, watches the new matching ones (``exclude``: never these) and names
+every watched topic in the ``subscription`` file, for the stream thread to read them.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from runtime.source_topics import PatternWatch, patterns_from_json
 from runtime.storage.fs import StorageRoot
 from runtime.storage.reader import FileSlice, TopicReader, read_slices
 from streams.errors import ConfigError, OffsetOutOfRangeError
@@ -134,6 +139,16 @@ class TopicStreamReader(DataSourceStreamReader):
         self.only: frozenset[int] | None = frozenset(json.loads(only)) if only else None
         self._reader: TopicReader | None = None
         self._root: StorageRoot | None = None
+        self.subscription = options.get("subscription", "")
+        self._watch: PatternWatch | None = None
+        patterns = patterns_from_json(options.get("patterns", "[]"))
+        if patterns:
+            self._watch = PatternWatch(
+                patterns,
+                json.loads(options.get("exclude", "[]")),
+                lambda: self.reader.admin.list(),  # noqa: PLW0108 - the reader is lazy
+                int(options.get("metadata_max_age_ms", "300000")),
+            )
 
     @property
     def reader(self) -> TopicReader:
@@ -148,6 +163,7 @@ class TopicStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_poll_records)
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
+        self._watch_patterns()
         cap = None
         if not self.trigger_only and not isinstance(limit, ReadAllAvailable):
             cap = self.max_poll_records
@@ -163,12 +179,28 @@ class TopicStreamReader(DataSourceStreamReader):
                 positions[key] = end if cap is None else min(end, at + cap)
             out[topic] = positions
         if self.wake:
-            if self._root is None:
-                self._root = StorageRoot(self.root)
-            token = self._root.read_bytes(self.wake)
+            token = self.storage.read_bytes(self.wake)
             if token:
                 out[WAKE_KEY] = {"0": int(token)}
         return out
+
+    @property
+    def storage(self) -> StorageRoot:
+        if self._root is None:
+            self._root = StorageRoot(self.root)
+        return self._root
+
+    def _watch_patterns(self) -> None:
+        """Subscribe to new topics the ``patterns`` match (at most every
+        ``metadata_max_age_ms``); name every topic in the ``subscription`` file, which
+        the stream thread reads before it plans the batch these offsets trigger."""
+        if self._watch is None:
+            return
+        new = self._watch.poll(self.topics)
+        if new:
+            self.topics = sorted({*self.topics, *new})
+            if self.subscription:
+                self.storage.write_bytes(self.subscription, json.dumps(self.topics).encode())
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         if self.trigger_only:  # every partition number; the application plans the reads

@@ -6,19 +6,22 @@ rebalances."""
 
 from __future__ import annotations
 
+import re
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from runtime.app import StreamsApp
+from runtime.app_state import AppState
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from streams.testing import TopologyTestDriver
-from topology import StreamsBuilder, Topology
+from topology import Consumed, StreamsBuilder, Topology
 
 #: A raw record: key, value, timestamp.
 Raw = tuple[bytes | None, bytes | None, int]
@@ -160,3 +163,106 @@ def test_a_foreign_key_join_runs_with_the_default_configuration(
     # key (value and timestamp) is the driver's
     final = {k: r[-1] for k, r in per_key(got).items()}
     assert final == {k: r[-1] for k, r in per_key(expected["enriched"]).items()}
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait until ``check()`` holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+# -- 2. a pattern source: existing and new matching topics, never internal ones ---------
+
+
+def pattern_topology() -> Topology:
+    b = StreamsBuilder()
+    (
+        b.stream(re.compile("orders-.*"))
+        .group_by(lambda k, v: v)
+        .count()
+        .to_stream()
+        .map_values(str)
+        .to("sales")
+    )
+    return b.build()
+
+
+def test_a_pattern_source_reads_matching_topics_and_new_ones_while_running(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    # application.id "orders-app": its internal topics match the pattern but are not read
+    for topic, n in (("orders-a", 2), ("orders-b", 1), ("sales", 2), ("other", 1)):
+        admin.create(topic, n)
+    first = {
+        "orders-a": [("k1", "apple"), ("k2", "pear"), ("k3", "apple")],
+        "orders-b": [("k4", "pear"), ("k5", "plum")],
+        "other": [("k6", "apple")],
+    }
+    later = [("k7", "apple"), ("k8", "fig")]
+    for topic, rows in first.items():
+        produce(admin, topic, rows)
+    config = config_for("orders-app", root, tmp_path / "state", **{"metadata.max.age.ms": 300})
+    inputs = [(t, raw(r)) for t, r in first.items() if t != "other"]
+    expected = latest(driver_run(pattern_topology(), config, inputs)["sales"])
+    app = StreamsApp(pattern_topology(), config, spark=spark)
+    app.start()
+    try:
+        wait_for(lambda: latest(read_topic(root, "sales")) == expected, 120, "the first counts")
+        assert app.state is AppState.RUNNING
+        admin.create("orders-c", 2)  # a new matching topic, while the app runs
+        produce(admin, "orders-c", later)
+        expected = latest(
+            driver_run(pattern_topology(), config, [*inputs, ("orders-c", raw(later))])["sales"]
+        )
+        assert expected[b"apple"] == b"3" and expected[b"fig"] == b"1"
+        wait_for(lambda: latest(read_topic(root, "sales")) == expected, 120, "orders-c's counts")
+    finally:
+        app.close()
+    # the pattern's sub-topology reads the matching topics, not "other", not the
+    # application's own internal topics (which the pattern matches too)
+    sources = app.threads[0].sources
+    assert sorted(t for t, sub in sources.items() if sub == 0) == [
+        "orders-a",
+        "orders-b",
+        "orders-c",
+    ]
+    assert any(t.startswith("orders-app-") for t in admin.list())
+
+
+# -- 4. a source's own offset reset policy wins over auto.offset.reset -----------------
+
+
+def reset_topology() -> Topology:
+    b = StreamsBuilder()
+    early = b.stream("early", Consumed(offset_reset="earliest"))
+    late = b.stream("late", Consumed().with_offset_reset_policy("latest"))
+    early.merge(late).map_values(str.upper).to("merged")
+    return b.build()
+
+
+def test_each_source_starts_where_its_own_reset_policy_says(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    for topic in ("early", "late", "merged"):
+        admin.create(topic, 2)
+    produce(admin, "early", [("a", "x"), ("b", "y")])
+    produce(admin, "late", [("c", "z")])  # before the first start: skipped (latest)
+    # "none" would refuse a partition without a committed position: the sources' own
+    # policies decide instead
+    config = config_for("reset-app", root, tmp_path / "state", **{"auto.offset.reset": "none"})
+    app = StreamsApp(reset_topology(), config, spark=spark)
+    app.start()
+    values = lambda: sorted(v for _, v, _ in read_topic(root, "merged"))  # noqa: E731
+    try:
+        wait_for(lambda: values() == [b"X", b"Y"], 60, "early's records")
+        assert app.state is AppState.RUNNING  # "late" was reset to its end, not refused
+        produce(admin, "late", [("d", "w")])  # while running: past late's reset position
+        produce(admin, "early", [("e", "v")])
+        wait_for(lambda: len(values()) >= 4, 60, "the records produced while running")
+    finally:
+        app.close()
+    inputs = [("early", raw([("a", "x"), ("b", "y"), ("e", "v")])), ("late", raw([("d", "w")]))]
+    expected = driver_run(reset_topology(), config, inputs)["merged"]
+    assert sorted(r[:2] for r in read_topic(root, "merged")) == sorted(r[:2] for r in expected)
