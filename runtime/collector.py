@@ -1,11 +1,13 @@
 """The Spark task's record collector: sink and changelog records into staged files.
 
 A task inside a Spark task knows nothing of the Delta log: the driver's task descriptor
-names every topic it may write, with its table path and partition count, and the staging
-directory of the micro-batch's transaction. :class:`StagingCollector` buffers the records
-(Kafka's ``RecordCollector``), partitions them in one vectorised pass per topic at
-``flush()``, and writes one staged parquet file per (topic, partition): invisible until the
-driver's commit adds them to each topic's Delta log.
+names every topic it may write, with its table path and partition count (with a
+topic-name-extractor sink: every topic that existed when the batch was planned, see
+:mod:`runtime.output_topics`), and the staging directory of the micro-batch's
+transaction. :class:`StagingCollector` buffers the records (Kafka's ``RecordCollector``),
+partitions them in one vectorised pass per topic at ``flush()``, and writes one staged
+parquet file per (topic, partition): invisible until the driver's commit adds them to each
+topic's Delta log.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pyarrow as pa
 from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import StagedFile, write_file
 from runtime.storage.fs import StorageRoot
+from streams.errors import UnknownTopicError
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,13 @@ class StagingCollector:
         headers: Sequence[tuple[str, bytes | None]],
         partition: int | None,
     ) -> None:
-        """Buffer one record (``partition`` None: by the key's murmur2 hash)."""
+        """Buffer one record (``partition`` None: by the key's murmur2 hash).
+
+        Raises:
+            UnknownTopicError: ``topic`` does not exist (a topic-name extractor named it).
+        """
+        if topic not in self.topics:
+            raise self._unknown(topic)
         self._append(
             topic,
             key,
@@ -76,8 +85,23 @@ class StagingCollector:
         self.sent += 1
 
     def partitions_for(self, topic: str) -> int:
-        """Return the partition count of ``topic``."""
+        """Return the partition count of ``topic``.
+
+        Raises:
+            UnknownTopicError: ``topic`` does not exist.
+        """
+        if topic not in self.topics:
+            raise self._unknown(topic)
         return self._acc.num_partitions(topic)
+
+    @staticmethod
+    def _unknown(topic: str) -> UnknownTopicError:
+        return UnknownTopicError(
+            f"topic {topic!r} does not exist (a sink's topic-name extractor named it); "
+            f"create it first (streams-eos topics --create --topic {topic} --partitions N) "
+            "or make the extractor return an existing topic: a sink never creates topics, "
+            "as in Kafka"
+        )
 
     def flush(self) -> list[tuple[str, StagedFile]]:
         """Write every buffered record as staged files; return ``(topic, file)`` pairs."""

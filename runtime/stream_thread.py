@@ -49,6 +49,7 @@ from runtime.batch_cycles import cyclic_topics, repartition_writers
 from runtime.changelog_compaction import compact_changelogs
 from runtime.collector import OutputTopic
 from runtime.membership import GenerationFencedError, ThreadMembership
+from runtime.output_topics import OutputCatalog, has_topic_extractors
 from runtime.read_plan import BatchReads, ReadPlanner
 from runtime.source_topics import PatternFollower
 from runtime.storage.committer import StagedFile, TopicCommitter
@@ -204,6 +205,7 @@ class StreamThread:
         self.config = config
         self.admin = admin
         self.outputs = dict(outputs)
+        self.catalog = OutputCatalog(admin, self.outputs, dynamic=has_topic_extractors(topology))
         self.sources = dict(sources)
         self.transactional_id = transactional_id
         self.tasks = dict(tasks or {})
@@ -578,6 +580,7 @@ class StreamThread:
                 producer.abort_transaction()
                 self.outcomes[txn] = False
                 return
+            self._register_extracted(producer, files, staging)
             for topic, staged in files.items():
                 producer.add_staged_files(topic, staged)
             if positions:
@@ -604,6 +607,19 @@ class StreamThread:
             sum(len(v) for v in files.values()),
             len(positions),
         )
+
+    def _register_extracted(
+        self, producer: TransactionalProducer, files: Mapping[str, list[StagedFile]], staging: str
+    ) -> None:
+        """Add the topics a topic-name extractor wrote to the transaction (AddPartitionsToTxn
+        once their records exist; their files are in the transaction's directory already).
+        Before that a crash leaves them as orphans, which the coordinator's sweep deletes."""
+        extra = sorted(set(files) - set(self.written))
+        if extra and producer.staging_dir_for(extra) != staging:
+            raise StreamsError(
+                f"[thread {self.transactional_id}] the transaction's staging directory "
+                f"changed while its tasks ran; {extra} cannot join it (this is a bug)"
+            )
 
     def _remember(self, txn: tuple[str, int], *, committed: bool) -> None:
         tid, seq = txn
@@ -634,6 +650,7 @@ class StreamThread:
                 producer.abort_transaction()
                 self._remember(txn, committed=False)
                 continue
+            self._register_extracted(producer, files, txns[task][2])
             for topic, staged in files.items():
                 producer.add_staged_files(topic, staged)
             if positions:
@@ -681,7 +698,7 @@ class StreamThread:
             topology=self.topology,
             config=self.config,
             root=self.admin.root.uri_of(),
-            outputs=self.outputs,
+            outputs=self.catalog.for_batch(),
             staging_dir=staging,
             sources=self.sources,
             positions=dict(self.positions),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 
 from runtime.app import StreamsApp
@@ -20,6 +21,7 @@ from runtime.app_state import AppState
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
+from streams.errors import UnknownTopicError
 from streams.testing import TopologyTestDriver
 from topology import Consumed, StreamsBuilder, Topology
 
@@ -266,3 +268,45 @@ def test_each_source_starts_where_its_own_reset_policy_says(
     inputs = [("early", raw([("a", "x"), ("b", "y"), ("e", "v")])), ("late", raw([("d", "w")]))]
     expected = driver_run(reset_topology(), config, inputs)["merged"]
     assert sorted(r[:2] for r in read_topic(root, "merged")) == sorted(r[:2] for r in expected)
+
+
+# -- 3. a sink with a topic-name extractor -------------------------------------------------
+
+
+def extractor_topology() -> Topology:
+    b = StreamsBuilder()
+    b.stream("events").map_values(str.upper).to(lambda k, v, ctx: f"events-{v.split(':')[0]}")
+    return b.build()
+
+
+def test_a_topic_name_extractor_writes_each_record_to_its_topic(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    for topic, n in (("events", 2), ("events-RED", 2), ("events-BLUE", 1)):
+        admin.create(topic, n)
+    rows = [(f"k{i % 5}", f"{'red' if i % 3 else 'blue'}:{i}") for i in range(12)]
+    produce(admin, "events", rows)
+    config = config_for("extract-app", root, tmp_path / "state")
+    run_app(spark, extractor_topology(), config)
+    expected = driver_run(extractor_topology(), config, [("events", raw(rows))])
+    assert sorted(expected) == ["events-BLUE", "events-RED"]
+    for topic, want in expected.items():
+        got = read_topic(root, topic)
+        assert sorted(got) == sorted(want), topic
+        assert per_key(got) == per_key(want), topic  # each key's records in order
+    assert len(read_topic(root, "events-RED")) == 8
+
+
+def test_a_topic_name_extractor_naming_a_missing_topic_fails_with_what_to_do(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    for topic, n in (("events", 1), ("events-RED", 1)):
+        admin.create(topic, n)
+    produce(admin, "events", [("a", "red:1"), ("b", "green:2")])
+    app = StreamsApp(
+        extractor_topology(), config_for("extract-missing", root, tmp_path), spark=spark
+    )
+    with pytest.raises(UnknownTopicError, match=r"topic 'events-GREEN' does not exist.*--create"):
+        app.run_until_idle()
+    assert app.state is AppState.ERROR
+    assert read_topic(root, "events-RED") == []  # the failed batch committed nothing
