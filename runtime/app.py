@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import json
 import logging
 import os
@@ -31,7 +32,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from runtime.app_state import AppState, AppStateMachine, StateListener
+from runtime.app_state import (
+    AppState,
+    AppStateMachine,
+    IllegalStateTransitionError,
+    StateListener,
+)
 from runtime.group.coordinator import GroupState
 from runtime.internal_topics import TopicPlan, plan_topics
 from runtime.membership import ThreadMembership, task_partitions
@@ -101,6 +107,9 @@ class StreamsApp:
         self._shuffle_levels: BatchLevels | None = None
         self._error: BaseException | None = None
         self._patterns = pattern_sources(topology)
+        #: The threads rejoining their group now (the app is REBALANCING while any is).
+        self._rebalancing: set[int] = set()
+        self._rebalance_lock = threading.Lock()
         self._lock = threading.Lock()
 
     # -- state ----------------------------------------------------------------------------
@@ -321,6 +330,7 @@ class StreamsApp:
             offset_resets=plan.offset_resets,
             subscription=self._subscription_file(index) if self._patterns else None,
         )
+        thread.on_rebalancing = functools.partial(self._thread_rebalancing, index)
         positions = thread.start()
         query = self._start_query(thread, index, positions)
         if len(self.threads) >= index:
@@ -328,6 +338,23 @@ class StreamsApp:
         else:
             self.threads.append(thread)
             self.queries.append(query)
+
+    def _thread_rebalancing(self, index: int, rebalancing: bool) -> None:
+        """Follow thread ``index``'s rebalances: RUNNING -> REBALANCING when one starts,
+        back to RUNNING once no thread is rebalancing (Kafka's ``KafkaStreams`` state)."""
+        with self._rebalance_lock:
+            if rebalancing:
+                self._rebalancing.add(index)
+            else:
+                self._rebalancing.discard(index)
+            state = self.state
+            try:
+                if rebalancing and state is AppState.RUNNING:
+                    self._machine.transit(AppState.REBALANCING)
+                elif not self._rebalancing and state is AppState.REBALANCING and self.threads:
+                    self._machine.transit(AppState.RUNNING)
+            except IllegalStateTransitionError:  # a shutdown or an error got there first
+                log.debug("[app %s] state %s moved on", self.application_id, state.value)
 
     def _wake_file(self, index: int) -> str:
         """The file holding thread ``index``'s wake token for its source."""

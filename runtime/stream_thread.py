@@ -38,7 +38,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -215,7 +215,10 @@ class StreamThread:
         self.shuffle_levels = shuffle_levels
         self.membership = membership
         if membership is not None:
-            membership.on_rebalance = self.wake_now
+            membership.on_rebalance = self._rebalance_noted
+        #: Told True when the thread's group starts a rebalance, False once it rejoined
+        #: (the application's state follows: RUNNING -> REBALANCING -> RUNNING).
+        self.on_rebalancing: Callable[[bool], None] | None = None
         #: The tasks this thread runs when it is a group member (None: by ``partitions``).
         self.owned: frozenset[str] | None = None
         self.shutdown_marker = shutdown_marker
@@ -384,7 +387,12 @@ class StreamThread:
         (stable: a previous owner's transaction completes first)."""
         if self.membership is None:
             return
+        rejoins = self.membership.rebalances
+        if self.membership.rejoin_pending:
+            self._tell_rebalancing(True)
         owned = self.membership.poll()
+        if self.membership.rebalances != rejoins:
+            self._tell_rebalancing(False)
         if owned is None:
             return
         self.owned = owned
@@ -395,6 +403,16 @@ class StreamThread:
             new = {t: f"{self.group}-{t}" for t in sorted(mine - set(self.task_producers))}
             self.task_producers.update(self._init_producers(new))
         self.positions = self._fetch_stable() if self.eos else self.offsets.fetch(self.group)
+
+    def _rebalance_noted(self) -> None:
+        """The heartbeat found the group rebalancing: say so, and run a batch soon (its
+        start rejoins)."""
+        self._tell_rebalancing(True)
+        self.wake_now()
+
+    def _tell_rebalancing(self, rebalancing: bool) -> None:
+        if self.on_rebalancing is not None:
+            self.on_rebalancing(rebalancing)
 
     def _validate_generation(self) -> None:
         if self.membership is not None:

@@ -310,3 +310,55 @@ def test_a_topic_name_extractor_naming_a_missing_topic_fails_with_what_to_do(
         app.run_until_idle()
     assert app.state is AppState.ERROR
     assert read_topic(root, "events-RED") == []  # the failed batch committed nothing
+
+
+# -- 5. the state listener sees every rebalance ------------------------------------------
+
+
+def upper_topology() -> Topology:
+    b = StreamsBuilder()
+    b.stream("words").map_values(str.upper).to("shouted")
+    return b.build()
+
+
+def test_the_state_goes_through_rebalancing_at_every_rebalance(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """A second instance joins, then leaves: each time the first one's group rebalances
+    and its state goes RUNNING -> REBALANCING -> RUNNING, as Kafka's KafkaStreams does."""
+    admin.create("words", 2)
+    admin.create("shouted", 2)
+    extra = {"heartbeat.interval.ms": 200, "session.timeout.ms": 10000}
+    states: list[AppState] = []
+    first = StreamsApp(
+        upper_topology(), config_for("rebalance-app", root, tmp_path / "a", **extra), spark=spark
+    )
+    first.set_state_listener(lambda new, old: states.append(new))
+    rows = [(f"k{i}", f"w{i}") for i in range(6)]
+    produce(admin, "words", rows[:2])
+    first.start()
+    try:
+        wait_for(lambda: len(read_topic(root, "shouted")) == 2, 60, "the first records")
+        assert states == [AppState.REBALANCING, AppState.RUNNING]
+        second = StreamsApp(
+            upper_topology(),
+            config_for("rebalance-app", root, tmp_path / "b", **extra),
+            spark=spark,
+        )
+        second.start()  # returns once the group gave it its tasks
+        wait_for(lambda: first.state is AppState.RUNNING, 60, "the first instance to rejoin")
+        produce(admin, "words", rows[2:4])
+        wait_for(lambda: len(read_topic(root, "shouted")) == 4, 60, "records of both instances")
+        second.close()  # leaves the group: the first one takes every task back
+        wait_for(lambda: states.count(AppState.REBALANCING) == 3, 60, "the second rebalance")
+        wait_for(lambda: first.state is AppState.RUNNING, 60, "the first instance to rejoin")
+        produce(admin, "words", rows[4:])
+        wait_for(lambda: len(read_topic(root, "shouted")) == 6, 60, "the last records")
+    finally:
+        first.close()
+    running, rebalancing = AppState.RUNNING, AppState.REBALANCING
+    assert states == [*[rebalancing, running] * 3, AppState.PENDING_SHUTDOWN, AppState.NOT_RUNNING]
+    expected = driver_run(upper_topology(), config_for("x", root, tmp_path), [("words", raw(rows))])
+    assert sorted(r[:2] for r in read_topic(root, "shouted")) == sorted(
+        r[:2] for r in expected["shouted"]
+    )
