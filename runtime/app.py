@@ -110,6 +110,8 @@ class StreamsApp:
         #: The threads rejoining their group now (the app is REBALANCING while any is).
         self._rebalancing: set[int] = set()
         self._rebalance_lock = threading.Lock()
+        #: While start() runs, the threads' first joins are part of its REBALANCING.
+        self._starting = False
         self._lock = threading.Lock()
 
     # -- state ----------------------------------------------------------------------------
@@ -133,6 +135,7 @@ class StreamsApp:
             TaskMigratedError: ... later, from await_termination, when fenced.
         """
         self._machine.transit(AppState.REBALANCING)
+        self._starting = True
         if self._spark is None and self._session_start is None:
             # The JVM starts while the topics are planned and older instances fenced.
             self._session_start = SessionStart(f"streams-{self.application_id}")
@@ -167,7 +170,10 @@ class StreamsApp:
             self._machine.transit(AppState.PENDING_ERROR)
             self._machine.transit(AppState.ERROR)
             raise
-        self._machine.transit(AppState.RUNNING)
+        with self._rebalance_lock:  # RUNNING now, or when the last rejoining thread is done
+            self._starting = False
+            if not self._rebalancing:
+                self._machine.transit(AppState.RUNNING)
 
     def run_until_idle(self) -> None:
         """Process everything available now (and what that produces), then close.
@@ -351,7 +357,7 @@ class StreamsApp:
             try:
                 if rebalancing and state is AppState.RUNNING:
                     self._machine.transit(AppState.REBALANCING)
-                elif not self._rebalancing and state is AppState.REBALANCING and self.threads:
+                elif not (self._rebalancing or self._starting) and state is AppState.REBALANCING:
                     self._machine.transit(AppState.RUNNING)
             except IllegalStateTransitionError:  # a shutdown or an error got there first
                 log.debug("[app %s] state %s moved on", self.application_id, state.value)
