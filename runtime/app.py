@@ -47,6 +47,7 @@ from runtime.stream_thread import (
     TaskMigratedError,
     plan_levels,
 )
+from runtime.tasks.client import shutdown_hosts
 from streams.config import StreamsConfig
 from streams.errors import StreamsError
 from topology.topology import Topology
@@ -363,6 +364,9 @@ class StreamsApp:
             query.stop()
         for thread in self.threads:
             thread.close()
+        # the task hosts of this machine close their tasks (on a cluster, the executors'
+        # hosts close when idle or when their executor ends)
+        shutdown_hosts(self.config.state_dir, self.application_id)
 
     def _start_query(
         self, thread: StreamThread, index: int, positions: dict[tuple[str, int], int]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -56,8 +57,10 @@ from runtime.task_runner import (
     FILE,
     METRIC,
     POSITION,
+    PREPARED,
     RECORD,
     ROW_DDL,
+    WAKE,
     BatchPlan,
     guarded,
     run_inner_level,
@@ -238,6 +241,16 @@ class StreamThread:
         self.compacts = transactional_id.endswith("-1")
         self._compactor: ThreadPoolExecutor | None = None
         self._compaction: Future[Any] | None = None
+        #: This thread instance, as its tasks' hosts know it: a host holding a task for
+        #: another owner (an earlier instance) rebuilds it from committed state.
+        self.owner = f"{transactional_id}-{uuid.uuid4().hex[:12]}"
+        #: The tasks that prepared writes in the running batch's transaction(s).
+        self._prepared: set[str] = set()
+        #: When the earliest wall-clock punctuator of the thread's tasks is due (ms).
+        self._next_punctuation: int | None = None
+        self._punctuation_timer: threading.Timer | None = None
+        #: Whether the thread's tasks ran once since start (built on their hosts).
+        self._tasks_started = False
 
     @property
     def subscribed(self) -> list[str]:
@@ -274,6 +287,7 @@ class StreamThread:
         instance); return the positions."""
         if self.membership is not None:
             self.owned = self.membership.join()
+        self.wake_now()  # a first batch builds the tasks, with or without records
         if not self.eos:
             self.positions = self.offsets.fetch(self.group)
             return dict(self.positions)
@@ -379,8 +393,8 @@ class StreamThread:
         try:
             self._check_shutdown(batch_id)
             self._poll_group()
-            if not self._plan_reads():
-                return  # nothing to read for this thread's tasks (another's partitions)
+            if not self._plan_reads() and not self._tasks_due():
+                return  # nothing to read, nothing due for this thread's tasks
             if self.membership is not None:
                 self.membership.batch_started()
             if self.alpha:
@@ -409,7 +423,9 @@ class StreamThread:
                 self.membership.batch_finished()
         self.batch_times.append(time.perf_counter() - started)
         self.batches += 1
+        self._tasks_started = True
         self._maybe_wake()
+        self._schedule_punctuation()
         self._maybe_compact()
 
     def _plan_reads(self) -> bool:
@@ -451,6 +467,29 @@ class StreamThread:
 
     def _all_tasks(self) -> list[str]:
         return [f"{sub}_{p}" for sub, count in sorted(self.tasks.items()) for p in range(count)]
+
+    def _tasks_due(self) -> bool:
+        """Whether the tasks must run without records: their first batch (Kafka builds
+        assigned tasks at once), or a wall-clock punctuator that is due."""
+        if not self._tasks_started:
+            return True
+        due = self._next_punctuation
+        return due is not None and due <= time.time_ns() // 1_000_000
+
+    def _schedule_punctuation(self) -> None:
+        """Wake the source when the next wall-clock punctuator is due, so a batch runs
+        for it even when no record arrives."""
+        if self._punctuation_timer is not None:
+            self._punctuation_timer.cancel()
+            self._punctuation_timer = None
+        due = self._next_punctuation
+        if due is None or self.wake is None:
+            return
+        delay = max(0.0, (due - time.time_ns() // 1_000_000) / 1000)
+        timer = threading.Timer(delay, self.wake_now)
+        timer.daemon = True
+        timer.start()
+        self._punctuation_timer = timer
 
     def _maybe_wake(self) -> None:
         """After a batch that left records behind (capped by ``max.poll.records`` or held
@@ -512,6 +551,8 @@ class StreamThread:
     def close(self) -> None:
         """Abort open transactions, wait for a running compaction, release the producers,
         leave the group."""
+        if self._punctuation_timer is not None:
+            self._punctuation_timer.cancel()
         if self.membership is not None:
             self.membership.close(leave=True)
         if self._compactor is not None:
@@ -532,7 +573,7 @@ class StreamThread:
         txn = (self.transactional_id, producer.transaction_sequence)
         try:
             files, positions = self._run_tasks(df, staging, txn)
-            if not positions and not files:
+            if not positions and not files and not self._prepared:
                 producer.abort_transaction()
                 self.outcomes[txn] = False
                 return
@@ -588,7 +629,7 @@ class StreamThread:
         for task, producer in sorted(self.task_producers.items()):
             txn = (txns[task][0], txns[task][1])
             files, positions = by_task.get(task, ({}, {}))
-            if not files and not positions:
+            if not files and not positions and task not in self._prepared:
                 producer.abort_transaction()
                 self._remember(txn, committed=False)
                 continue
@@ -653,6 +694,8 @@ class StreamThread:
             snapshot=self._snapshot_due(),
             inputs=self.reads.inputs,
             truncated=self.reads.truncated,
+            owner=self.owner,
+            visit=frozenset(self.task_ids()),
         )
 
     def _snapshot_due(self) -> bool:
@@ -682,9 +725,17 @@ class StreamThread:
                 f"[thread {self.transactional_id}] {len(stray)} repartitioned records of "
                 f"{sorted({r['topic'] for r in stray})} reached no task; this is a bug"
             )
+        self._prepared = set()
+        due: list[int] = []
         for row in rows:
-            if row["kind"] == METRIC:
+            kind = row["kind"]
+            if kind == METRIC:
                 self.metrics[row["topic"]] = self.metrics.get(row["topic"], 0) + row["count"]
+            elif kind == PREPARED:
+                self._prepared.add(row["task"])
+            elif kind == WAKE:
+                due.append(row["timestamp"])
+        self._next_punctuation = min(due) if due else None
         return rows
 
     def _run_tasks(
@@ -709,6 +760,7 @@ class StreamThread:
 _META = (
     "kind",
     "task",
+    "timestamp",
     "topic",
     "partition",
     "path",
