@@ -81,6 +81,8 @@ log = logging.getLogger(__name__)
 
 ALOS_STAGING = "alos-staging"
 COMMIT_TIMEOUT_MS = 60_000
+#: How many times a batch's Spark job runs when it fails for a reason outside its tasks.
+JOB_ATTEMPTS = 3
 
 
 class TaskMigratedError(StreamsError):
@@ -705,6 +707,36 @@ class StreamThread:
         interval = self.config.statestore_snapshot_interval
         return interval > 0 and self.batches % interval == 0
 
+    def _collect_job(self, out: DataFrame) -> list[Any]:
+        """Run the job and return its rows.
+
+        A job lost to its infrastructure (a Python worker or an executor that died, any
+        failure not raised by a task) runs again, up to ``JOB_ATTEMPTS`` times, in the same
+        transaction: the failed attempt's results never reached the driver, so its staged
+        files are orphans, and each task host drops what it prepared for it (the
+        transaction is not among the outcomes it knows) and rebuilds from committed state.
+        """
+        for attempt in range(1, JOB_ATTEMPTS + 1):
+            try:
+                return out.select(*_META).collect()
+            except Exception as exc:
+                original = task_error(exc)
+                if original is not None:
+                    raise original from exc
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                if attempt == JOB_ATTEMPTS or "cancel" in str(exc).lower():
+                    raise
+                log.warning(
+                    "[thread %s] the batch's Spark job failed (attempt %d of %d), running it "
+                    "again: %s",
+                    self.transactional_id,
+                    attempt,
+                    JOB_ATTEMPTS,
+                    first,
+                )
+                self.metrics["job-retry-total"] = self.metrics.get("job-retry-total", 0) + 1
+        raise AssertionError("unreachable")
+
     def _collect_rows(self, df: DataFrame, plan: BatchPlan) -> list[Any]:
         """Run the batch's levels as one Spark job; return its metadata rows."""
         out = df.mapInArrow(functools.partial(_source_level, plan), ROW_DDL)
@@ -712,13 +744,7 @@ class StreamThread:
             out = out.repartition(self.levels.partitions[level], "shuffle").mapInArrow(
                 functools.partial(_inner_level, plan, level), ROW_DDL
             )
-        try:
-            rows = out.select(*_META).collect()
-        except Exception as exc:
-            original = task_error(exc)
-            if original is None:
-                raise
-            raise original from exc
+        rows = self._collect_job(out)
         stray = [r for r in rows if r["kind"] == RECORD]
         if stray:
             raise StreamsError(

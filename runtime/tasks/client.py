@@ -163,8 +163,7 @@ def _start_server(directory: str) -> None:
     subprocess.Popen(
         [sys.executable, "-m", "runtime.tasks.server", directory, str(os.getppid())],
         stdin=subprocess.DEVNULL,
-        close_fds=True,
-        start_new_session=True,
+        close_fds=True,  # in the job's process group: a kill of the job takes it too
     )
 
 
