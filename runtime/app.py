@@ -38,6 +38,7 @@ from runtime.app_state import (
     IllegalStateTransitionError,
     StateListener,
 )
+from runtime.batch_levels import BatchLevels, plan_levels
 from runtime.group.coordinator import GroupState
 from runtime.internal_topics import TopicPlan, plan_topics
 from runtime.membership import ThreadMembership, task_partitions
@@ -47,13 +48,8 @@ from runtime.spark.source import SOURCE_NAME, TopicSource
 from runtime.spark.startup import SessionStart
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from runtime.stream_thread import (
-    ApplicationShutdownError,
-    BatchLevels,
-    StreamThread,
-    TaskMigratedError,
-    plan_levels,
-)
+from runtime.stream_thread import ApplicationShutdownError, StreamThread, TaskMigratedError
+from runtime.tasks.client import shutdown_hosts
 from streams.config import StreamsConfig
 from streams.errors import StreamsError
 from topology.topology import Topology
@@ -406,6 +402,9 @@ class StreamsApp:
             query.stop()
         for thread in self.threads:
             thread.close()
+        # the task hosts of this machine close their tasks (on a cluster, the executors'
+        # hosts close when idle or when their executor ends)
+        shutdown_hosts(self.config.state_dir, self.application_id)
 
     def _start_query(
         self, thread: StreamThread, index: int, positions: dict[tuple[str, int], int]

@@ -84,6 +84,18 @@ class StagingCollector:
         )
         self.sent += 1
 
+    def begin(self, staging_dir: str, topics: Mapping[str, OutputTopic]) -> None:
+        """Start a batch of a long-lived task: its records go to ``staging_dir`` (the new
+        transaction's) and it may write ``topics``."""
+        self._acc.clear()
+        self.staging_dir = staging_dir
+        if topics.keys() != self.topics.keys():
+            self.topics = dict(topics)
+            self._acc = RecordAccumulator(
+                None, partition_counts={t: o.partitions for t, o in self.topics.items()}
+            )
+            self._append = self._acc.append
+
     def partitions_for(self, topic: str) -> int:
         """Return the partition count of ``topic``.
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from runtime.storage.topics import TopicAdmin
 from topology.graph import SourceSpec
 from topology.topology import Topology
 
@@ -149,8 +150,8 @@ class PatternFollower:
     Args:
         topology: the topology.
         application_id: its application id.
-        read_subscription: returns the subscription file's content (None: none yet).
-        partitions: a topic's partition count.
+        admin: the storage root's topic admin.
+        subscription: the subscription file, under the storage root.
         tasks: sub-topology -> its number of tasks.
     """
 
@@ -158,28 +159,28 @@ class PatternFollower:
         self,
         topology: Topology,
         application_id: str,
-        read_subscription: Callable[[], bytes | None],
-        partitions: Callable[[str], int],
+        admin: TopicAdmin,
+        subscription: str,
         tasks: Mapping[int, int],
     ) -> None:
         self.topology = topology
         self.application_id = application_id
         self.patterns = pattern_sources(topology)
-        self.read_subscription = read_subscription
-        self.partitions = partitions
+        self.admin = admin
+        self.subscription = subscription
         self.tasks = dict(tasks)
         self._refused: set[str] = set()
 
     def new_sources(self, known: Mapping[str, int]) -> tuple[dict[str, int], dict[str, str]]:
         """Return the newly subscribed topics -> their sub-topology, and the reset policy
         of those whose source has its own."""
-        data = self.read_subscription() if self.patterns else None
+        data = self.admin.root.read_bytes(self.subscription) if self.patterns else None
         if not data:
             return {}, {}
         listed = [t for t in json.loads(data) if t not in known and t not in self._refused]
         found = match_patterns(self.patterns, listed, frozenset())
         for topic, sub in sorted(found.items()):
-            count, tasks = self.partitions(topic), self.tasks.get(sub, 0)
+            count, tasks = self.admin.num_partitions(topic), self.tasks.get(sub, 0)
             if count > tasks:
                 self._refused.add(topic)
                 del found[topic]

@@ -1,149 +1,62 @@
-"""A stream thread: the driver side of every micro-batch (Kafka's ``StreamThread`` plus its
-``TaskManager`` commit), one Spark ``foreachBatch`` call per batch.
+"""A stream thread: the driver side of every micro-batch (Kafka's ``StreamThread``), one
+Spark ``foreachBatch`` call per batch. It keeps only its loop:
 
-Under ``exactly_once_v2`` one batch is one transaction of the thread's transactional id
-``<application.id>-<processId>-<threadIndex>``:
+1. poll the group (follow a rebalance: the commit strategy takes the new positions);
+2. plan the batch's reads from the committed positions (:mod:`runtime.read_plan`): each
+   source partition of the thread's tasks, at most ``max.poll.records`` records. Spark's
+   source only triggers the batch, so a batch Spark replays after a crash never counts
+   twice, and records a task held back are read again;
+3. run the job (:mod:`runtime.batch_job`): every task of the thread, on its long-lived
+   task host (:mod:`runtime.tasks`), with or without records;
+4. commit, through the strategy of the processing guarantee chosen once
+   (:mod:`runtime.commit`): one transaction per batch under ``exactly_once_v2``.
 
-1. begin; register every topic the tasks may write (sinks, changelogs) so the staged
-   files have their transaction's directory;
-2. run the tasks in one Spark job (``mapInArrow`` per level of sub-topologies, a shuffle
-   between levels for the repartitioned records; see :mod:`runtime.task_runner`); only
-   their metadata comes back;
-3. add the staged files and the consumed positions to the transaction;
-4. commit (PrepareCommit by CAS is the fencing point: a zombie gets ProducerFencedError,
-   raised here as TaskMigratedError), then remember the outcome so the stores apply
-   their prepared batches when they next open.
-
-What a batch reads is planned here, not by Spark's offsets: each source partition of the
-thread's tasks from its committed position on, at most ``max.poll.records`` records. Spark's
-source only triggers the batch; a batch Spark replays after a crash, or a Spark checkpoint
-that lags the offsets table, therefore never counts twice, and records a task held back
-(``max.task.idle.ms``) or a partition it was just given are read again from the committed
-position. When a batch leaves records behind, the thread changes the source's wake token so
-the next trigger runs a batch even if nothing new arrives.
-``at_least_once``: the same without a transaction; outputs and changelogs are committed
-first, then the positions (a crash in between gives duplicates, never a loss).
-
-``exactly_once`` (alpha): one transaction per task, of the task's own transactional id
-``<application.id>-<task id>``; each task's outputs commit with its own positions. A
-repartition then cannot be a shuffle inside the batch (the upstream and downstream tasks
-commit separately), so its records go through the repartition topic, as in Kafka; the
-same holds with ``num.stream.threads`` > 1, where the downstream task may belong to
-another thread.
+When a batch leaves records behind, or a wall-clock punctuator falls due, the thread
+changes the source's wake token so the next trigger runs a batch even if nothing new
+arrives. Under ``exactly_once`` (alpha) or with ``num.stream.threads`` > 1 a repartition
+cannot be a shuffle inside the batch (its upstream and downstream tasks commit
+separately), so its records go through the repartition topic, as in Kafka.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
 
-from runtime.batch_cycles import cyclic_topics, repartition_writers
+from runtime.batch_job import run_batch_job
+from runtime.batch_levels import BatchLevels
 from runtime.changelog_compaction import compact_changelogs
 from runtime.collector import OutputTopic
+from runtime.commit import Batch, CommitStrategy, commit_strategy
 from runtime.membership import GenerationFencedError, ThreadMembership
 from runtime.output_topics import OutputCatalog, has_topic_extractors
 from runtime.read_plan import BatchReads, ReadPlanner
 from runtime.source_topics import PatternFollower
-from runtime.storage.committer import StagedFile, TopicCommitter
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.task_runner import (
     FILE,
-    METRIC,
-    POSITION,
-    RECORD,
-    ROW_DDL,
     BatchPlan,
-    guarded,
-    run_inner_level,
-    run_source_level,
-    shuffle_keys,
-    task_error,
 )
-from runtime.txn.coordinator import TransactionCoordinator
-from runtime.txn.offsets import OffsetsStore, UnstableOffsetCommitError
-from runtime.txn.producer import ProducerState, TransactionalProducer
-from runtime.txn.state import TransactionState
 from streams.config import StreamsConfig
 from streams.errors import ProducerFencedError, StreamsError
 from topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
-ALOS_STAGING = "alos-staging"
-COMMIT_TIMEOUT_MS = 60_000
-
 
 class TaskMigratedError(StreamsError):
     """This instance lost its tasks: a newer instance with the same transactional id (or a
     newer group generation) took over, so its commit was refused. Nothing it staged
     becomes visible. Close the zombie; the newer instance carries on."""
-
-
-@dataclass(frozen=True)
-class BatchLevels:
-    """How a batch runs its sub-topologies: ``inline`` repartition topic -> the level
-    reading it, ``levels`` sub-topology -> level, ``partitions`` level -> its task count,
-    ``shuffle`` task count -> the shuffle value of each partition."""
-
-    inline: dict[str, int]
-    levels: dict[int, int]
-    partitions: dict[int, int]
-    shuffle: dict[int, list[int]]
-
-    @property
-    def depth(self) -> int:
-        """The number of levels."""
-        return max(self.levels.values(), default=0) + 1
-
-
-def plan_levels(
-    topology: Topology,
-    sources: Mapping[str, int],
-    tasks: Mapping[int, int],
-    application_id: str,
-    *,
-    in_batch: bool,
-) -> BatchLevels:
-    """Level each sub-topology: 0 when it reads no repartition topic, else one more than
-    the deepest sub-topology writing one it reads. Without ``in_batch`` every
-    sub-topology is level 0 and repartitions go through their topics; so do the
-    repartition topics of a cycle between sub-topologies (a foreign-key join's), with
-    ``in_batch`` too."""
-    inline_topics: set[str] = set()
-    if in_batch:
-        inline_topics = set(topology.repartition_topic_names(application_id))
-        inline_topics -= cyclic_topics(topology, sources, application_id)
-    writers = {
-        topic: subs
-        for topic, subs in repartition_writers(topology, application_id).items()
-        if topic in inline_topics
-    }
-    levels = {sub.id: 0 for sub in topology.task_subtopologies()}
-    for _ in range(len(levels) + 1):
-        changed = False
-        for topic, reader in sources.items():
-            if topic in inline_topics:
-                want = 1 + max(levels[w] for w in writers.get(topic, {0}) if w in levels)
-                if levels.get(reader, 0) < want:
-                    levels[reader] = want
-                    changed = True
-        if not changed:
-            break
-    inline = {t: levels[r] for t, r in sources.items() if t in inline_topics}
-    partitions: dict[int, int] = {}
-    for sub_id, level in levels.items():
-        partitions[level] = max(partitions.get(level, 0), tasks.get(sub_id, 0))
-    shuffle = {n: shuffle_keys(n) for n in set(partitions.values()) if n > 0}
-    return BatchLevels(inline, levels, partitions, shuffle)
 
 
 class ApplicationShutdownError(StreamsError):
@@ -233,16 +146,11 @@ class StreamThread:
             transactional_id,
             offset_resets=offset_resets,
         )
-        self.patterns: PatternFollower | None = None
-        if subscription is not None:
-            path = subscription
-            self.patterns = PatternFollower(
-                topology,
-                config.application_id,
-                lambda: admin.root.read_bytes(path),
-                admin.num_partitions,
-                self.tasks,
-            )
+        self.patterns = (
+            None
+            if subscription is None
+            else PatternFollower(topology, config.application_id, admin, subscription, self.tasks)
+        )
         #: This batch's reads.
         self.reads = BatchReads()
         self._draining = False
@@ -251,15 +159,9 @@ class StreamThread:
         #: The error that stopped the thread (the original, not Spark's wrapper of it).
         self.failure: BaseException | None = None
         self.group = config.application_id
-        self.guarantee = config.processing_guarantee
-        self.eos = self.guarantee != "at_least_once"
-        self.alpha = self.guarantee == "exactly_once"
-        self.producer: TransactionalProducer | None = None
-        self.task_producers: dict[str, TransactionalProducer] = {}
-        self._committers: dict[str, TopicCommitter] = {}
-        self.offsets = OffsetsStore(admin)
+        #: The guarantee-specific part of every commit, chosen once.
+        self.commit: CommitStrategy = commit_strategy(admin, config, transactional_id)
         self.positions: dict[tuple[str, int], int] = {}
-        self.outcomes: dict[tuple[str, int], bool] = {}
         self.metrics: dict[str, int] = {}
         self.batch_times: list[float] = []
         self.records_in = 0
@@ -268,6 +170,14 @@ class StreamThread:
         self.compacts = transactional_id.endswith("-1")
         self._compactor: ThreadPoolExecutor | None = None
         self._compaction: Future[Any] | None = None
+        #: This thread instance, as its tasks' hosts know it: a host holding a task for
+        #: another owner (an earlier instance) rebuilds it from committed state.
+        self.owner = f"{transactional_id}-{uuid.uuid4().hex[:12]}"
+        #: When the earliest wall-clock punctuator of the thread's tasks is due (ms).
+        self._next_punctuation: int | None = None
+        self._punctuation_timer: threading.Timer | None = None
+        #: Whether the thread's tasks ran once since start (built on their hosts).
+        self._tasks_started = False
 
     @property
     def subscribed(self) -> list[str]:
@@ -300,87 +210,13 @@ class StreamThread:
         return self.partitions is None or partition in self.partitions
 
     def start(self) -> dict[tuple[str, int], int]:
-        """Join the group (when a member), initialise the producers (fencing any older
-        instance); return the positions."""
+        """Join the group (when a member), initialise the commit strategy (its producers
+        fence any older instance); return the positions."""
         if self.membership is not None:
             self.owned = self.membership.join()
-        if not self.eos:
-            self.positions = self.offsets.fetch(self.group)
-            return dict(self.positions)
-        ids = (
-            {task: f"{self.group}-{task}" for task in self.task_ids()}
-            if self.alpha
-            else {"": self.transactional_id}
-        )
-        producers = self._init_producers(ids)
-        if self.alpha:
-            self.task_producers = producers
-        else:
-            self.producer = producers[""]
-        coordinator = next(iter(producers.values())).coordinator if producers else None
-        self.offsets = OffsetsStore(self.admin, coordinator=coordinator)
-        self.positions = self._fetch_stable() if coordinator is not None else {}
+        self.wake_now()  # a first batch builds the tasks, with or without records
+        self.positions = self.commit.start(self.task_ids())
         return dict(self.positions)
-
-    def _fetch_stable(self) -> dict[tuple[str, int], int]:
-        """Fetch the group's positions once no transaction holds offsets of it (Kafka's
-        ``require_stable``); a transaction past its timeout (its producer gone) is
-        aborted meanwhile, as Kafka's coordinator does."""
-        deadline = time.monotonic() + self.config.transaction_max_timeout_ms / 1000
-        coordinator = self.offsets.coordinator
-        while True:
-            try:
-                return self.offsets.fetch(self.group, require_stable=True)
-            except UnstableOffsetCommitError:
-                if time.monotonic() > deadline or coordinator is None:
-                    raise
-                self._complete_decided(coordinator)
-                coordinator.sweep(orphans=False)
-                time.sleep(0.2)
-
-    def _complete_decided(self, coordinator: TransactionCoordinator) -> None:
-        """Finish the group's transactions whose outcome is decided (Prepare*) but whose
-        producer is gone (a killed instance): Kafka's coordinator writes their markers
-        itself. Finishing is idempotent; if the producer is alive and finishes first, the
-        lost race is harmless."""
-        for meta in coordinator.list():
-            if self.group not in meta.group_ids or not meta.state.is_prepare:
-                continue
-            snap = coordinator.load(meta.transactional_id)
-            if snap is None or not snap.meta.state.is_prepare:
-                continue
-            try:
-                coordinator.finish(snap)
-                log.info(
-                    "[thread %s] completed %s's decided transaction %d",
-                    self.transactional_id,
-                    meta.transactional_id,
-                    meta.txn_sequence,
-                )
-            except StreamsError as exc:  # its producer moved first: look again
-                log.debug("[thread %s] %s", self.transactional_id, exc)
-
-    def _init_producers(self, ids: Mapping[str, str]) -> dict[str, TransactionalProducer]:
-        producers: dict[str, TransactionalProducer] = {}
-        shared_from = self.producer or next(iter(self.task_producers.values()), None)
-        for task, tid in ids.items():
-            shared = next(iter(producers.values())).coordinator if producers else None
-            if shared is None and shared_from is not None:
-                shared = shared_from.coordinator
-            producer = TransactionalProducer(
-                self.admin,
-                tid,
-                transaction_timeout_ms=self.config.transaction_timeout_ms,
-                transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
-                coordinator=shared,
-            )
-            producer.init_transactions()
-            snap = producer.coordinator.load(tid)
-            if snap is not None and snap.meta.txn_sequence > 0:
-                done = snap.meta.state is TransactionState.COMPLETE_COMMIT
-                self.outcomes[(tid, snap.meta.txn_sequence)] = done
-            producers[task] = producer
-        return producers
 
     def _poll_group(self) -> None:
         """Between batches: follow a rebalance; on new tasks, take the positions again
@@ -396,13 +232,7 @@ class StreamThread:
         if owned is None:
             return
         self.owned = owned
-        if self.alpha:
-            mine = set(self.task_ids())
-            for task in sorted(set(self.task_producers) - mine):
-                self.task_producers.pop(task).close()
-            new = {t: f"{self.group}-{t}" for t in sorted(mine - set(self.task_producers))}
-            self.task_producers.update(self._init_producers(new))
-        self.positions = self._fetch_stable() if self.eos else self.offsets.fetch(self.group)
+        self.positions = self.commit.assigned(self.task_ids())
 
     def _rebalance_noted(self) -> None:
         """The heartbeat found the group rebalancing: say so, and run a batch soon (its
@@ -424,16 +254,17 @@ class StreamThread:
         try:
             self._check_shutdown(batch_id)
             self._poll_group()
-            if not self._plan_reads():
-                return  # nothing to read for this thread's tasks (another's partitions)
+            if not self._plan_reads() and not self._tasks_due():
+                return  # nothing to read, nothing due for this thread's tasks
             if self.membership is not None:
                 self.membership.batch_started()
-            if self.alpha:
-                self._run_per_task(df, batch_id)
-            elif self.eos:
-                self._run_transactional(df, batch_id)
-            else:
-                self._run_at_least_once(df, batch_id)
+            batch = Batch(
+                batch_id,
+                self.written,
+                functools.partial(self._run_job, df),
+                self._validate_generation,
+            )
+            self.positions.update(self.commit.commit_batch(batch))
         except ProducerFencedError as exc:
             self.failure = TaskMigratedError(
                 f"[thread {self.transactional_id}] batch {batch_id}: fenced by a newer "
@@ -454,7 +285,9 @@ class StreamThread:
                 self.membership.batch_finished()
         self.batch_times.append(time.perf_counter() - started)
         self.batches += 1
+        self._tasks_started = True
         self._maybe_wake()
+        self._schedule_punctuation()
         self._maybe_compact()
 
     def _plan_reads(self) -> bool:
@@ -507,6 +340,29 @@ class StreamThread:
 
     def _all_tasks(self) -> list[str]:
         return [f"{sub}_{p}" for sub, count in sorted(self.tasks.items()) for p in range(count)]
+
+    def _tasks_due(self) -> bool:
+        """Whether the tasks must run without records: their first batch (Kafka builds
+        assigned tasks at once), or a wall-clock punctuator that is due."""
+        if not self._tasks_started:
+            return True
+        due = self._next_punctuation
+        return due is not None and due <= time.time_ns() // 1_000_000
+
+    def _schedule_punctuation(self) -> None:
+        """Wake the source when the next wall-clock punctuator is due, so a batch runs
+        for it even when no record arrives."""
+        if self._punctuation_timer is not None:
+            self._punctuation_timer.cancel()
+            self._punctuation_timer = None
+        due = self._next_punctuation
+        if due is None or self.wake is None:
+            return
+        delay = max(0.0, (due - time.time_ns() // 1_000_000) / 1000)
+        timer = threading.Timer(delay, self.wake_now)
+        timer.daemon = True
+        timer.start()
+        self._punctuation_timer = timer
 
     def _maybe_wake(self) -> None:
         """After a batch that left records behind (capped by ``max.poll.records`` or held
@@ -574,135 +430,14 @@ class StreamThread:
     def close(self) -> None:
         """Abort open transactions, wait for a running compaction, release the producers,
         leave the group."""
+        if self._punctuation_timer is not None:
+            self._punctuation_timer.cancel()
         if self.membership is not None:
             self.membership.close(leave=True)
         if self._compactor is not None:
             self._compactor.shutdown(wait=True)
             self._compactor = None
-        if self.producer is not None:
-            self.producer.close()
-        for producer in self.task_producers.values():
-            producer.close()
-
-    # -- exactly_once_v2 -------------------------------------------------------------------
-
-    def _run_transactional(self, df: DataFrame, batch_id: int) -> None:
-        producer = self.producer
-        assert producer is not None
-        producer.begin_transaction()
-        staging = producer.staging_dir_for(self.written)
-        txn = (self.transactional_id, producer.transaction_sequence)
-        try:
-            files, positions = self._run_tasks(df, staging, txn)
-            if not positions and not files:
-                producer.abort_transaction()
-                self.outcomes[txn] = False
-                return
-            self._register_extracted(producer, files, staging)
-            for topic, staged in files.items():
-                producer.add_staged_files(topic, staged)
-            if positions:
-                producer.send_offsets_to_transaction(positions, self.group)
-        except ProducerFencedError:
-            raise
-        except BaseException:
-            producer.abort_transaction()
-            self.outcomes[txn] = False
-            raise
-        try:
-            producer.commit_transaction(before_prepare=self._validate_generation)
-        except GenerationFencedError:
-            producer.abort_transaction()  # releases the offsets a new owner waits for
-            self.outcomes[txn] = False
-            raise
-        self._remember(txn, committed=True)
-        self.positions.update(positions)
-        log.debug(
-            "[thread %s] batch=%d txn=%d committed files=%d positions=%d",
-            self.transactional_id,
-            batch_id,
-            txn[1],
-            sum(len(v) for v in files.values()),
-            len(positions),
-        )
-
-    def _register_extracted(
-        self, producer: TransactionalProducer, files: Mapping[str, list[StagedFile]], staging: str
-    ) -> None:
-        """Add the topics a topic-name extractor wrote to the transaction (AddPartitionsToTxn
-        once their records exist; their files are in the transaction's directory already).
-        Before that a crash leaves them as orphans, which the coordinator's sweep deletes."""
-        extra = sorted(set(files) - set(self.written))
-        if extra and producer.staging_dir_for(extra) != staging:
-            raise StreamsError(
-                f"[thread {self.transactional_id}] the transaction's staging directory "
-                f"changed while its tasks ran; {extra} cannot join it (this is a bug)"
-            )
-
-    def _remember(self, txn: tuple[str, int], *, committed: bool) -> None:
-        tid, seq = txn
-        self.outcomes = {k: v for k, v in self.outcomes.items() if k[0] != tid or k[1] >= seq - 8}
-        self.outcomes[txn] = committed
-
-    # -- exactly_once (alpha) ---------------------------------------------------------------
-
-    def _run_per_task(self, df: DataFrame, batch_id: int) -> None:
-        txns: dict[str, tuple[str, int, str]] = {}
-        for task, producer in self.task_producers.items():
-            producer.begin_transaction()
-            staging = producer.staging_dir_for(self.written)
-            txns[task] = (producer.transactional_id, producer.transaction_sequence, staging)
-        try:
-            by_task = self._run_tasks_by_task(df, txns)
-        except ProducerFencedError:
-            raise
-        except BaseException:
-            for task, producer in self.task_producers.items():
-                producer.abort_transaction()
-                self._remember((txns[task][0], txns[task][1]), committed=False)
-            raise
-        for task, producer in sorted(self.task_producers.items()):
-            txn = (txns[task][0], txns[task][1])
-            files, positions = by_task.get(task, ({}, {}))
-            if not files and not positions:
-                producer.abort_transaction()
-                self._remember(txn, committed=False)
-                continue
-            self._register_extracted(producer, files, txns[task][2])
-            for topic, staged in files.items():
-                producer.add_staged_files(topic, staged)
-            if positions:
-                producer.send_offsets_to_transaction(positions, self.group)
-            try:
-                producer.commit_transaction(before_prepare=self._validate_generation)
-            except GenerationFencedError:
-                for other in self.task_producers.values():
-                    if other.state in (
-                        ProducerState.IN_TRANSACTION,
-                        ProducerState.ABORTABLE_ERROR,
-                    ):
-                        other.abort_transaction()
-                raise
-            self._remember(txn, committed=True)
-            self.positions.update(positions)
-        log.debug(
-            "[thread %s] batch=%d committed %d tasks", self.transactional_id, batch_id, len(by_task)
-        )
-
-    # -- at_least_once ---------------------------------------------------------------------
-
-    def _run_at_least_once(self, df: DataFrame, batch_id: int) -> None:
-        staging = f"{ALOS_STAGING}/{uuid.uuid4().hex}"
-        files, positions = self._run_tasks(df, staging, None)
-        for topic in sorted(files):
-            committer = self._committers.get(topic)
-            if committer is None:
-                committer = self._committers[topic] = TopicCommitter(self.admin, topic)
-            committer.commit(files[topic], timeout_ms=COMMIT_TIMEOUT_MS)
-        if positions:
-            self._validate_generation()  # a plain commit is checked too (CommitFailed)
-            self.offsets.commit(self.group, positions)
-            self.positions.update(positions)
+        self.commit.close()
 
     # -- shared ------------------------------------------------------------------------------
 
@@ -721,7 +456,7 @@ class StreamThread:
             sources=self.sources,
             positions=dict(self.positions),
             transaction=txn,
-            outcomes=dict(self.outcomes),
+            outcomes=dict(self.commit.outcomes),
             task_transactions=dict(task_txns or {}),
             inline=self.levels.inline,
             levels=self.levels.levels,
@@ -730,6 +465,8 @@ class StreamThread:
             snapshot=self._snapshot_due(),
             inputs=self.reads.inputs,
             truncated=self.reads.truncated,
+            owner=self.owner,
+            visit=frozenset(self.task_ids()),
         )
 
     def _snapshot_due(self) -> bool:
@@ -741,88 +478,20 @@ class StreamThread:
 
     def _collect_rows(self, df: DataFrame, plan: BatchPlan) -> list[Any]:
         """Run the batch's levels as one Spark job; return its metadata rows."""
-        out = df.mapInArrow(functools.partial(_source_level, plan), ROW_DDL)
-        for level in range(1, self.levels.depth):
-            out = out.repartition(self.levels.partitions[level], "shuffle").mapInArrow(
-                functools.partial(_inner_level, plan, level), ROW_DDL
-            )
-        try:
-            rows = out.select(*_META).collect()
-        except Exception as exc:
-            original = task_error(exc)
-            if original is None:
-                raise
-            raise original from exc
-        stray = [r for r in rows if r["kind"] == RECORD]
-        if stray:
-            raise StreamsError(
-                f"[thread {self.transactional_id}] {len(stray)} repartitioned records of "
-                f"{sorted({r['topic'] for r in stray})} reached no task; this is a bug"
-            )
-        for row in rows:
-            if row["kind"] == METRIC:
-                self.metrics[row["topic"]] = self.metrics.get(row["topic"], 0) + row["count"]
+        result = run_batch_job(df, plan, self.levels.depth, self.levels.partitions)
+        for name, value in result.metrics.items():
+            self.metrics[name] = self.metrics.get(name, 0) + value
+        self._next_punctuation = result.next_punctuation
+        return result.rows
+
+    def _run_job(
+        self,
+        df: DataFrame,
+        staging: str,
+        txn: tuple[str, int] | None,
+        task_txns: Mapping[str, tuple[str, int, str]],
+    ) -> list[Any]:
+        """Run the batch's job for the commit strategy; return its rows."""
+        rows = self._collect_rows(df, self._plan(staging, txn, task_txns))
+        self._note_fed_back(r["topic"] for r in rows if r["kind"] == FILE)
         return rows
-
-    def _run_tasks(
-        self, df: DataFrame, staging: str, txn: tuple[str, int] | None
-    ) -> tuple[dict[str, list[StagedFile]], dict[tuple[str, int], int]]:
-        files: dict[str, list[StagedFile]] = {}
-        positions: dict[tuple[str, int], int] = {}
-        for row in self._collect_rows(df, self._plan(staging, txn)):
-            _add(row, files, positions)
-        self._note_fed_back(files)
-        return files, positions
-
-    def _run_tasks_by_task(
-        self, df: DataFrame, txns: Mapping[str, tuple[str, int, str]]
-    ) -> dict[str, tuple[dict[str, list[StagedFile]], dict[tuple[str, int], int]]]:
-        out: dict[str, tuple[dict[str, list[StagedFile]], dict[tuple[str, int], int]]] = {}
-        for row in self._collect_rows(df, self._plan("", None, txns)):
-            files, positions = out.setdefault(row["task"], ({}, {}))
-            _add(row, files, positions)
-        self._note_fed_back(t for files, _ in out.values() for t in files)
-        return out
-
-
-_META = (
-    "kind",
-    "task",
-    "topic",
-    "partition",
-    "path",
-    "count",
-    "size",
-    "min_timestamp",
-    "max_timestamp",
-    "offset",
-)
-
-
-def _add(
-    row: Any, files: dict[str, list[StagedFile]], positions: dict[tuple[str, int], int]
-) -> None:
-    if row["kind"] == FILE:
-        files.setdefault(row["topic"], []).append(_staged(row))
-    elif row["kind"] == POSITION:
-        positions[(row["topic"], row["partition"])] = row["offset"]
-
-
-def _source_level(plan: BatchPlan, batches: Any) -> Any:
-    return guarded(run_source_level(plan, batches))
-
-
-def _inner_level(plan: BatchPlan, level: int, batches: Any) -> Any:
-    return guarded(run_inner_level(plan, level, batches))
-
-
-def _staged(row: Any) -> StagedFile:
-    # Row is a tuple: its "count" field must be read by name, not as an attribute.
-    return StagedFile(
-        path=row["path"],
-        partition=row["partition"],
-        count=row["count"],
-        size=row["size"],
-        min_timestamp=row["min_timestamp"],
-        max_timestamp=row["max_timestamp"],
-    )

@@ -41,24 +41,22 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runtime.collector import OutputTopic, StagingCollector
-from runtime.partition_group import process_records
+from runtime.collector import OutputTopic
 from runtime.spark.source import TaskInput, TopicSlices, read_task_input
-from runtime.state_adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.storage.records import HEADERS_TYPE
-from statestores.state_directory import StateDirectory
-from statestores.state_manager import ProcessorStateManager
+from runtime.tasks.client import run_on_host
 from streams.config import StreamsConfig
 from streams.errors import StreamsProcessingError
-from topology.collector import CollectorChangelog
-from topology.task import StreamTask
 from topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
-#: Row kinds: a staged file, a consumed position, a metric, or records on their way to a
-#: later level (packed: see :func:`_pack`).
+#: Row kinds: a staged file, a consumed position, a metric, records on their way to a
+#: later level (packed: see :func:`pack`), a task that prepared writes in the batch's
+#: transaction, when a task's next wall-clock punctuation is due (``timestamp``), and a
+#: task of a later level to visit even without records.
 FILE, POSITION, METRIC, RECORD = "file", "position", "metric", "record"
+PREPARED, WAKE, VISIT = "prepared", "wake", "visit"
 
 #: One row per staged file, consumed position, metric, or pack of records in flight
 #: between levels: ``value`` holds the records (an Arrow IPC stream), ``count`` how many,
@@ -114,6 +112,11 @@ class BatchPlan:
     partition is drained (``max.task.idle.ms`` >= 0), as Kafka's task waits for more data
     of an empty partition that has lag, so records are processed in timestamp order
     across batches.
+
+    ``owner`` names the stream thread instance sending the batch: a task host that held the
+    task for another owner rebuilds it from committed state. ``visit`` lists the thread's
+    tasks: each runs in every batch, with or without records (Kafka's loop punctuates and
+    commits every task), so wall-clock punctuators fire and prepared writes settle.
     """
 
     topology: Topology
@@ -133,6 +136,8 @@ class BatchPlan:
     snapshot: bool = False
     inputs: Mapping[int, tuple[TopicSlices, ...]] | None = None
     truncated: frozenset[tuple[str, int]] = frozenset()
+    owner: str = ""
+    visit: frozenset[str] = frozenset()
 
     def level_of(self, topic: str) -> int:
         """The level of the sub-topology reading ``topic``."""
@@ -230,86 +235,127 @@ def shuffle_keys(partitions: int) -> list[int]:
 def run_source_level(
     plan: BatchPlan, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """Level 0: run the tasks over the source records of one partition number.
+    """Level 0: run the tasks of the partition numbers of one Spark partition.
 
     The input is either the records themselves or (the source's ``plan_only`` option)
-    one row per input partition naming the file slices to read, which are then read
-    here, straight into Arrow.
+    one row per partition number naming the file slices to read, which are then read
+    here, straight into Arrow. Every task of ``plan.visit`` at level 0 runs, with or
+    without records; the Spark partition of partition number 0 also sends a visit to each
+    task of a later level.
     """
     table = _collect(batches)
     if table is None:
         return
+    partitions = sorted(set(table.column("partition").to_pylist()))
+    records: pa.Table | None = None
     if "task_input" in table.column_names:
         if plan.inputs is not None:  # the driver planned the reads
             wanted = [
-                TaskInput(plan.root, p, plan.inputs[p])
-                for p in table.column("partition").to_pylist()
-                if plan.inputs.get(p)
+                TaskInput(plan.root, p, plan.inputs[p]) for p in partitions if plan.inputs.get(p)
             ]
         else:
             wanted = [pickle.loads(blob) for blob in table.column("task_input").to_pylist()]
-        if not wanted:
-            return
-        tables = [
-            pa.Table.from_batches(list(read_task_input(item)), schema=_SOURCE_ARROW)
-            for item in wanted
-        ]
-        table = pa.concat_tables(tables)
-        if table.num_rows == 0:
-            return
-    records = table.select(["topic", "partition", "offset", "key", "value", "timestamp", "headers"])
-    yield from _run_level(plan, 0, records)
+        if wanted:
+            records = pa.concat_tables(
+                [
+                    pa.Table.from_batches(list(read_task_input(item)), schema=_SOURCE_ARROW)
+                    for item in wanted
+                ]
+            )
+    else:
+        records = table.select(
+            ["topic", "partition", "offset", "key", "value", "timestamp", "headers"]
+        )
+    if 0 in partitions:
+        yield from _visits_of_later_levels(plan)
+    yield from _run_level(plan, 0, records, partitions)
 
 
 def run_inner_level(
     plan: BatchPlan, level: int, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """Level ``level`` > 0: run the tasks over the records shuffled to this Spark task;
-    pass every other row through."""
+    """Level ``level`` > 0: run the tasks over the records shuffled to this Spark task
+    (and the tasks visited without records); pass every other row through."""
     table = _collect(batches)
     if table is None:
         return
     mine_topics = [t for t in plan.sources if plan.level_of(t) == level]
+    kinds = table.column("kind")
     mine_mask = pc.fill_null(
         pc.and_(
-            pc.equal(table.column("kind"), RECORD),
+            pc.equal(kinds, RECORD),
             pc.is_in(table.column("topic"), value_set=pa.array(mine_topics, pa.string())),
         ),
         False,
     )
-    passing = table.filter(pc.invert(mine_mask))
+    visit_mask = pc.fill_null(
+        pc.and_(pc.equal(kinds, VISIT), pc.equal(table.column("count"), level)), False
+    )
+    passing = table.filter(pc.invert(pc.or_(mine_mask, visit_mask)))
     if passing.num_rows:
         yield from passing.to_batches()
+    visited = table.filter(visit_mask).column("partition").to_pylist()
     packs = table.filter(mine_mask).sort_by(
         [("partition", "ascending"), ("origin", "ascending"), ("topic", "ascending")]
     )
-    if packs.num_rows == 0:
-        return
-    records = pa.concat_tables([_unpack(blob) for blob in packs.column("value").to_pylist()])
-    yield from _run_level(plan, level, records)
+    partitions = sorted(set(visited) | set(packs.column("partition").to_pylist()))
+    records = (
+        pa.concat_tables([_unpack(blob) for blob in packs.column("value").to_pylist()])
+        if packs.num_rows
+        else None
+    )
+    yield from _run_level(plan, level, records, partitions)
 
 
-def _run_level(plan: BatchPlan, level: int, records: pa.Table) -> Iterator[pa.RecordBatch]:
-    if records.num_rows == 0:
-        return
-    # Records of other levels (a later sub-topology's co-partitioned source topic) pass
-    # on to be shuffled with the rows of that level.
-    topic_col = records.column("topic")
-    later = sorted(t for t in pc.unique(topic_col).to_pylist() if plan.level_of(t) != level)
-    if later:
-        mask = pc.is_in(topic_col, value_set=pa.array(later, pa.string()))
-        moving = records.filter(mask)
-        records = records.filter(pc.invert(mask))
-        for topic, partition, chunk in _groups(moving):
-            yield _pack(plan, topic, partition, -1, chunk)
-    parts = records.column("partition")
-    for partition in sorted(pc.unique(parts).to_pylist()):
-        rows_p = records.filter(pc.equal(parts, partition))
-        by_sub: dict[int, list[str]] = {}
-        for topic in pc.unique(rows_p.column("topic")).to_pylist():
-            by_sub.setdefault(plan.sources[topic], []).append(topic)
-        for sub_id in sorted(by_sub):
-            yield from _run_task(plan, sub_id, partition, rows_p, sorted(by_sub[sub_id]))
+def _visits_of_later_levels(plan: BatchPlan) -> Iterator[pa.RecordBatch]:
+    """One row per task of ``plan.visit`` above level 0, shuffled to its Spark task."""
+    rows = []
+    for task_id in sorted(plan.visit):
+        sub, partition = (int(x) for x in task_id.split("_"))
+        level = plan.levels.get(sub, 0)
+        if level > 0:
+            shuffle = _shuffle_of(plan, level, partition)
+            rows.append(
+                {
+                    "kind": VISIT,
+                    "task": task_id,
+                    "partition": partition,
+                    "count": level,
+                    "shuffle": shuffle,
+                }
+            )
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=ROW_SCHEMA)
+
+
+def _run_level(
+    plan: BatchPlan, level: int, records: pa.Table | None, partitions: list[int]
+) -> Iterator[pa.RecordBatch]:
+    tasks: dict[int, dict[int, list[str]]] = {}  # partition -> sub-topology -> its topics
+    if records is not None and records.num_rows:
+        # Records of other levels (a later sub-topology's co-partitioned source topic)
+        # pass on to be shuffled with the rows of that level.
+        topic_col = records.column("topic")
+        later = sorted(t for t in pc.unique(topic_col).to_pylist() if plan.level_of(t) != level)
+        if later:
+            mask = pc.is_in(topic_col, value_set=pa.array(later, pa.string()))
+            moving = records.filter(mask)
+            records = records.filter(pc.invert(mask))
+            for topic, partition, chunk in _groups(moving):
+                yield pack(plan, topic, partition, -1, chunk)
+        for topic, partition, _chunk in _groups(records):
+            tasks.setdefault(partition, {}).setdefault(plan.sources[topic], []).append(topic)
+    wanted = set(partitions)
+    for task_id in plan.visit:
+        sub, partition = (int(x) for x in task_id.split("_"))
+        if partition in wanted and plan.levels.get(sub, 0) == level:
+            tasks.setdefault(partition, {}).setdefault(sub, [])
+    for partition in sorted(tasks):
+        rows_p = None
+        if records is not None and records.num_rows:
+            rows_p = records.filter(pc.equal(records.column("partition"), partition))
+        for sub_id, topics in sorted(tasks[partition].items()):
+            yield from run_on_host(plan, sub_id, partition, rows_p, sorted(topics))
 
 
 def _groups(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
@@ -338,7 +384,7 @@ _SOURCE_ARROW = pa.schema(
 PACKED_SCHEMA = _SOURCE_ARROW
 
 
-def _pack(
+def pack(
     plan: BatchPlan, topic: str, partition: int, origin: int, records: pa.Table
 ) -> pa.RecordBatch:
     """One row carrying ``records`` of ``topic``/``partition`` to the level reading them.
@@ -377,124 +423,7 @@ def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
     return pa.Table.from_batches(got) if got else None
 
 
-# -- one task -------------------------------------------------------------------------------
-
-
-def _run_task(
-    plan: BatchPlan, sub_id: int, partition: int, table: pa.Table, topics: list[str]
-) -> list[pa.RecordBatch]:
-    config, topology = plan.config, plan.topology
-    task_id = f"{sub_id}_{partition}"
-    own = plan.task_transactions.get(task_id)
-    transaction = (own[0], own[1]) if own is not None else plan.transaction
-    collector = StagingCollector(plan.root, plan.outputs, own[2] if own else plan.staging_dir)
-    changelog = CollectorChangelog(
-        collector, topology.changelog_topics(config.application_id), partition
-    )
-    has_stores = bool(topology.subtopology(sub_id).stores)
-    directory = StateDirectory(config.state_dir, config.application_id) if has_stores else None
-    state_dir = directory.lock(task_id) if directory is not None else None
-    try:
-        holder: list[StreamTask] = []
-        manager = None
-        if has_stores:
-            manager = ProcessorStateManager(
-                application_id=config.application_id,
-                task_id=task_id,
-                partition=partition,
-                state_dir=state_dir,
-                # Snapshots are the driver's decision (BatchPlan.snapshot): a store here
-                # lives for one batch, so it cannot count commits itself.
-                app_config={
-                    **config.model_dump(by_alias=True),
-                    "statestore.snapshot.interval": 0,
-                },
-                changelog=changelog,
-                changelog_reader=TopicChangelogReader(plan.root),
-                transaction_outcomes=PlanOutcomes(plan.outcomes),
-                snapshots=RootSnapshotStorage(plan.root),
-                timestamp=lambda: holder[0].current_timestamp if holder else 0,
-            )
-        task = StreamTask(
-            topology,
-            sub_id,
-            partition,
-            config,
-            collector,
-            state_dir=state_dir,
-            changelog=changelog,
-            manages_transactions=transaction is not None,
-            store_context=manager,
-        )
-        holder.append(task)
-        task.initialize()
-        if manager is not None and plan.snapshot:
-            manager.snapshot()  # the committed state: this batch's writes are not in it
-        try:
-            consumed, held_back = process_records(
-                task,
-                partition,
-                table,
-                topics,
-                positions=plan.positions,
-                inline=plan.inline,
-                truncated=plan.truncated,
-                wait=plan.config.max_task_idle_ms >= 0,
-            )
-            task.prepare_commit()
-            inline = collector.drain(plan.inline)
-            files = collector.flush()
-            if manager is not None and transaction is None:
-                # at_least_once: state may run ahead of the outputs after a crash; the
-                # store then finds itself ahead of its changelog and is rebuilt from it.
-                manager.prepare_commit(None)
-                manager.commit()
-            elif manager is not None and transaction is not None:
-                manager.prepare_commit(*transaction)
-        except BaseException:
-            collector.discard()
-            if manager is not None:
-                manager.abort()
-            raise
-        finally:
-            task.close()
-    finally:
-        if directory is not None:
-            directory.unlock(task_id)
-    rows = [_file_row(task_id, topic, f) for topic, f in files]
-    rows.extend(
-        {"kind": POSITION, "task": task_id, "topic": t, "partition": p, "offset": o}
-        for (t, p), o in consumed.items()
-        if t not in plan.inline
-    )
-    rows.extend(  # records the task dropped (exception handlers, late, ...) or skipped
-        {"kind": METRIC, "task": task_id, "topic": name, "count": count}
-        for name, count in (
-            ("dropped-records-total", task.dropped_records),
-            ("skipped-records-total", task.skipped_records),
-            ("held-back-records-total", held_back),
-        )
-        if count
-    )
-    out = [pa.RecordBatch.from_pylist(rows, schema=ROW_SCHEMA)] if rows else []
-    for topic, target, chunk in inline:
-        n = chunk.num_rows
-        placed = pa.table(
-            {
-                "topic": pa.array([topic] * n, pa.string()),
-                "partition": pa.array([target] * n, pa.int32()),
-                "offset": pa.array(range(n), pa.int64()),
-                "key": chunk.column("key"),
-                "value": chunk.column("value"),
-                "timestamp": chunk.column("timestamp"),
-                "headers": chunk.column("headers"),
-            }
-        )
-        out.append(_pack(plan, topic, target, partition, placed))
-    return out
-
-
-def _file_row(task_id: str, topic: str, f: Any) -> dict[str, Any]:
+def file_row(task_id: str, topic: str, f: Any) -> dict[str, Any]:
     return {
         "kind": FILE,
         "task": task_id,

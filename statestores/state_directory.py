@@ -52,8 +52,13 @@ class StateDirectory:
         os.makedirs(path, exist_ok=True)
         return path
 
-    def lock(self, task_id: str) -> str:
+    def lock(self, task_id: str, *, wait_ms: int = 0) -> str:
         """Lock the directory of ``task_id`` for this process; return its path.
+
+        Args:
+            task_id: the task.
+            wait_ms: how long to wait for another process to release it (a task being
+                handed over: its previous holder closes it, or dies).
 
         Raises:
             TaskDirectoryLockedError: another process holds the lock.
@@ -62,14 +67,21 @@ class StateDirectory:
         if task_id in self._locks:
             return path
         handle = open(os.path.join(path, LOCK_FILE), "ab")  # noqa: SIM115 - held until unlock
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise TaskDirectoryLockedError(
-                f"the state directory of task {task_id} ({path}) is locked by another "
-                "process; it still owns the task"
-            ) from None
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                handle.close()
+                raise TaskDirectoryLockedError(
+                    f"the state directory of task {task_id} ({path}) is locked by another "
+                    f"process (waited {wait_ms} ms); it still owns the task: stop the other "
+                    "instance using this state.dir, or give this one its own state.dir"
+                ) from None
         self._locks[task_id] = handle
         os.utime(path)
         return path

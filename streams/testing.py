@@ -6,8 +6,9 @@ or source topics is piped back in, in order, depth first. Wall-clock punctuators
 :meth:`TopologyTestDriver.advance_wall_clock_time`.
 
 The driver runs one :class:`topology.task.StreamTask` per sub-topology (task ids ``0_0``,
-``1_0``, ...; every topic has one partition unless ``partitions`` says otherwise) — the
-same engine the Spark runtime runs. DSL stores are in-memory unless the configuration sets
+``1_0``, ...; every topic has one partition unless ``partitions`` says otherwise), built by
+the :class:`topology.task_creator.ActiveTaskCreator` with its ``ProcessorStateManager``:
+the same engine the Spark runtime runs. DSL stores are in-memory unless the configuration sets
 ``default.dsl.store`` explicitly; stores the user supplies run as configured, persistent
 ones in a temporary state directory removed by :meth:`close`.
 
@@ -43,6 +44,7 @@ from streams.serdes import Serde
 from topology.record import ValueAndTimestamp
 from topology.stores import KeyValueStoreFactory
 from topology.task import StreamTask
+from topology.task_creator import ActiveTaskCreator
 from topology.topology import Topology
 
 K = TypeVar("K")
@@ -126,6 +128,11 @@ class TopologyTestDriver:
         self._captured: list[tuple[str, _Raw]] = []
         self._offsets: dict[str, int] = {}
         self._routes: dict[str, StreamTask | None] = {}
+        # the engine production runs: tasks and their ProcessorStateManager built by the
+        # ActiveTaskCreator; no changelog to restore from, no snapshots
+        self._creator = ActiveTaskCreator(
+            topology, self.config, wall_clock=lambda: self.wall_clock_ms
+        )
         self._global_tasks = [
             self._task(sub.id, {}) for sub in topology.subtopologies if sub.is_global
         ]
@@ -142,15 +149,9 @@ class TopologyTestDriver:
 
     def _task(self, subtopology_id: int, global_stores: Mapping[str, StateStore]) -> StreamTask:
         task_dir = os.path.join(self._state_dir, self.application_id, f"{subtopology_id}_0")
-        task = StreamTask(
-            self.topology,
-            subtopology_id,
-            0,
-            self.config,
-            self,
-            state_dir=task_dir,
-            global_stores=global_stores,
-            wall_clock=lambda: self.wall_clock_ms,
+        os.makedirs(task_dir, exist_ok=True)
+        task = self._creator.create(
+            subtopology_id, 0, self, state_dir=task_dir, global_stores=global_stores
         )
         task.initialize()
         return task

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from statestores.api import ChangelogCollector, StateStore, StateStoreContext
+from statestores.state_manager import ProcessorStateManager
 from streams.config import StreamsConfig
 from streams.errors import SerializationError, StreamsError, TopologyError
 from streams.handlers import RawRecord
@@ -127,6 +128,8 @@ class StreamTask:
         self.wall_clock_ms: Callable[[], int] = wall_clock or _now_ms
         context_cls = ManagedTaskStoreContext if manages_transactions else TaskStoreContext
         self.store_context: StateStoreContext = store_context or context_cls(self, state_dir)
+        #: The stores' state manager when the task was built by the ``ActiveTaskCreator``.
+        self.state_manager: ProcessorStateManager | None = None
         self.state = TaskState.CREATED
         self.stores: dict[str, StateStore] = {}
         self.stream_time = -1
@@ -458,6 +461,12 @@ class StreamTask:
             self._wall_punctuations.append(sched)
         return sched
 
+    def next_wall_clock_punctuation(self) -> int | None:
+        """Return when the next wall-clock punctuator is due (ms), or None if none is
+        scheduled."""
+        due = _next_time(self._wall_punctuations)
+        return None if due == _NEVER else due
+
     def punctuate_wall_clock(self, now_ms: int | None = None) -> int:
         """Run the wall-clock punctuators that are due at ``now_ms`` (default: the wall
         clock); return how many ran."""
@@ -496,8 +505,13 @@ class StreamTask:
         self.commit_requested = False
 
     def commit(self) -> dict[tuple[str, int], int]:
-        """Run :meth:`prepare_commit` and :meth:`post_commit`; return the offsets."""
+        """Commit without a transaction (at_least_once, and the test driver): run
+        :meth:`prepare_commit`, apply the stores' writes through the state manager, then
+        :meth:`post_commit`; return the offsets."""
         offsets = self.prepare_commit()
+        if self.state_manager is not None:
+            self.state_manager.prepare_commit(None)
+            self.state_manager.commit()
         self.post_commit()
         return offsets
 

@@ -8,8 +8,8 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
+from runtime.batch_levels import plan_levels
 from runtime.partition_group import hold_back, interleave, merged_order
-from runtime.stream_thread import plan_levels
 from runtime.task_runner import shuffle_keys, spark_hash_int
 from streams.serdes import Serdes
 from topology import Grouped, StreamsBuilder

@@ -1,0 +1,182 @@
+"""The Spark worker's side of a task: send the batch to the task's host, return its rows.
+
+:func:`run_on_host` finds the host of a task through the executor's host server (starting
+the server when there is none), sends the batch's plan and records, and returns the rows
+the host answers. The topology and configuration, the same for every batch, travel once
+per host: each request names them by a digest, and the host asks for them only when it
+does not know that digest yet.
+
+A host that dies in the middle of a request (killed, out of memory) costs a retry here:
+the server forks a new one, which rebuilds the task from its committed state (a prepared
+batch of the dead host's transaction is settled by the outcomes the driver sends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pyarrow as pa
+from pyspark import cloudpickle
+
+from runtime.tasks.protocol import (
+    SERVER_SOCKET,
+    PeerGoneError,
+    host_socket,
+    read_table,
+    recv_frame,
+    send_frame,
+    socket_dir,
+    table_bytes,
+)
+from streams.errors import StreamsError
+
+log = logging.getLogger(__name__)
+
+#: Fields of a batch plan that are the same for every batch: sent once per host.
+STATIC_FIELDS = ("topology", "config")
+ATTEMPTS = 4
+SERVER_START_S = 30.0
+
+_last_plan: list[Any] = [None, None, None, None]  # plan, static key, static, dynamic
+
+
+class TaskHostError(StreamsError):
+    """A task's host process could not be reached or started. Check that the executor can
+    write the temporary directory (the hosts' sockets live there) and its stderr."""
+
+
+def run_on_host(
+    plan: Any, subtopology_id: int, partition: int, records: pa.Table | None, topics: list[str]
+) -> list[pa.RecordBatch]:
+    """Run one batch of task ``<subtopology_id>_<partition>`` on its host; return its rows.
+
+    Raises:
+        the task's own exception, re-raised as the host sent it; or TaskHostError.
+    """
+    config = plan.config
+    directory = socket_dir(config.state_dir, config.application_id)
+    task_id = f"{subtopology_id}_{partition}"
+    static_key, static, dynamic = _encoded(plan)
+    header: dict[str, Any] = {
+        "op": "run",
+        "subtopology": subtopology_id,
+        "partition": partition,
+        "topics": topics,
+        "static_key": static_key,
+        "plan": dynamic,
+    }
+    body = table_bytes(records)
+    last: BaseException | None = None
+    for attempt in range(ATTEMPTS):
+        try:
+            return _request(host_socket(directory, task_id), header, static, body)
+        except (FileNotFoundError, ConnectionRefusedError, PeerGoneError, ConnectionError) as exc:
+            last = exc
+            if attempt:
+                log.warning("[task %s] host unreachable (%s): starting a new one", task_id, exc)
+            _ensure_host(directory, task_id)
+    raise TaskHostError(f"[task {task_id}] the task host could not be reached: {last}")
+
+
+def _request(path: str, header: dict[str, Any], static: bytes, body: bytes) -> list[pa.RecordBatch]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(path)
+        send_frame(sock, header, body)
+        answer, payload = recv_frame(sock)
+        if answer.get("need_static"):
+            send_frame(sock, {**header, "static": static}, body)
+            answer, payload = recv_frame(sock)
+    if not answer.get("ok"):
+        raise _error(answer)
+    table = read_table(payload)
+    return [] if table is None else table.to_batches()
+
+
+def _error(answer: dict[str, Any]) -> BaseException:
+    blob = answer.get("error")
+    if blob:
+        with contextlib.suppress(Exception):
+            exc = pickle.loads(blob)
+            if isinstance(exc, BaseException):
+                return exc
+    return StreamsError(str(answer.get("message", "the task host failed")))
+
+
+def _encoded(plan: Any) -> tuple[str, bytes, bytes]:
+    """Return (static key, static bytes, dynamic bytes) of ``plan``, cached for the last
+    plan (every task of a Spark task shares it)."""
+    if _last_plan[0] is plan:
+        return _last_plan[1], _last_plan[2], _last_plan[3]
+    fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
+    static = _cloud_dumps({k: fields.pop(k) for k in STATIC_FIELDS})
+    dynamic = _cloud_dumps(fields)
+    key = hashlib.sha1(static).hexdigest()
+    _last_plan[:] = [plan, key, static, dynamic]
+    return key, static, dynamic
+
+
+def _cloud_dumps(obj: object) -> bytes:
+    """Pickle ``obj`` with its functions (a topology's lambdas) by value."""
+    data: bytes = cloudpickle.dumps(obj)  # type: ignore[no-untyped-call]
+    return data
+
+
+def _ensure_host(directory: str, task_id: str) -> None:
+    """Have the server fork ``task_id``'s host if it has none alive (starting the server
+    when there is none)."""
+    deadline = time.monotonic() + SERVER_START_S
+    started = False
+    while True:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(SERVER_START_S)
+                sock.connect(os.path.join(directory, SERVER_SOCKET))
+                send_frame(sock, {"op": "host", "task": task_id})
+                answer, _ = recv_frame(sock)
+            if answer.get("ok"):
+                return
+            raise TaskHostError(f"[task {task_id}] host server: {answer.get('message')}")
+        except (FileNotFoundError, ConnectionRefusedError, PeerGoneError) as exc:
+            if time.monotonic() > deadline:
+                raise TaskHostError(
+                    f"[task {task_id}] no host server answered at {directory} within "
+                    f"{SERVER_START_S:.0f} s ({exc})"
+                ) from exc
+            if not started:
+                _start_server(directory)
+                started = True
+            time.sleep(0.05)
+
+
+def _start_server(directory: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+    subprocess.Popen(
+        [sys.executable, "-m", "runtime.tasks.server", directory, str(os.getppid())],
+        stdin=subprocess.DEVNULL,
+        close_fds=True,  # in the job's process group: a kill of the job takes it too
+    )
+
+
+def shutdown_hosts(state_dir: str, application_id: str, timeout_s: float = 30.0) -> bool:
+    """Stop the hosts of ``application_id`` on this machine (the application closed);
+    return whether a server answered."""
+    path = os.path.join(socket_dir(state_dir, application_id), SERVER_SOCKET)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(path)
+            send_frame(sock, {"op": "shutdown"})
+            recv_frame(sock)
+    except (OSError, PeerGoneError):
+        return False
+    return True

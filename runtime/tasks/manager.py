@@ -1,0 +1,325 @@
+"""Kafka's ``TaskManager`` inside a task host: tasks built once, reused by every batch.
+
+A task (its :class:`~topology.task.StreamTask`, stores, caches, stream time, punctuation
+schedules) is built by the :class:`~topology.task_creator.ActiveTaskCreator` at its first
+batch and kept. Each later batch first settles the previous one:
+
+1. the batch comes from another owner (a new instance, another thread): close the task
+   dirty and build it again from its committed state;
+2. the previous batch left a prepared transaction (KIP-892): if the driver's outcomes say
+   it committed, apply the stores' prepared writes and go on with the same task;
+   otherwise (aborted, retried by Spark, unknown) close the task dirty: its stores drop
+   what is not committed, and the task is rebuilt from committed state.
+
+Then the batch runs: snapshot (when the driver asks), the task's records in Kafka's
+``PartitionGroup`` order, the wall-clock punctuators that are due, flush, staged files,
+and the stores' writes prepared under the batch's transaction (applied at once under
+at_least_once). A batch that fails closes the task dirty.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from runtime.collector import StagingCollector
+from runtime.partition_group import process_records
+from runtime.state_adapters import RootSnapshotStorage, TopicChangelogReader
+from runtime.task_runner import (
+    METRIC,
+    POSITION,
+    PREPARED,
+    ROW_SCHEMA,
+    WAKE,
+    BatchPlan,
+    PlanOutcomes,
+    file_row,
+    pack,
+)
+from statestores.state_directory import StateDirectory
+from statestores.state_manager import ProcessorStateManager
+from topology.task import StreamTask
+from topology.task_creator import ActiveTaskCreator, TaskServices
+
+log = logging.getLogger(__name__)
+
+#: Task counters reported with each batch's rows (summed by the driver).
+TASK_CREATED = "task-created-total"
+TASK_CLOSED_DIRTY = "task-closed-dirty-total"
+STORE_OPENED = "store-open-total"
+STORE_RESTORED = "store-restore-total"
+RESTORED_RECORDS = "restore-records-total"
+
+
+@dataclass
+class LiveTask:
+    """A task kept between batches, with what the next batch must settle."""
+
+    task: StreamTask
+    collector: StagingCollector
+    owner: str
+    directory: StateDirectory | None
+    #: The transaction whose writes the stores hold prepared, until its outcome is known.
+    prepared: tuple[str, int] | None = None
+    #: The task's cumulative counters as last reported.
+    reported: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def manager(self) -> ProcessorStateManager | None:
+        """The task's state manager (None when it has no stores)."""
+        manager = self.task.state_manager
+        return manager if manager is not None and manager.stores else None
+
+
+class TaskManager:
+    """The tasks of one host process, by task id."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, LiveTask] = {}
+        self.outcomes = PlanOutcomes({})
+        self.counters: dict[str, int] = {}
+        self._reported_counters: dict[str, int] = {}
+
+    def run(
+        self,
+        plan: BatchPlan,
+        subtopology_id: int,
+        partition: int,
+        records: pa.Table | None,
+        topics: list[str],
+    ) -> list[pa.RecordBatch]:
+        """Run one batch of task ``<subtopology_id>_<partition>``; return its result rows
+        (staged files, positions, counters, and records for the next level)."""
+        task_id = f"{subtopology_id}_{partition}"
+        self.outcomes.outcomes = plan.outcomes
+        live = self.live.get(task_id)
+        if live is not None and not self._settle(live, plan):
+            live = None
+        if live is None:
+            live = self._build(plan, subtopology_id, partition)
+        own = plan.task_transactions.get(task_id)
+        transaction = (own[0], own[1]) if own is not None else plan.transaction
+        live.collector.begin(own[2] if own is not None else plan.staging_dir, plan.outputs)
+        try:
+            return self._run_batch(plan, live, partition, records, topics, transaction)
+        except BaseException:
+            live.collector.discard()
+            self.close(task_id, dirty=True)
+            raise
+
+    def _run_batch(  # noqa: PLR0917 - one batch of one task
+        self,
+        plan: BatchPlan,
+        live: LiveTask,
+        partition: int,
+        records: pa.Table | None,
+        topics: list[str],
+        transaction: tuple[str, int] | None,
+    ) -> list[pa.RecordBatch]:
+        task, manager = live.task, live.manager
+        if manager is not None and plan.snapshot:
+            manager.snapshot()  # the committed state: this batch's writes are not in it
+        consumed: dict[tuple[str, int], int] = {}
+        held_back = 0
+        if records is not None and records.num_rows:
+            consumed, held_back = process_records(
+                task,
+                partition,
+                records,
+                topics,
+                positions=plan.positions,
+                inline=plan.inline,
+                truncated=plan.truncated,
+                wait=plan.config.max_task_idle_ms >= 0,
+            )
+        punctuated = task.punctuate_wall_clock()
+        task.prepare_commit()
+        inline = live.collector.drain(plan.inline)
+        files = live.collector.flush()
+        pending = manager is not None and any(
+            e.bottom.pending_changes() for e in manager.stores.values()
+        )
+        worked = bool(consumed or files or inline or punctuated or pending)
+        if manager is not None and transaction is None:
+            # at_least_once: state may run ahead of the outputs after a crash; the store
+            # then finds itself ahead of its changelog and is rebuilt from it.
+            manager.prepare_commit(None)
+            manager.commit()
+        elif worked and transaction is not None:
+            if manager is not None:
+                manager.prepare_commit(*transaction)
+            live.prepared = transaction
+        if transaction is None:
+            task.post_commit()
+        return self._rows(plan, live, partition, files, consumed, held_back, inline, worked)
+
+    def _rows(  # noqa: PLR0917 - the parts of one result
+        self,
+        plan: BatchPlan,
+        live: LiveTask,
+        partition: int,
+        files: list[tuple[str, Any]],
+        consumed: dict[tuple[str, int], int],
+        held_back: int,
+        inline: list[tuple[str, int, pa.Table]],
+        worked: bool,
+    ) -> list[pa.RecordBatch]:
+        task = live.task
+        task_id = task.task_id
+        rows: list[dict[str, Any]] = [file_row(task_id, topic, f) for topic, f in files]
+        rows.extend(
+            {"kind": POSITION, "task": task_id, "topic": t, "partition": p, "offset": o}
+            for (t, p), o in consumed.items()
+            if t not in plan.inline
+        )
+        counts = {
+            "dropped-records-total": task.dropped_records,
+            "skipped-records-total": task.skipped_records,
+        }
+        for name, total in counts.items():
+            delta = total - live.reported.get(name, 0)
+            live.reported[name] = total
+            if delta:
+                rows.append({"kind": METRIC, "task": task_id, "topic": name, "count": delta})
+        if held_back:
+            rows.append(
+                {
+                    "kind": METRIC,
+                    "task": task_id,
+                    "topic": "held-back-records-total",
+                    "count": held_back,
+                }
+            )
+        for name, total in self.counters.items():
+            delta = total - self._reported_counters.get(name, 0)
+            if delta:
+                rows.append({"kind": METRIC, "task": task_id, "topic": name, "count": delta})
+        self._reported_counters = dict(self.counters)
+        if worked and live.prepared is not None:
+            rows.append({"kind": PREPARED, "task": task_id})
+        due = task.next_wall_clock_punctuation()
+        if due is not None:
+            rows.append({"kind": WAKE, "task": task_id, "timestamp": due})
+        out = [pa.RecordBatch.from_pylist(rows, schema=ROW_SCHEMA)] if rows else []
+        for topic, target, chunk in inline:
+            out.append(pack(plan, topic, target, partition, _placed(topic, target, chunk)))
+        return out
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _settle(self, live: LiveTask, plan: BatchPlan) -> bool:
+        """Settle the previous batch of ``live``; return whether the task carries on."""
+        task_id = live.task.task_id
+        if live.owner != plan.owner:
+            log.info("[task %s] new owner %s: rebuilding from committed state", task_id, plan.owner)
+            self.close(task_id, dirty=True)
+            return False
+        if live.prepared is None:
+            return True
+        outcome = plan.outcomes.get(live.prepared)
+        if outcome is not True:
+            log.info(
+                "[task %s] transaction %s/%s %s: rebuilding from committed state",
+                task_id,
+                *live.prepared,
+                "aborted" if outcome is False else "has no known outcome",
+            )
+            self.close(task_id, dirty=True)
+            return False
+        manager = live.manager
+        if manager is not None:
+            manager.commit()
+        live.task.post_commit()
+        live.prepared = None
+        return True
+
+    def _build(self, plan: BatchPlan, subtopology_id: int, partition: int) -> LiveTask:
+        config, topology = plan.config, plan.topology
+        task_id = f"{subtopology_id}_{partition}"
+        collector = StagingCollector(plan.root, plan.outputs, plan.staging_dir)
+        has_stores = bool(topology.subtopology(subtopology_id).stores)
+        directory = StateDirectory(config.state_dir, config.application_id) if has_stores else None
+        state_dir = directory.lock(task_id, wait_ms=LOCK_WAIT_MS) if directory else None
+        creator = ActiveTaskCreator(
+            topology,
+            config,
+            services=TaskServices(
+                changelog_reader=TopicChangelogReader(plan.root),
+                transaction_outcomes=self.outcomes,
+                snapshots=RootSnapshotStorage(plan.root),
+                # snapshots are the driver's decision (BatchPlan.snapshot)
+                snapshot_interval=0,
+            ),
+        )
+        task = creator.create(subtopology_id, partition, collector, state_dir=state_dir)
+        live = LiveTask(task, collector, plan.owner, directory)
+        self.live[task_id] = live
+        try:
+            task.initialize()
+        except BaseException:
+            self.close(task_id, dirty=True)
+            raise
+        self._count(TASK_CREATED)
+        manager = task.state_manager
+        if manager is not None:
+            self._count(STORE_OPENED, len(manager.stores))
+            # an in-memory store is restored at every open; a persistent one when its
+            # changelog had a tail to replay
+            restored = [
+                name
+                for name, entry in manager.stores.items()
+                if entry.logged and (not entry.bottom.persistent() or manager.restored.get(name))
+            ]
+            self._count(STORE_RESTORED, len(restored))
+            self._count(RESTORED_RECORDS, sum(manager.restored.values()))
+        log.info("[task %s] created for owner %s", task_id, plan.owner)
+        return live
+
+    def close(self, task_id: str, *, dirty: bool) -> None:
+        """Close ``task_id`` (dirty: drop what is not committed) and release its lock."""
+        live = self.live.pop(task_id, None)
+        if live is None:
+            return
+        try:
+            manager = live.task.state_manager
+            if dirty and manager is not None:
+                manager.abort()
+            live.task.close()
+        except Exception:  # closing dirty: the committed state is what counts
+            log.warning("[task %s] error while closing", task_id, exc_info=True)
+        finally:
+            if live.directory is not None:
+                live.directory.unlock(task_id)
+        if dirty:
+            self._count(TASK_CLOSED_DIRTY)
+
+    def close_all(self) -> None:
+        """Close every task, keeping prepared batches (their outcome settles at reopen)."""
+        for task_id in list(self.live):
+            self.close(task_id, dirty=False)
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+
+#: How long a new host waits for the previous holder of a task directory (a host being
+#: shut down, or killed with its executor) to release it.
+LOCK_WAIT_MS = 30_000
+
+
+def _placed(topic: str, target: int, chunk: pa.Table) -> pa.Table:
+    n = chunk.num_rows
+    return pa.table(
+        {
+            "topic": pa.array([topic] * n, pa.string()),
+            "partition": pa.array([target] * n, pa.int32()),
+            "offset": pa.array(range(n), pa.int64()),
+            "key": chunk.column("key"),
+            "value": chunk.column("value"),
+            "timestamp": chunk.column("timestamp"),
+            "headers": chunk.column("headers"),
+        }
+    )

@@ -1,0 +1,202 @@
+"""The host server of an executor: forks one :mod:`task host <runtime.tasks.host>` per task.
+
+One server runs per (``state.dir``, ``application.id``) on a machine, started by the first
+Spark worker that needs a task there (``python -m runtime.tasks.server <dir> <pid>``, a
+fresh interpreter: no socket of Spark's is inherited). It imports the task engine once and
+forks each host from that state, so a host starts in milliseconds. Its Unix socket and the
+hosts' live under :func:`socket_dir`.
+
+It answers ``{"op": "host", "task": id}`` with the path of that task's host socket (forking
+the host if it has none alive) and ``{"op": "shutdown"}`` (the application closed) by
+stopping every host. It exits, stopping its hosts, when the process it watches (the Spark
+worker daemon, whose life is the executor's) ends, or when it has had no request and no
+live host for ``IDLE_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+from runtime.tasks import host
+from runtime.tasks.protocol import (
+    SERVER_LOCK,
+    SERVER_SOCKET,
+    PeerGoneError,
+    host_socket,
+    recv_frame,
+    send_frame,
+)
+
+log = logging.getLogger(__name__)
+
+IDLE_TIMEOUT_S = 600.0
+STOP_WAIT_S = 20.0
+
+
+class HostServer:
+    """Forks and watches the task hosts of one state directory.
+
+    Args:
+        directory: the socket directory (:func:`socket_dir`).
+        watch_pid: the process whose end ends the server (0: none).
+    """
+
+    def __init__(self, directory: str, watch_pid: int) -> None:
+        self.directory = directory
+        self.watch_pid = watch_pid
+        self.hosts: dict[str, int] = {}
+        self.listener: socket.socket | None = None
+
+    def serve(self) -> None:
+        """Accept requests until the watched process ends, a shutdown, or idleness."""
+        listener = self.listener = _listen(os.path.join(self.directory, SERVER_SOCKET))
+        listener.settimeout(0.5)
+        last = time.monotonic()
+        try:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    self._reap()
+                    idle = not self.hosts and time.monotonic() - last > IDLE_TIMEOUT_S
+                    if idle or not _alive(self.watch_pid):
+                        return
+                    continue
+                last = time.monotonic()
+                with conn:
+                    conn.settimeout(30.0)
+                    if not self._answer(conn):
+                        return
+        finally:
+            self.stop_hosts()
+
+    def _answer(self, conn: socket.socket) -> bool:
+        try:
+            header, _ = recv_frame(conn)
+        except (PeerGoneError, OSError):
+            return True
+        op = header.get("op")
+        if op == "shutdown":
+            self.stop_hosts()
+            with contextlib.suppress(OSError):
+                send_frame(conn, {"ok": True})
+            return False
+        if op != "host":
+            send_frame(conn, {"ok": False, "message": f"unknown request {op!r}"})
+            return True
+        task_id = str(header["task"])
+        self._reap()
+        if task_id not in self.hosts:
+            self.hosts[task_id] = self._fork_host(task_id)
+        with contextlib.suppress(OSError):
+            send_frame(conn, {"ok": True, "path": host_socket(self.directory, task_id)})
+        return True
+
+    def _fork_host(self, task_id: str) -> int:
+        listener = _listen(host_socket(self.directory, task_id))
+        server_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the host
+            code = 0
+            try:
+                if self.listener is not None:
+                    self.listener.close()
+                host.serve(listener, server_pid, task_id)
+            except BaseException:
+                log.exception("[task host %s] failed", task_id)
+                code = 1
+            finally:
+                os._exit(code)
+        listener.close()
+        log.info("[host server] task %s: host pid=%d", task_id, pid)
+        return pid
+
+    def _reap(self) -> None:
+        for task_id, pid in list(self.hosts.items()):
+            with contextlib.suppress(ChildProcessError):
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if not done:
+                    continue
+            del self.hosts[task_id]
+
+    def stop_hosts(self) -> None:
+        """Ask every host to close its task and exit; kill those that do not in time."""
+        for pid in self.hosts.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while self.hosts and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.02)
+        for pid in self.hosts.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in self.hosts.values():
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        self.hosts.clear()
+
+
+def _listen(path: str) -> socket.socket:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    sock.listen(64)
+    return sock
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list[str]) -> int:
+    """``python -m runtime.tasks.server <socket dir> <pid to watch>``."""
+    directory, watch_pid = argv[0], int(argv[1])
+    os.makedirs(directory, exist_ok=True)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    lock = open(os.path.join(directory, SERVER_LOCK), "ab")  # noqa: SIM115 - held for life
+    deadline = time.monotonic() + STOP_WAIT_S + 10
+    while True:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:  # a server runs (or is ending): let it serve
+            if _connectable(os.path.join(directory, SERVER_SOCKET)) or time.monotonic() > deadline:
+                return 0
+            time.sleep(0.05)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    HostServer(directory, watch_pid).serve()
+    return 0
+
+
+def _connectable(path: str) -> bool:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        return False
+    finally:
+        sock.close()
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,154 @@
+"""A Python process killed in the middle of a batch (a Spark worker, or a task host) costs
+a retried job or a rebuilt task, never a lost or a doubled record."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from runtime.app import StreamsApp
+from runtime.storage.producer import Producer
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin
+from runtime.tasks.protocol import socket_dir
+from streams.serdes import Serdes
+from streams.testing import TopologyTestDriver
+from topology import Materialized, Produced, StreamsBuilder
+
+S, L = Serdes.String(), Serdes.Long()
+
+
+def slow_once(marker: str) -> Any:
+    """A value mapper that, at the value "slow", writes ``marker`` and sleeps 4 s, once
+    (the file says it already did): the moment to kill a process."""
+
+    def mapper(value: str) -> str:
+        if value == "slow" and not os.path.exists(marker):
+            Path(marker).write_text(str(os.getpid()))
+            time.sleep(4)
+        return value
+
+    return mapper
+
+
+def topology(marker: str) -> Any:
+    b = StreamsBuilder()
+    (
+        b.stream("in")
+        .map_values(slow_once(marker))
+        .group_by_key()
+        .count(Materialized.as_("counts"))
+        .to_stream()
+        .to("out", Produced.with_(S, L))
+    )
+    return b.build()
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _children(parent: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if _ppid(int(name)) == parent:
+                    out.append(int(name))
+            except OSError:
+                continue
+    return out
+
+
+def spark_workers(spark: SparkSession) -> list[int]:
+    """The Python workers of this session's JVM (children of its Python daemons)."""
+    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+    return [w for daemon in _children(jvm) for w in _children(daemon)]
+
+
+def run_with_kill(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path, victim: str
+) -> tuple[dict[str, int], list[tuple[str, int]], dict[str, float]]:
+    marker = str(tmp_path / "slow-started")
+    admin.create("in", 1)
+    admin.create("out", 1)
+    values = [*(f"v{i}" for i in range(20)), "slow", *(f"v{i}" for i in range(20, 40))]
+    producer = Producer(admin)
+    for i, value in enumerate(values):
+        producer.send("in", f"k{i % 4}".encode(), value.encode(), timestamp=1000 + i)
+    producer.flush()
+    config = {
+        "application.id": "worker-loss",
+        "topics.root": root,
+        "state.dir": str(tmp_path / "state"),
+        "processing.guarantee": "exactly_once_v2",
+        "default.key.serde": "string",
+        "default.value.serde": "string",
+        "commit.interval.ms": 20,
+        "group.initial.rebalance.delay.ms": 0,
+        "max.poll.records": 5,
+    }
+    killed: list[int] = []
+
+    def kill_when_slow() -> None:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)
+        # a worker: every Python worker of the session; a host: the one running "slow"
+        pids = spark_workers(spark) if victim == "worker" else [int(Path(marker).read_text())]
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    killer = threading.Thread(target=kill_when_slow, daemon=True)
+    killer.start()
+    app = StreamsApp(topology(marker), config, spark=spark)
+    app.run_until_idle()
+    killer.join(5)
+    assert killed, "nothing was killed"
+    reader = TopicReader(root)
+    table = reader.read("out", 0, 0)
+    records = [
+        (k.decode(), L.deserialize("out", v))
+        for k, v in zip(
+            table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+        )
+    ]
+    latest: dict[str, int] = {}
+    for key, count in records:
+        latest[key] = count
+    with TopologyTestDriver(topology(marker), config) as driver:
+        topic = driver.create_input_topic("in", S, S)
+        for i, value in enumerate(values):
+            topic.pipe_input(f"k{i % 4}", value, timestamp=1000 + i)
+        expected = driver.create_output_topic("out", S, L).read_key_values_to_map()
+    assert latest == expected
+    return latest, records, app.metrics()
+
+
+@pytest.mark.parametrize("victim", ["worker", "host"])
+def test_a_killed_process_loses_nothing_and_doubles_nothing(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path, victim: str
+) -> None:
+    _, records, metrics = run_with_kill(spark, admin, root, tmp_path, victim)
+    doubled = [r for r, n in Counter(records).items() if n > 1]
+    assert not doubled  # each (key, count) at most once: no batch counted twice
+    if victim == "worker":
+        assert metrics.get("job-retry-total", 0) >= 1
+    else:  # the host died: its task (the only one) was rebuilt from committed state
+        assert metrics["task-created-total"] == 2, metrics
+
+
+def test_socket_dir_is_short_enough_for_unix_sockets(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 200)
+    assert len(os.path.join(socket_dir(str(deep), "a" * 200), "123_456.sock")) < 107
