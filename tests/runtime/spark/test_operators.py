@@ -138,7 +138,7 @@ def test_a_foreign_key_join_runs_with_the_default_configuration(
         admin.create(topic, 2)
     produce(admin, "products", FK_PRODUCTS)
     produce(admin, "orders", FK_ORDERS)
-    config = config_for("fk-app", root, tmp_path / "state")
+    config = config_for("fk-app", root, tmp_path / "state", **{"max.poll.records": 5})
     app = run_app(spark, fk_topology(), config)
     # the cycle between the sub-topologies went through its topics
     cyclic = [t for t in admin.list() if "FK-JOIN" in t and t.endswith("-topic")]
