@@ -81,10 +81,11 @@ def offset_resets(topology: Topology, topics: Iterable[str], application_id: str
                 out[topology.topic_name(topic, application_id, internal=spec.internal)] = (
                     spec.offset_reset
                 )
+    internal = internal_topic_names(topology, application_id)
     for source in pattern_sources(topology):
         if source.offset_reset is not None:
             for topic in topics:
-                if topic not in out and source.pattern.fullmatch(topic):
+                if topic not in out and topic not in internal and source.pattern.fullmatch(topic):
                     out[topic] = source.offset_reset
     return out
 
@@ -177,7 +178,11 @@ class PatternFollower:
         data = self.admin.root.read_bytes(self.subscription) if self.patterns else None
         if not data:
             return {}, {}
-        listed = [t for t in json.loads(data) if t not in known and t not in self._refused]
+        listed = [
+            t
+            for t in json.loads(data)
+            if t not in known and t not in self._refused and self.admin.exists(t)
+        ]
         found = match_patterns(self.patterns, listed, frozenset())
         for topic, sub in sorted(found.items()):
             count, tasks = self.admin.num_partitions(topic), self.tasks.get(sub, 0)
