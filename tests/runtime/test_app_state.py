@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from runtime.app import StreamsApp
 from runtime.app_state import TRANSITIONS, AppState, AppStateMachine, IllegalStateTransitionError
 from runtime.process_id import PROCESS_FILE, load_or_create_process_id
 from streams.errors import StreamsError
+from topology import StreamsBuilder
 
 LEGAL = {
     ("CREATED", "REBALANCING"),
@@ -59,3 +61,24 @@ def test_process_id_survives_restarts_and_is_per_application(tmp_path: Path) -> 
     (tmp_path / "app" / PROCESS_FILE).write_text("{not json")
     with pytest.raises(StreamsError, match="delete it"):
         load_or_create_process_id(str(tmp_path), "app")
+
+
+def test_the_app_follows_its_threads_rebalances(tmp_path: Path) -> None:
+    """RUNNING -> REBALANCING when a thread's group starts a rebalance; RUNNING again
+    only once every rebalancing thread has rejoined (Kafka's KafkaStreams state)."""
+    b = StreamsBuilder()
+    b.stream("in").to("out")
+    app = StreamsApp(b.build(), {"application.id": "a", "topics.root": str(tmp_path)})
+    seen: list[AppState] = []
+    app.set_state_listener(lambda new, old: seen.append(new))
+    app._machine.transit(AppState.REBALANCING)
+    app._machine.transit(AppState.RUNNING)
+    app._thread_rebalancing(1, True)
+    app._thread_rebalancing(2, True)
+    app._thread_rebalancing(1, False)
+    assert app.state is AppState.REBALANCING  # thread 2 still rejoins
+    app._thread_rebalancing(2, False)
+    assert seen == [AppState.REBALANCING, AppState.RUNNING] * 2
+    app._machine.transit(AppState.PENDING_SHUTDOWN)
+    app._thread_rebalancing(1, True)  # too late: the shutdown wins
+    assert app.state is AppState.PENDING_SHUTDOWN
