@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runtime.collector import OutputTopic, StagingCollector
+from runtime.global_state import GlobalStores
 from runtime.partition_group import process_records
 from runtime.spark.source import TaskInput, TopicSlices, read_task_input
 from runtime.state_adapters import RootSnapshotStorage, TopicChangelogReader
@@ -114,6 +115,10 @@ class BatchPlan:
     partition is drained (``max.task.idle.ms`` >= 0), as Kafka's task waits for more data
     of an empty partition that has lag, so records are processed in timestamp order
     across batches.
+
+    ``globals`` names the file slices of every partition of the global topics, from the
+    log start to its end as planned for this batch: each process brings its global stores
+    up to these ends before its tasks run (:mod:`runtime.global_state`).
     """
 
     topology: Topology
@@ -133,6 +138,7 @@ class BatchPlan:
     snapshot: bool = False
     inputs: Mapping[int, tuple[TopicSlices, ...]] | None = None
     truncated: frozenset[tuple[str, int]] = frozenset()
+    globals: tuple[TopicSlices, ...] = ()
 
     def level_of(self, topic: str) -> int:
         """The level of the sub-topology reading ``topic``."""
@@ -425,6 +431,7 @@ def _run_task(
             changelog=changelog,
             manages_transactions=transaction is not None,
             store_context=manager,
+            global_stores=GlobalStores.for_plan(plan),
         )
         holder.append(task)
         task.initialize()
