@@ -43,6 +43,7 @@ import dataclasses
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -304,6 +305,7 @@ class GlobalStores:
     """The process's registry of :class:`GlobalStateManager` (executor side)."""
 
     _managers: dict[tuple[str, ...], GlobalStateManager] = {}
+    _shapes: weakref.WeakKeyDictionary[Topology, str] = weakref.WeakKeyDictionary()
     _lock = threading.Lock()
 
     @classmethod
@@ -315,8 +317,8 @@ class GlobalStores:
         """
         if not plan.globals:
             return {}
-        key = cls._key(plan)
         with cls._lock:
+            key = cls._key(plan)
             manager = cls._managers.get(key)
             if manager is None:
                 manager = GlobalStateManager(plan.topology, plan.config, plan.root)
@@ -343,8 +345,11 @@ class GlobalStores:
         for manager in managers:
             manager.release()
 
-    @staticmethod
-    def _key(plan: GlobalPlan) -> tuple[str, ...]:
+    @classmethod
+    def _key(cls, plan: GlobalPlan) -> tuple[str, ...]:
+        """(root, state dir, application id, topology description): one manager each."""
         config = plan.config
-        shape = str(plan.topology.describe())
+        shape = cls._shapes.get(plan.topology)
+        if shape is None:  # once per unpickled topology, not once per task
+            shape = cls._shapes[plan.topology] = str(plan.topology.describe())
         return (plan.root, os.path.abspath(config.state_dir), config.application_id, shape)
