@@ -32,9 +32,13 @@ Python worker rebuilds its global stores from the topic at its first batch (Kafk
 bootstrap of the global stores); workers are long-lived (Spark reuses them).
 
 An update that fails (a record the deserialization handler fails on, a processor error)
-discards the manager: the next batch rebuilds the stores from the log start, so no record
-is ever applied twice. A partition whose log start moved past a manager's position
-(retention) or whose log is shorter than it (a re-created topic) also rebuilds them.
+marks the manager broken: its next update rebuilds the stores from the log start, so no
+record is ever applied twice. The store views a manager hands out stay valid across
+rebuilds (long-lived tasks and their processors keep them). A partition whose log start
+moved past a manager's position (retention) also rebuilds them. A plan whose end is below
+a manager's position is taken as an older plan (another thread's batch): the stores never
+go back. (So a global topic deleted and re-created under the same storage root is not
+noticed by Python workers that read the old one.)
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -160,13 +164,22 @@ class GlobalStateManager:
         self._directory: StateDirectory | None = None
         self._slot: str | None = None
         self._tasks: dict[str, StreamTask] = {}
-        self._stores: dict[str, StateStore] = {}
+        self._live: dict[str, StateStore] = {}
+        self._broken = False
+        # Views stay valid across rebuilds: tasks and processors keep them.
+        live: dict[str, Any] = {n: _LiveStore(self, n) for n in topology.global_stores}
+        self._views = read_only(live)
         self._build()
 
     @property
     def stores(self) -> Mapping[str, StateStore]:
-        """Read-only views of the global stores, by name (what tasks get)."""
-        return self._stores
+        """Read-only views of the global stores, by name (what tasks get). They stay
+        valid for the manager's life: after a rebuild they read the new stores."""
+        return self._views
+
+    def live(self, name: str) -> StateStore:
+        """Return the current global store ``name`` (writable: for the views)."""
+        return self._live[name]
 
     def _build(self) -> None:
         """Build and initialise a task per global sub-topology in this process's slot."""
@@ -184,9 +197,10 @@ class GlobalStateManager:
         for task in tasks:
             for topic in self.topology.source_topics(task.subtopology.id, self.application_id):
                 self._tasks[topic] = task
-        self._stores = read_only({n: s for t in tasks for n, s in t.stores.items()})
+        self._live = {n: s for t in tasks for n, s in t.stores.items()}
         self.positions = {}
         self.records_read = 0
+        self._broken = False
         self.builds += 1
 
     def _take_slot(self) -> str:
@@ -215,25 +229,30 @@ class GlobalStateManager:
 
         Raises:
             StreamsError: the deserialization handler (or a global processor) failed; the
-                caller discards this manager (see :meth:`GlobalStores.for_plan`).
+                stores are rebuilt from the log start at the next update, so no record is
+                applied twice.
         """
-        if any(self._gone(item) for item in globals):
+        if self._broken or any(self._gone(item) for item in globals):
             log.warning(
-                "[global %s] a global topic's log no longer holds this process's "
-                "positions (retention, or re-created); rebuilding the global stores",
+                "[global %s] rebuilding the global stores from the log start (%s)",
                 self.application_id,
+                "an update failed" if self._broken else "the log lost this process's position",
             )
             self.close()
             self._build()
         read = 0
-        for item in sorted(globals, key=lambda i: (i.topic, i.partition)):
-            at = self.positions.get((item.topic, item.partition), item.start)
-            if at >= item.end:
-                continue
-            read += self._apply(item, at)
-            self.positions[(item.topic, item.partition)] = item.end
-        for task in {id(t): t for t in self._tasks.values()}.values():
-            task.commit()  # caches and stores flush: what tasks read is complete
+        try:
+            for item in sorted(globals, key=lambda i: (i.topic, i.partition)):
+                at = self.positions.get((item.topic, item.partition), item.start)
+                if at >= item.end:
+                    continue
+                read += self._apply(item, at)
+                self.positions[(item.topic, item.partition)] = item.end
+            for task in {id(t): t for t in self._tasks.values()}.values():
+                task.commit()  # caches and stores flush: what tasks read is complete
+        except BaseException:
+            self._broken = True
+            raise
         self.records_read += read
         if read:
             log.debug("[global %s] read %d records", self.application_id, read)
@@ -263,7 +282,7 @@ class GlobalStateManager:
 
     def close(self) -> None:
         """Close the global tasks (their stores); the slot stays locked."""
-        tasks, self._tasks, self._stores = list(self._tasks.values()), {}, {}
+        tasks, self._tasks = list(self._tasks.values()), {}
         for task in {id(t): t for t in tasks}.values():
             try:
                 task.close()
@@ -301,6 +320,19 @@ def _headers(column: pa.ChunkedArray) -> list[tuple[tuple[str, bytes | None], ..
     return [tuple((h["key"], h["value"]) for h in hs) if hs else () for hs in column.to_pylist()]
 
 
+class _LiveStore:
+    """The global store ``name`` of a manager, whichever instance is current."""
+
+    __slots__ = ("_manager", "_name")
+
+    def __init__(self, manager: GlobalStateManager, name: str) -> None:
+        self._manager = manager
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._manager.live(self._name), attr)
+
+
 class GlobalStores:
     """The process's registry of :class:`GlobalStateManager` (executor side)."""
 
@@ -321,14 +353,11 @@ class GlobalStores:
             key = cls._key(plan)
             manager = cls._managers.get(key)
             if manager is None:
+                for stale in [k for k in cls._managers if k[:3] == key[:3]]:
+                    cls._managers.pop(stale).release()  # the application's old topology
                 manager = GlobalStateManager(plan.topology, plan.config, plan.root)
                 cls._managers[key] = manager
-            try:
-                manager.update(plan.globals)
-            except BaseException:
-                cls._managers.pop(key, None)  # rebuilt from the log start next time
-                manager.release()
-                raise
+            manager.update(plan.globals)
             return manager.stores
 
     @classmethod
@@ -347,9 +376,11 @@ class GlobalStores:
 
     @classmethod
     def _key(cls, plan: GlobalPlan) -> tuple[str, ...]:
-        """(root, state dir, application id, topology description): one manager each."""
+        """(root, state dir, application id, topology description, configuration): one
+        manager each."""
         config = plan.config
         shape = cls._shapes.get(plan.topology)
         if shape is None:  # once per unpickled topology, not once per task
             shape = cls._shapes[plan.topology] = str(plan.topology.describe())
-        return (plan.root, os.path.abspath(config.state_dir), config.application_id, shape)
+        state_dir = os.path.abspath(config.state_dir)
+        return (plan.root, state_dir, config.application_id, shape, config.model_dump_json())

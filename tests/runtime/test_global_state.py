@@ -145,17 +145,39 @@ def test_custom_global_processor_in_its_own_process_directory(
         other.release()
 
 
+class FlakyUpdater(SumUpdater):
+    """Fails once on the value "boom" (counted as 0 otherwise)."""
+
+    fail = True
+
+    def process(self, record: Record[str, str]) -> None:
+        if record.value == "boom":
+            if FlakyUpdater.fail:
+                FlakyUpdater.fail = False
+                raise RuntimeError("boom")
+            record = record.with_value("0")
+        super().process(record)
+
+
 def test_a_failed_update_rebuilds_from_the_log_start(
     admin: TopicAdmin, root: str, tmp_path: Path
 ) -> None:
     admin.create("deltas", 1)
-    topology, cfg = totals_topology(), config(root, tmp_path)
+    b = StreamsBuilder()
+    store = Stores.key_value_store_builder(Stores.in_memory_key_value_store("totals"), S, L)
+    FlakyUpdater.fail = True
+    b.add_global_store(store, "deltas", FlakyUpdater, Consumed.with_(S, S))
+    b.stream("orders").to("out")
+    topology, cfg = b.build(), config(root, tmp_path)
     send(admin, "deltas", ("a", b"2"))
-    GlobalStores.for_plan(plan(topology, cfg, root))
-    send(admin, "deltas", ("a", b"not a number"))
-    with pytest.raises(StreamsError):
+    stores = GlobalStores.for_plan(plan(topology, cfg, root))  # kept, as a task keeps it
+    send(admin, "deltas", ("a", b"3"), ("a", b"boom"), ("a", b"4"))
+    with pytest.raises(StreamsError, match="boom"):
         GlobalStores.for_plan(plan(topology, cfg, root))
-    assert GlobalStores.manager(plan(topology, cfg, root)) is None  # discarded
+    again = GlobalStores.for_plan(plan(topology, cfg, root))
+    manager = GlobalStores.manager(plan(topology, cfg, root))
+    assert manager is not None and manager.builds == 2 and manager.records_read == 4
+    assert stores is again and stores["totals"].get("a") == 9  # 2 + 3 + 4, 3 once
 
 
 def test_a_bad_global_record_goes_to_the_deserialization_handler(
