@@ -248,7 +248,7 @@ class GlobalStateManager:
                     continue
                 read += self._apply(item, at)
                 self.positions[(item.topic, item.partition)] = item.end
-            for task in {id(t): t for t in self._tasks.values()}.values():
+            for task in {id(t): t for t in self._tasks.values()}.values() if read else ():
                 task.commit()  # caches and stores flush: what tasks read is complete
         except BaseException:
             self._broken = True

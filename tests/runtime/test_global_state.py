@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 from runtime.global_state import GlobalStateManager, GlobalStores, global_topics, plan_globals
+from runtime.internal_topics import plan_topics
 from runtime.spark.source import TopicSlices
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from statestores.stores import Stores
 from streams.config import StreamsConfig
-from streams.errors import SerializationError, StreamsError
+from streams.errors import SerializationError, StreamsError, UnknownTopicError
 from streams.serdes import Serdes
 from topology import Consumed, Materialized, Processor, Record, StreamsBuilder, Topology
 from topology.read_only_stores import GlobalStoreReadOnlyError
@@ -196,3 +197,38 @@ def test_a_bad_global_record_goes_to_the_deserialization_handler(
     stores = GlobalStores.for_plan(plan(topology, skipping, root))
     assert stores["rates"].get("usd").value == 3
     assert stores["rates"].get("eur") is None
+
+
+def test_dead_letters_of_global_records_are_not_produced(
+    admin: TopicAdmin, root: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin.create("rates", 1)
+    b = StreamsBuilder()
+    b.global_table("rates", Consumed.with_(S, L), Materialized.as_("rates"))
+    b.stream("orders").to("out")
+    topology = b.build()
+    send(admin, "rates", ("eur", b"bad"), ("usd", L.serialize("rates", 3)))
+    cfg = config(
+        root,
+        tmp_path,
+        **{
+            "deserialization.exception.handler": "log-and-continue",
+            "errors.dead.letter.queue.topic.name": "dead",
+        },
+    )
+    with caplog.at_level("WARNING", logger="runtime.global_state"):
+        stores = GlobalStores.for_plan(plan(topology, cfg, root))
+    assert stores["rates"].get("usd").value == 3
+    assert "dead" in caplog.text and not admin.exists("dead")
+
+
+def test_global_topics_must_exist_at_start(admin: TopicAdmin) -> None:
+    admin.create("orders", 2)
+    admin.create("out", 2)
+    topology = rates_topology()
+    with pytest.raises(UnknownTopicError, match="global topic 'rates'"):
+        plan_topics(topology, admin, "globals")
+    admin.create("rates", 3)
+    planned = plan_topics(topology, admin, "globals")
+    assert planned.global_topics == ("rates",)
+    assert "rates" not in planned.sources  # no task reads it
