@@ -160,6 +160,8 @@ class StreamsBuilder:
         topic: str,
         state_update_supplier: ProcessorSupplier,
         consumed: Consumed | None = None,
+        *,
+        processor_name: str | None = None,
     ) -> StreamsBuilder:
         """Fill a global store from ``topic`` with a Processor-API processor (Kafka's
         ``addGlobalStore``); return this builder.
@@ -167,7 +169,9 @@ class StreamsBuilder:
         Every instance reads the whole topic into the store and ``state_update_supplier()``
         builds the processor that writes it (it forwards nothing). The topic is the
         store's changelog, so logging is disabled on ``store_builder``. Processors of the
-        other sub-topologies read the store by name, read-only.
+        other sub-topologies read the store by name, read-only. ``consumed`` gives the
+        serdes, the timestamp extractor and the source's name; ``processor_name`` names
+        the processor (default ``KTABLE-SOURCE-<n>``, as Kafka's).
 
         Example:
             >>> from statestores.stores import Stores
@@ -189,7 +193,7 @@ class StreamsBuilder:
                 )
             store_builder = disable()
         source = self.names.name_or_generate(consumed.name, SOURCE)
-        node = self.names.new_processor_name(KTABLE_SOURCE)
+        node = self.names.name_or_generate(processor_name, KTABLE_SOURCE)
         self.graph.add_source(_source(source, (topic,), None, consumed))
         self.graph.add_processor(
             ProcessorSpec(

@@ -102,3 +102,14 @@ def test_a_bad_global_record_goes_to_the_deserialization_handler(drive: Any) -> 
     assert d.get_key_value_store("rates").get("usd") == 3
     assert d.get_key_value_store("rates").get("eur") is None
     assert d.metrics()["dropped-records-total"] == 1
+
+
+def test_add_global_store_names_its_nodes() -> None:
+    b = StreamsBuilder()
+    store = Stores.key_value_store_builder(Stores.in_memory_key_value_store("totals"), S, L)
+    consumed = Consumed.with_(S, S).with_name("deltas-source")
+    b.add_global_store(store, "deltas", SumUpdater, consumed, processor_name="deltas-updater")
+    text = str(b.build().describe())
+    assert "Sub-topology: 0 for global store (will not generate tasks)" in text
+    assert "Source: deltas-source (topics: [deltas])" in text
+    assert "Processor: deltas-updater (stores: [totals])" in text
