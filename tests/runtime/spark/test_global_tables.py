@@ -5,6 +5,7 @@ the run that later stream records see."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -118,6 +119,18 @@ def driver_outputs(topology: Topology, steps: list[Step]) -> Outputs:
     return {OUT: per}
 
 
+def app_config(root: str, tmp_path: Path) -> dict[str, Any]:
+    return {
+        **CONFIG,
+        "processing.guarantee": "exactly_once_v2",
+        "topics.root": root,
+        "state.dir": str(tmp_path / "state"),
+        "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,
+        "max.poll.records": 3,
+    }
+
+
 def run_on_spark(  # noqa: PLR0917 - fixtures and the case
     spark: SparkSession,
     admin: TopicAdmin,
@@ -132,16 +145,7 @@ def run_on_spark(  # noqa: PLR0917 - fixtures and the case
     for topic in ("countries", "orders", OUT):
         admin.create(topic, PARTITIONS)
     producer = Producer(admin)
-    config = {
-        **CONFIG,
-        "processing.guarantee": "exactly_once_v2",
-        "topics.root": root,
-        "state.dir": str(tmp_path / "state"),
-        "commit.interval.ms": 50,
-        "group.initial.rebalance.delay.ms": 0,
-        "max.poll.records": 3,
-    }
-    app = StreamsApp(topology, config, spark=spark)
+    app = StreamsApp(topology, app_config(root, tmp_path), spark=spark)
     marks = 0
     try:
         for ts, step in enumerate(steps):
@@ -219,3 +223,18 @@ def test_add_global_store_matches_the_driver(
     assert_same_outputs(got, expected)
     values = [v.decode() for recs in got[OUT].values() for _, v, _ in recs if v]
     assert "a=5" in values and "a=15" in values and "c=7" in values  # summed, not put
+    # Persistent global stores live in per-process directories, never in task ones.
+    app_dir = tmp_path / "state" / CONFIG["application.id"]
+    slots = os.listdir(app_dir / "global")
+    assert slots and all(n.isdigit() for n in slots)
+    assert not [n for n in os.listdir(app_dir) if n.startswith("0_")]  # sub-topology 0
+
+    # A restart: the Python workers keep their global stores and read only what is new.
+    steps += [("countries", "b", "100"), ("orders", "o9", "b")]
+    producer = Producer(admin)
+    for ts, step in enumerate(steps[-2:], start=len(steps) - 2):
+        assert step is not None
+        producer.send(step[0], step[1].encode(), step[2].encode(), timestamp=ts)
+        producer.flush()
+    StreamsApp(global_store_topology(), app_config(root, tmp_path), spark=spark).run_until_idle()
+    assert_same_outputs(topic_outputs(root, [OUT]), driver_outputs(topology, steps))
