@@ -391,6 +391,7 @@ def _run_task(
 ) -> list[pa.RecordBatch]:
     config, topology = plan.config, plan.topology
     task_id = f"{sub_id}_{partition}"
+    global_stores = GlobalStores.for_plan(plan)  # up to the batch's planned global ends
     own = plan.task_transactions.get(task_id)
     transaction = (own[0], own[1]) if own is not None else plan.transaction
     collector = StagingCollector(plan.root, plan.outputs, own[2] if own else plan.staging_dir)
@@ -431,7 +432,7 @@ def _run_task(
             changelog=changelog,
             manages_transactions=transaction is not None,
             store_context=manager,
-            global_stores=GlobalStores.for_plan(plan),
+            global_stores=global_stores,
         )
         holder.append(task)
         task.initialize()
