@@ -1,17 +1,15 @@
 """Global tables on Spark under exactly_once_v2 give what the TopologyTestDriver gives: a
-stream-global-table join (inner, left) and an ``add_global_store`` topology, the global
-records produced first, then stream records, then an update of the global topic during
-the run that later stream records see."""
+stream-global-table join (inner and left, in one topology) and an ``add_global_store``
+topology, the global records produced first, then stream records, then an update of the
+global topic during the run that later stream records see."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pyspark.sql import SparkSession
 
 from runtime.app import StreamsApp
@@ -27,6 +25,8 @@ from topology import Consumed, Materialized, Processor, Record, StreamsBuilder, 
 
 S, L = Serdes.String(), Serdes.Long()
 OUT = "out"
+#: The outputs of the join topology: the inner and the left join, side by side.
+JOIN_OUTS = ("out-join", "out-left")
 PARTITIONS = 2
 #: (topic, key, value) in the order they are produced; None marks "wait until the
 #: application has processed everything so far".
@@ -41,11 +41,12 @@ def country_of(key: str, order: str) -> str:
     return order.split(":", maxsplit=1)[0]
 
 
-def join_topology(kind: str) -> Topology:
+def join_topology() -> Topology:
     b = StreamsBuilder()
     countries = b.global_table("countries", Consumed.with_(S, S), Materialized.as_("countries"))
     orders = b.stream("orders", Consumed.with_(S, S))
-    getattr(orders, kind)(countries, country_of, joiner).to(OUT)
+    orders.join(countries, country_of, joiner).to(JOIN_OUTS[0])
+    orders.left_join(countries, country_of, joiner).to(JOIN_OUTS[1])
     return b.build()
 
 
@@ -103,20 +104,24 @@ CONFIG = {
 }
 
 
-def driver_outputs(topology: Topology, steps: list[Step]) -> Outputs:
+def driver_outputs(topology: Topology, steps: list[Step], outs: tuple[str, ...]) -> Outputs:
     """The driver's output records, placed in partitions as the Spark run's sink does."""
-    per: dict[int, list[tuple[bytes | None, bytes | None, int]]] = {
-        p: [] for p in range(PARTITIONS)
-    }
+    outputs: Outputs = {}
     with TopologyTestDriver(topology, CONFIG) as driver:
         for ts, step in enumerate(steps):
             if step is not None:
                 topic, key, value = step
                 driver.pipe_raw(topic, key.encode(), value.encode(), ts)
-        for raw in driver.output_queue(OUT):
-            assert raw.key is not None
-            per[partition_for_key(raw.key, PARTITIONS)].append((raw.key, raw.value, raw.timestamp))
-    return {OUT: per}
+        for out in outs:
+            per: dict[int, list[tuple[bytes | None, bytes | None, int]]] = {
+                p: [] for p in range(PARTITIONS)
+            }
+            for raw in driver.output_queue(out):
+                assert raw.key is not None
+                part = partition_for_key(raw.key, PARTITIONS)
+                per[part].append((raw.key, raw.value, raw.timestamp))
+            outputs[out] = per
+    return outputs
 
 
 def app_config(root: str, tmp_path: Path) -> dict[str, Any]:
@@ -138,12 +143,14 @@ def run_on_spark(  # noqa: PLR0917 - fixtures and the case
     tmp_path: Path,
     topology: Topology,
     steps: list[Step],
-    expected: Callable[[int], int],
+    outs: tuple[str, ...],
 ) -> Outputs:
     """Start the app on the records before the first wait mark, produce the rest while
-    it runs (waiting for ``expected(mark)`` outputs at each mark); return its outputs."""
-    for topic in ("countries", "orders", OUT):
+    it runs (waiting at each mark for as many outputs as the driver gives); return its
+    outputs."""
+    for topic in ("countries", "orders", *outs):
         admin.create(topic, PARTITIONS)
+    expected = _counts_at_marks(topology, steps, outs)
     producer = Producer(admin)
     app = StreamsApp(topology, app_config(root, tmp_path), spark=spark)
     marks = 0
@@ -152,57 +159,57 @@ def run_on_spark(  # noqa: PLR0917 - fixtures and the case
             if step is None:
                 if marks == 0:
                     app.start()
-                _wait_for(app, root, expected(marks))
+                _wait_for(app, root, outs, expected[marks])
                 marks += 1
                 continue
             topic, key, value = step
             producer.send(topic, key.encode(), value.encode(), timestamp=ts)
             producer.flush()  # one commit per record: the global update lands in between
-        _wait_for(app, root, expected(marks))
+        _wait_for(app, root, outs, expected[marks])
     finally:
         app.close()
-    return topic_outputs(root, [OUT])
+    return topic_outputs(root, list(outs))
 
 
-def _wait_for(app: StreamsApp, root: str, count: int, timeout: float = 180) -> None:
+def _wait_for(
+    app: StreamsApp, root: str, outs: tuple[str, ...], count: int, timeout: float = 180
+) -> None:
     reader = TopicReader(root)
     deadline = time.monotonic() + timeout
-    while sum(reader.end_offsets(OUT).values()) < count:
+
+    def produced() -> int:
+        return sum(sum(reader.end_offsets(out).values()) for out in outs)
+
+    while produced() < count:
         assert time.monotonic() < deadline, f"timed out waiting for {count} outputs"
         app.await_termination(0.3)  # raises the stream thread's error, if any
     time.sleep(0.3)
-    assert sum(reader.end_offsets(OUT).values()) == count
+    assert produced() == count
 
 
-def _counts_at_marks(topology: Topology, steps: list[Step]) -> Callable[[int], int]:
+def _counts_at_marks(topology: Topology, steps: list[Step], outs: tuple[str, ...]) -> list[int]:
     """The driver's output count at each wait mark (and at the end)."""
     counts: list[int] = []
     for i, step in enumerate([*steps, None]):
         if step is None:
             prefix = [s for s in steps[:i] if s is not None]
-            counts.append(sum(len(r) for r in driver_outputs(topology, prefix)[OUT].values()))
-    return lambda mark: counts[mark]
+            outputs = driver_outputs(topology, prefix, outs)
+            counts.append(sum(len(r) for per in outputs.values() for r in per.values()))
+    return counts
 
 
-@pytest.mark.parametrize("kind", ["join", "left_join"])
 def test_stream_global_table_join_matches_the_driver(
-    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path, kind: str
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
 ) -> None:
     steps = join_steps()
-    expected = driver_outputs(join_topology(kind), steps)
-    got = run_on_spark(
-        spark,
-        admin,
-        root,
-        tmp_path,
-        join_topology(kind),
-        steps,
-        _counts_at_marks(join_topology(kind), steps),
-    )
+    expected = driver_outputs(join_topology(), steps, JOIN_OUTS)
+    got = run_on_spark(spark, admin, root, tmp_path, join_topology(), steps, JOIN_OUTS)
     assert_same_outputs(got, expected)
-    values = [v.decode() for recs in got[OUT].values() for _, v, _ in recs if v]
-    assert "jp:22@Japan" in values and "eu:20@EU" in values  # the update was seen
-    assert ("jp:2@None" in values) is (kind == "left_join")
+    inner, left = (
+        [v.decode() for recs in got[out].values() for _, v, _ in recs if v] for out in JOIN_OUTS
+    )
+    assert "jp:22@Japan" in inner and "eu:20@EU" in inner  # the update was seen
+    assert "jp:2@None" in left and not [v for v in inner if v.endswith("@None")]
 
 
 def test_add_global_store_matches_the_driver(
@@ -210,16 +217,8 @@ def test_add_global_store_matches_the_driver(
 ) -> None:
     steps = global_store_steps()
     topology = global_store_topology()
-    expected = driver_outputs(topology, steps)
-    got = run_on_spark(
-        spark,
-        admin,
-        root,
-        tmp_path,
-        global_store_topology(),
-        steps,
-        _counts_at_marks(topology, steps),
-    )
+    expected = driver_outputs(topology, steps, (OUT,))
+    got = run_on_spark(spark, admin, root, tmp_path, global_store_topology(), steps, (OUT,))
     assert_same_outputs(got, expected)
     values = [v.decode() for recs in got[OUT].values() for _, v, _ in recs if v]
     assert "a=5" in values and "a=15" in values and "c=7" in values  # summed, not put
@@ -237,4 +236,4 @@ def test_add_global_store_matches_the_driver(
         producer.send(step[0], step[1].encode(), step[2].encode(), timestamp=ts)
         producer.flush()
     StreamsApp(global_store_topology(), app_config(root, tmp_path), spark=spark).run_until_idle()
-    assert_same_outputs(topic_outputs(root, [OUT]), driver_outputs(topology, steps))
+    assert_same_outputs(topic_outputs(root, [OUT]), driver_outputs(topology, steps, (OUT,)))
