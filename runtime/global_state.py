@@ -263,22 +263,26 @@ class GlobalStateManager:
         return at is not None and at < item.start
 
     def _apply(self, item: TopicSlices, at: int) -> int:
-        """Read the records of ``item`` from offset ``at`` and process them."""
-        table = read_slices(self.root, item.topic, item.partition, _slices_from(item.slices, at))
-        offsets = table.column("offset")
-        table = table.filter(pc.and_(pc.greater_equal(offsets, at), pc.less(offsets, item.end)))
-        if table.num_rows == 0:
-            return 0
-        self._tasks[item.topic].process_columns(
-            item.topic,
-            item.partition,
-            table.column("key").to_pylist(),
-            table.column("value").to_pylist(),
-            table.column("timestamp").to_pylist(),
-            table.column("offset").to_pylist(),
-            _headers(table.column("headers")),
-        )
-        return int(table.num_rows)
+        """Read the records of ``item`` from offset ``at`` and process them, one file
+        slice at a time (a bootstrap never holds a whole topic in memory)."""
+        task, read = self._tasks[item.topic], 0
+        for piece in _slices_from(item.slices, at):
+            table = read_slices(self.root, item.topic, item.partition, [piece])
+            offsets = table.column("offset")
+            table = table.filter(pc.and_(pc.greater_equal(offsets, at), pc.less(offsets, item.end)))
+            if table.num_rows == 0:
+                continue
+            task.process_columns(
+                item.topic,
+                item.partition,
+                table.column("key").to_pylist(),
+                table.column("value").to_pylist(),
+                table.column("timestamp").to_pylist(),
+                table.column("offset").to_pylist(),
+                _headers(table.column("headers")),
+            )
+            read += int(table.num_rows)
+        return read
 
     def close(self) -> None:
         """Close the global tasks (their stores); the slot stays locked."""

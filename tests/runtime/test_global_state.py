@@ -11,11 +11,18 @@ from typing import Any
 
 import pytest
 
-from runtime.global_state import GlobalStateManager, GlobalStores, global_topics, plan_globals
+from runtime.global_state import (
+    GlobalStateManager,
+    GlobalStores,
+    _slices_from,
+    global_topics,
+    plan_globals,
+)
 from runtime.internal_topics import plan_topics
 from runtime.spark.source import TopicSlices
+from runtime.storage.offset_index import Segment
 from runtime.storage.producer import Producer
-from runtime.storage.reader import TopicReader
+from runtime.storage.reader import FileSlice, TopicReader
 from runtime.storage.topics import TopicAdmin
 from statestores.stores import Stores
 from streams.config import StreamsConfig
@@ -232,3 +239,18 @@ def test_global_topics_must_exist_at_start(admin: TopicAdmin) -> None:
     planned = plan_topics(topology, admin, "globals")
     assert planned.global_topics == ("rates",)
     assert "rates" not in planned.sources  # no task reads it
+
+
+def test_slices_are_trimmed_to_the_position() -> None:
+    dense = [
+        FileSlice(Segment(0, 5, "a.parquet", None), 0, 5, "/t/a.parquet"),
+        FileSlice(Segment(5, 5, "b.parquet", None), 0, 5, "/t/b.parquet"),
+    ]
+    sparse = FileSlice(Segment(10, 2, "c.parquet", None, span=6), 0, 2, "/t/c.parquet", 11)
+    assert _slices_from(dense, 0) == dense
+    trimmed = _slices_from([*dense, sparse], 7)
+    assert [(s.file, s.start, s.length, s.first_offset) for s in trimmed] == [
+        ("/t/b.parquet", 2, 3, 7),
+        ("/t/c.parquet", 0, 2, 11),  # compacted: filtered by offset once read
+    ]
+    assert _slices_from([*dense, sparse], 16) == []
