@@ -12,9 +12,10 @@ each global topic partition from its log start to its end, carried to the execut
 global record committed before a stream record the batch reads is then always in the plan.
 
 Executor side (:class:`GlobalStores`, :class:`GlobalStateManager`): a process keeps one
-manager per (storage root, state dir, application id, topology) in a module-level
-registry, so later batches reaching the same Python worker reuse its stores and read only
-the records past its positions (the records of a global topic are read once per process).
+manager per (storage root, state dir, application id, topology, configuration) in a
+module-level registry, so later batches reaching the same Python worker reuse its stores
+and read only the records past its positions (a global record is read once per process;
+a new topology of the application replaces the old one's manager).
 The global topic is the stores' changelog: no changelog topic is written, and restoring
 is reading the topic. The records are run through the global sub-topology's processors
 (``add_global_store`` may bring a custom one), not merely put. A record that cannot be
@@ -357,8 +358,9 @@ class GlobalStores:
             key = cls._key(plan)
             manager = cls._managers.get(key)
             if manager is None:
-                for stale in [k for k in cls._managers if k[:3] == key[:3]]:
-                    cls._managers.pop(stale).release()  # the application's old topology
+                # a new topology of the application replaces the old one's stores
+                for stale in [k for k in cls._managers if k[:3] == key[:3] and k[3] != key[3]]:
+                    cls._managers.pop(stale).release()
                 manager = GlobalStateManager(plan.topology, plan.config, plan.root)
                 cls._managers[key] = manager
             manager.update(plan.globals)
