@@ -317,6 +317,7 @@ class StreamsApp:
             shutdown_marker=(self._shutdown_marker(), self._started_ms),
             internal_sources=frozenset(self.plan.sources) - frozenset(self.plan.external_sources),
             wake=self._wake_file(index),
+            global_topics=plan.global_topics,
         )
         positions = thread.start()
         query = self._start_query(thread, index, positions)

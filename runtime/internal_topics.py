@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from runtime.collector import OutputTopic
+from runtime.global_state import global_topics
 from runtime.storage.topics import TopicAdmin
 from streams.config import StreamsConfig
 from streams.errors import TopologyError, UnknownTopicError
@@ -32,13 +33,15 @@ class TopicPlan:
 
     ``sources``: runtime topic -> sub-topology reading it; ``outputs``: every topic a task
     may write (sinks, repartition topics, changelogs); ``tasks``: sub-topology -> number of
-    tasks (partitions).
+    tasks (partitions); ``global_topics``: the topics of the global stores (read whole by
+    every instance, no task reads them).
     """
 
     sources: dict[str, int]
     outputs: dict[str, OutputTopic]
     tasks: dict[int, int]
     external_sources: tuple[str, ...]
+    global_topics: tuple[str, ...] = ()
 
 
 def plan_topics(
@@ -118,7 +121,10 @@ def plan_topics(
             )
         counts = [admin.num_partitions(t) for t in external]
         outputs[dead_letters] = _dead_letter_topic(admin, dead_letters, max(counts, default=1))
-    return TopicPlan(sources, outputs, tasks, tuple(external))
+    globals_ = global_topics(topology, application_id)
+    for topic in globals_:
+        _partitions(admin, topic, "global")
+    return TopicPlan(sources, outputs, tasks, tuple(external), globals_)
 
 
 def _dead_letter_topic(admin: TopicAdmin, topic: str, partitions: int) -> OutputTopic:

@@ -36,8 +36,10 @@ from runtime.batch_job import run_batch_job
 from runtime.changelog_compaction import compact_changelogs
 from runtime.collector import OutputTopic
 from runtime.commit import Batch, CommitStrategy, commit_strategy
+from runtime.global_state import plan_globals
 from runtime.membership import GenerationFencedError, ThreadMembership
 from runtime.read_plan import BatchReads, ReadPlanner
+from runtime.spark.source import TopicSlices
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.task_runner import (
@@ -144,6 +146,8 @@ class StreamThread:
         shuffle_levels: levels that shuffle repartitioned records inside the batch, used
             for a batch when this thread owns every task and the repartition topics hold
             nothing unread (``levels`` pass them through the topics).
+        global_topics: the topics of the global stores, planned whole for every batch
+            (:func:`runtime.global_state.plan_globals`).
     """
 
     def __init__(
@@ -163,6 +167,7 @@ class StreamThread:
         wake: str | None = None,
         membership: ThreadMembership | None = None,
         shuffle_levels: BatchLevels | None = None,
+        global_topics: tuple[str, ...] = (),
     ) -> None:
         self.topology = topology
         self.config = config
@@ -187,8 +192,10 @@ class StreamThread:
         self.reads_planner = ReadPlanner(
             self.reader, config, self.sources, internal_sources, transactional_id
         )
-        #: This batch's reads.
+        #: This batch's reads, and the global topics' slices up to their ends.
         self.reads = BatchReads()
+        self.global_topics = global_topics
+        self.globals: tuple[TopicSlices, ...] = ()
         self._draining = False
         #: The error that stopped the thread (the original, not Spark's wrapper of it).
         self.failure: BaseException | None = None
@@ -313,6 +320,9 @@ class StreamThread:
         """Choose the batch's levels and plan its reads from the committed positions;
         return whether there is anything to read."""
         self.reads = self.reads_planner.plan(self._choose_levels(), self._owns, self.positions)
+        # Planned after the reads: a global record committed before a stream record the
+        # batch reads is then always seen by that record.
+        self.globals = plan_globals(self.reader, self.global_topics)
         log.debug(
             "[thread %s] %s batch reads %s",
             self.transactional_id,
@@ -469,6 +479,7 @@ class StreamThread:
             truncated=self.reads.truncated,
             owner=self.owner,
             visit=frozenset(self.task_ids()),
+            globals=self.globals,
         )
 
     def _snapshot_due(self) -> bool:
