@@ -83,7 +83,7 @@ HEADERS = Case(
         rec("in", "b", "klm", 9, [("trace", b"3")]),
     ],
     outputs=("plain", "stamped"),
-    max_poll_records=2,
+    max_poll_records=1,
     check=_check_headers,
 )
 
