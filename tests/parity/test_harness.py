@@ -30,6 +30,8 @@ def test_the_driver_reference_exercises_the_operator(case: Case) -> None:
     assert any(reference.outputs.values()), "the driver produced nothing"
     assert case.check is not None, "every case checks what its reference exercises"
     case.check(reference)
+    empty = [name for name, contents in reference.stores.items() if not contents]
+    assert not empty, f"stores compared while empty: {empty}"
     assert run_on_driver(case) == reference, "the driver run is not deterministic"
 
 
@@ -68,7 +70,7 @@ def test_a_runtime_that_drops_a_record_fails_the_comparison(
         return reads
 
     monkeypatch.setattr(ReadPlanner, "plan", skipping_plan)
-    case = dataclasses.replace(CHAIN, max_poll_records=1)
+    case = dataclasses.replace(CHAIN, max_poll_records=3)
     with pytest.raises(AssertionError, match="Spark differs from the TopologyTestDriver") as e:
         check_parity(case, spark, str(tmp_path))
     assert skipped == [3]

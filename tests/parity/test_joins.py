@@ -82,7 +82,8 @@ SS_LEFT = Case(
     check=_has("B1+None"),
     xfail="non-joined records are not all emitted on Spark: B2+None (ts 40) and F1+None (ts 46) "
     "never come though stream time (55) passes their window close; they stay in the "
-    "KSTREAM-OUTERSHARED store (the join's shared stream time does not carry over batches)",
+    "KSTREAM-OUTERSHARED store (the same input in one batch passes: the join's shared stream "
+    "time does not carry over from one batch to the next)",
 )
 SS_OUTER = Case(
     name="stream-stream-outer-join",
@@ -93,7 +94,8 @@ SS_OUTER = Case(
     check=_has("None+c1"),
     xfail="non-joined records are not all emitted on Spark: F1+None (ts 46) never comes "
     "though stream time (55) passes its window close; it stays in the KSTREAM-OUTERSHARED "
-    "store (the join's shared stream time does not carry over batches)",
+    "store (the same input in one batch passes: the join's shared stream time does not "
+    "carry over from one batch to the next)",
 )
 
 
