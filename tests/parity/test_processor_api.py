@@ -102,7 +102,7 @@ IN_MEMORY_STORE = Case(
         for i, v in enumerate(["1", "1", "2", "1", "2", "2", "3", "1", "3", "3", "4", "4"])
     ],
     outputs=("out",),
-    max_poll_records=2,
+    max_poll_records=3,
     check=_check_changes,
 )
 

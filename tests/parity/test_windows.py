@@ -147,7 +147,7 @@ SESSION = Case(
     build=_session,
     inputs=_inputs([0, 2, 5, 1, 9, 20, 12, 16, 13, 30, 18, 40, 2]),
     outputs=("out",),
-    max_poll_records=2,
+    max_poll_records=4,
     check=_check_session,
 )
 
