@@ -329,6 +329,7 @@ class StreamsApp:
             shutdown_marker=(self._shutdown_marker(), self._started_ms),
             internal_sources=frozenset(self.plan.sources) - frozenset(self.plan.external_sources),
             wake=self._wake_file(index),
+            global_topics=plan.global_topics,
             offset_resets=plan.offset_resets,
             subscription=self._subscription_file(index) if self._patterns else None,
         )

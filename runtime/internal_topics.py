@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 
 from runtime.collector import OutputTopic
+from runtime.global_state import global_topics
 from runtime.source_topics import (
     internal_topic_names,
     match_patterns,
@@ -38,13 +39,15 @@ class TopicPlan:
 
     ``sources``: runtime topic -> sub-topology reading it; ``outputs``: every topic a task
     may write (sinks, repartition topics, changelogs); ``tasks``: sub-topology -> number of
-    tasks (partitions).
+    tasks (partitions); ``global_topics``: the topics of the global stores (read whole by
+    every instance, no task reads them).
     """
 
     sources: dict[str, int]
     outputs: dict[str, OutputTopic]
     tasks: dict[int, int]
     external_sources: tuple[str, ...]
+    global_topics: tuple[str, ...] = ()
     #: source topic -> its source's own reset policy (``Consumed.with_offset_reset_policy``)
     offset_resets: dict[str, str] = field(default_factory=dict)
 
@@ -128,8 +131,11 @@ def plan_topics(
             )
         counts = [admin.num_partitions(t) for t in external]
         outputs[dead_letters] = _dead_letter_topic(admin, dead_letters, max(counts, default=1))
+    globals_ = global_topics(topology, application_id)
+    for topic in globals_:
+        _partitions(admin, topic, "global")
     resets = offset_resets(topology, sources, application_id)
-    return TopicPlan(sources, outputs, tasks, tuple(external), resets)
+    return TopicPlan(sources, outputs, tasks, tuple(external), globals_, offset_resets=resets)
 
 
 def _add_matched(

@@ -172,6 +172,16 @@ class PatternFollower:
         self.tasks = dict(tasks)
         self._refused: set[str] = set()
 
+    def follow(
+        self, sources: dict[str, int], add: Callable[[dict[str, int], dict[str, str]], None]
+    ) -> None:
+        """Add the newly subscribed topics to ``sources`` and hand them, with their
+        sources' own reset policies, to ``add``."""
+        found, resets = self.new_sources(sources)
+        if found:
+            sources.update(found)
+            add(found, resets)
+
     def new_sources(self, known: Mapping[str, int]) -> tuple[dict[str, int], dict[str, str]]:
         """Return the newly subscribed topics -> their sub-topology, and the reset policy
         of those whose source has its own."""

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -36,10 +36,12 @@ from runtime.batch_levels import BatchLevels
 from runtime.changelog_compaction import compact_changelogs
 from runtime.collector import OutputTopic
 from runtime.commit import Batch, CommitStrategy, commit_strategy
+from runtime.global_state import plan_globals
 from runtime.membership import GenerationFencedError, ThreadMembership
 from runtime.output_topics import OutputCatalog, has_topic_extractors
 from runtime.read_plan import BatchReads, ReadPlanner
 from runtime.source_topics import PatternFollower
+from runtime.spark.source import TopicSlices
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.task_runner import (
@@ -89,9 +91,10 @@ class StreamThread:
         shuffle_levels: levels that shuffle repartitioned records inside the batch, used
             for a batch when this thread owns every task and the repartition topics hold
             nothing unread (``levels`` pass them through the topics).
+        global_topics: the topics of the global stores, planned whole for every batch
+            (:func:`runtime.global_state.plan_globals`).
         offset_resets: source topic -> its source's own reset policy.
-        subscription: a file under the storage root where the source names every topic
-            it watches (with pattern sources: new matching topics are read from then on).
+        subscription: the file where the source names the topics it watches (patterns).
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class StreamThread:
         wake: str | None = None,
         membership: ThreadMembership | None = None,
         shuffle_levels: BatchLevels | None = None,
+        global_topics: tuple[str, ...] = (),
         offset_resets: Mapping[str, str] | None = None,
         subscription: str | None = None,
     ) -> None:
@@ -151,8 +155,10 @@ class StreamThread:
             if subscription is None
             else PatternFollower(topology, config.application_id, admin, subscription, self.tasks)
         )
-        #: This batch's reads.
+        #: This batch's reads, and the global topics' slices up to their ends.
         self.reads = BatchReads()
+        self.global_topics = global_topics
+        self.globals: tuple[TopicSlices, ...] = ()
         self._draining = False
         #: Whether the batch wrote records to a topic this thread reads (a cycle).
         self._fed_back = False
@@ -235,8 +241,7 @@ class StreamThread:
         self.positions = self.commit.assigned(self.task_ids())
 
     def _rebalance_noted(self) -> None:
-        """The heartbeat found the group rebalancing: say so, and run a batch soon (its
-        start rejoins)."""
+        """The group rebalances: say so; run a batch soon (its start rejoins)."""
         self._tell_rebalancing(True)
         self.wake_now()
 
@@ -295,6 +300,9 @@ class StreamThread:
         return whether there is anything to read."""
         self._follow_patterns()
         self.reads = self.reads_planner.plan(self._choose_levels(), self._owns, self.positions)
+        # Planned after the reads: a global record committed before a stream record the
+        # batch reads is then always seen by that record.
+        self.globals = plan_globals(self.reader, self.global_topics)
         log.debug(
             "[thread %s] %s batch reads %s",
             self.transactional_id,
@@ -309,12 +317,8 @@ class StreamThread:
 
     def _follow_patterns(self) -> None:
         """Read the new topics the source's pattern watch found from now on."""
-        if self.patterns is None:
-            return
-        found, resets = self.patterns.new_sources(self.sources)
-        if found:
-            self.sources.update(found)
-            self.reads_planner.add_sources(found, resets)
+        if self.patterns is not None:
+            self.patterns.follow(self.sources, self.reads_planner.add_sources)
 
     def _choose_levels(self) -> list[str]:
         """Pick this batch's levels; return the topics it reads.
@@ -372,9 +376,6 @@ class StreamThread:
         behind = self.reads.behind(self.positions) or self._draining or self._fed_back
         if self.wake is not None and behind:
             self.wake_now()
-
-    def _note_fed_back(self, topics: Iterable[str]) -> None:
-        self._fed_back = self._fed_back or any(t in self.sources for t in topics)
 
     def caught_up(self) -> bool:
         """Whether the thread has no rejoin pending and has read every record of its tasks'
@@ -467,6 +468,7 @@ class StreamThread:
             truncated=self.reads.truncated,
             owner=self.owner,
             visit=frozenset(self.task_ids()),
+            globals=self.globals,
         )
 
     def _snapshot_due(self) -> bool:
@@ -493,5 +495,5 @@ class StreamThread:
     ) -> list[Any]:
         """Run the batch's job for the commit strategy; return its rows."""
         rows = self._collect_rows(df, self._plan(staging, txn, task_txns))
-        self._note_fed_back(r["topic"] for r in rows if r["kind"] == FILE)
+        self._fed_back |= any(r["kind"] == FILE and r["topic"] in self.sources for r in rows)
         return rows

@@ -117,6 +117,10 @@ class BatchPlan:
     task for another owner rebuilds it from committed state. ``visit`` lists the thread's
     tasks: each runs in every batch, with or without records (Kafka's loop punctuates and
     commits every task), so wall-clock punctuators fire and prepared writes settle.
+
+    ``globals`` names the file slices of every partition of the global topics, from the
+    log start to its end as planned for this batch: each process brings its global stores
+    up to these ends before its tasks run (:mod:`runtime.global_state`).
     """
 
     topology: Topology
@@ -138,6 +142,7 @@ class BatchPlan:
     truncated: frozenset[tuple[str, int]] = frozenset()
     owner: str = ""
     visit: frozenset[str] = frozenset()
+    globals: tuple[TopicSlices, ...] = ()
 
     def level_of(self, topic: str) -> int:
         """The level of the sub-topology reading ``topic``."""

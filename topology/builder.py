@@ -26,6 +26,7 @@ from topology.ktable import GlobalKTable, KTable, store_factory
 from topology.naming import KTABLE_SOURCE, SOURCE, NameProvider
 from topology.options import Consumed, Materialized
 from topology.proc_table import TableParams, TableSourceProcessor
+from topology.processor import ProcessorSupplier
 from topology.stores import BuilderStoreFactory
 from topology.topology import Topology
 
@@ -152,6 +153,58 @@ class StreamsBuilder:
         factory = store_factory(store, mat, consumed.key_serde, consumed.value_serde)
         self.graph.add_global_store(GlobalStoreSpec(source, node, store, topic), factory)
         return GlobalKTable(store, topic)
+
+    def add_global_store(
+        self,
+        store_builder: StoreBuilder,
+        topic: str,
+        state_update_supplier: ProcessorSupplier,
+        consumed: Consumed | None = None,
+        *,
+        processor_name: str | None = None,
+    ) -> StreamsBuilder:
+        """Fill a global store from ``topic`` with a Processor-API processor (Kafka's
+        ``addGlobalStore``); return this builder.
+
+        Every instance reads the whole topic into the store and ``state_update_supplier()``
+        builds the processor that writes it (it forwards nothing). The topic is the
+        store's changelog, so logging is disabled on ``store_builder``. Processors of the
+        other sub-topologies read the store by name, read-only. ``consumed`` gives the
+        serdes, the timestamp extractor and the source's name; ``processor_name`` names
+        the processor (default ``KTABLE-SOURCE-<n>``, as Kafka's).
+
+        Example:
+            >>> from statestores.stores import Stores
+            >>> from streams.serdes import Serdes
+            >>> s = Serdes.String()
+            >>> store = Stores.key_value_store_builder(
+            ...     Stores.in_memory_key_value_store("rates"), s, s)
+            >>> StreamsBuilder().add_global_store(store, "rates", Updater)  # doctest: +SKIP
+        """
+        if not isinstance(store_builder, StoreBuilder):
+            raise TopologyError(f"add_global_store needs a StoreBuilder, got {store_builder!r}")
+        consumed = consumed or Consumed()
+        disable = getattr(store_builder, "with_logging_disabled", None)
+        if store_builder.logging_enabled:
+            if disable is None:
+                raise TopologyError(
+                    f"StateStore {store_builder.name} for a global store must not have "
+                    "logging enabled: the global topic is its changelog"
+                )
+            store_builder = disable()
+        source = self.names.name_or_generate(consumed.name, SOURCE)
+        node = self.names.name_or_generate(processor_name, KTABLE_SOURCE)
+        self.graph.add_source(_source(source, (topic,), None, consumed))
+        self.graph.add_processor(
+            ProcessorSpec(
+                name=node, supplier=state_update_supplier, parents=(source,), user_code=True
+            )
+        )
+        factory = BuilderStoreFactory(store_builder)
+        self.graph.add_global_store(
+            GlobalStoreSpec(source, node, store_builder.name, topic), factory
+        )
+        return self
 
     def add_state_store(self, builder: StoreBuilder) -> StreamsBuilder:
         """Add a store that Processor-API processors connect to by name (``process(...,

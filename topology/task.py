@@ -46,6 +46,7 @@ from topology.context import (
 from topology.graph import ProcessorSpec, SinkSpec, SourceSpec
 from topology.nodes import SinkProcessor, SourceRuntime, guard, user_error
 from topology.processor import FixedKeyProcessor, PunctuationType, Punctuator
+from topology.read_only_stores import read_only
 from topology.record import ConsumedRecord, Headers, InputRecord, make_record
 from topology.stores import resolve_serde
 from topology.task_errors import TaskErrorPaths
@@ -91,7 +92,7 @@ class StreamTask:
         state_dir: the task's state directory (``None``: stores use temporary ones).
         changelog: where stores log changes (default: the changelog topics, through
             ``collector``, in ``partition``).
-        global_stores: global stores every processor may read.
+        global_stores: global stores every processor may read (read-only views).
         wall_clock: the time source of wall-clock punctuation (ms).
         manages_transactions: the caller drives store transactions (exactly-once runtime).
         store_context: the stores' context, when the runtime brings its own (its
@@ -124,7 +125,8 @@ class StreamTask:
         self.changelog: ChangelogCollector | None = changelog or CollectorChangelog(
             collector, topology.changelog_topics(self.application_id), partition
         )
-        self.global_stores: Mapping[str, StateStore] = dict(global_stores or {})
+        # read-only to processors: the global processor alone writes them
+        self.global_stores: Mapping[str, StateStore] = read_only(global_stores or {})
         self.wall_clock_ms: Callable[[], int] = wall_clock or _now_ms
         context_cls = ManagedTaskStoreContext if manages_transactions else TaskStoreContext
         self.store_context: StateStoreContext = store_context or context_cls(self, state_dir)

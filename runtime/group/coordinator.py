@@ -7,8 +7,8 @@ assignments. There is no coordinator process. Every request (JoinGroup, SyncGrou
 Heartbeat, LeaveGroup) and every due timer is computed from the newest version and appended
 as the next one; of two racing writers exactly one wins, and the other re-reads and decides
 again. Nothing is believed before its append wins. The transitions are pure functions of
-(metadata, time, request) in :mod:`runtime.group.state`; :class:`GroupCoordinator` reads,
-decides and appends.
+(metadata, time, request) in :mod:`runtime.group.rebalance` and :mod:`runtime.group.join`;
+:class:`GroupCoordinator` reads, decides and appends.
 
 Liveness stays out of the log: a heartbeat overwrites ``heartbeats/<member>`` beside the log
 with the time of the beat. Timers are soft state: whoever looks at a group (a member's
@@ -38,19 +38,20 @@ from runtime.group.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from runtime.group.state import (
-    GROUPS_DIR,
-    GroupMetadata,
-    GroupState,
-    JoinGroupRequest,
-    MemberDescription,
-    MemberMetadata,
-    decide_join,
+from runtime.group.join import JoinGroupRequest, decide_join
+from runtime.group.rebalance import (
     decide_sync,
     prepare_rebalance,
     remove_members,
     timers_due,
     validate_member,
+)
+from runtime.group.state import (
+    GROUPS_DIR,
+    GroupMetadata,
+    GroupState,
+    MemberDescription,
+    MemberMetadata,
 )
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.cas_log import CasLog

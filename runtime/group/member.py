@@ -32,7 +32,8 @@ from runtime.group.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from runtime.group.state import GroupMetadata, GroupState, JoinGroupRequest, MemberMetadata
+from runtime.group.join import JoinGroupRequest
+from runtime.group.state import GroupMetadata, GroupState, MemberMetadata
 from streams.errors import ConfigError, StreamsError
 
 log = logging.getLogger(__name__)

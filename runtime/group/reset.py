@@ -30,8 +30,8 @@ from typing import Literal
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
+from runtime.txn.metadata import OffsetEntry
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
-from runtime.txn.state import OffsetEntry
 from streams.errors import InvalidPartitionsError, StreamsError, UnknownTopicError
 
 

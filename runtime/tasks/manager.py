@@ -20,12 +20,14 @@ at_least_once). A batch that fails closes the task dirty.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from runtime.collector import StagingCollector
+from runtime.global_state import GlobalStores
 from runtime.partition_group import process_records
 from runtime.state_adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.task_runner import (
@@ -39,6 +41,7 @@ from runtime.task_runner import (
     file_row,
     pack,
 )
+from statestores.api import StateStore
 from statestores.state_directory import StateDirectory
 from statestores.state_manager import ProcessorStateManager
 from topology.task import StreamTask
@@ -95,11 +98,13 @@ class TaskManager:
         (staged files, positions, counters, and records for the next level)."""
         task_id = f"{subtopology_id}_{partition}"
         self.outcomes.outcomes = plan.outcomes
+        # the global stores of this process, brought up to the batch's planned ends
+        global_stores = GlobalStores.for_plan(plan)
         live = self.live.get(task_id)
         if live is not None and not self._settle(live, plan):
             live = None
         if live is None:
-            live = self._build(plan, subtopology_id, partition)
+            live = self._build(plan, subtopology_id, partition, global_stores)
         own = plan.task_transactions.get(task_id)
         transaction = (own[0], own[1]) if own is not None else plan.transaction
         live.collector.begin(own[2] if own is not None else plan.staging_dir, plan.outputs)
@@ -236,7 +241,13 @@ class TaskManager:
         live.prepared = None
         return True
 
-    def _build(self, plan: BatchPlan, subtopology_id: int, partition: int) -> LiveTask:
+    def _build(
+        self,
+        plan: BatchPlan,
+        subtopology_id: int,
+        partition: int,
+        global_stores: Mapping[str, StateStore],
+    ) -> LiveTask:
         config, topology = plan.config, plan.topology
         task_id = f"{subtopology_id}_{partition}"
         collector = StagingCollector(plan.root, plan.outputs, plan.staging_dir)
@@ -254,7 +265,9 @@ class TaskManager:
                 snapshot_interval=0,
             ),
         )
-        task = creator.create(subtopology_id, partition, collector, state_dir=state_dir)
+        task = creator.create(
+            subtopology_id, partition, collector, state_dir=state_dir, global_stores=global_stores
+        )
         live = LiveTask(task, collector, plan.owner, directory)
         self.live[task_id] = live
         try:

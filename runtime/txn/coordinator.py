@@ -2,7 +2,7 @@
 
 Each transactional id has its own compare-and-swap log (``<root>/_transactions/<id>``,
 :mod:`runtime.txn.cas_log`) whose newest document is the id's
-:class:`~runtime.txn.state.TransactionMetadata`. Every state transition is one append
+:class:`~runtime.txn.metadata.TransactionMetadata`. Every state transition is one append
 against the version it was computed from, so of two writers of one id (a producer and its
 zombie, or a producer and the timeout sweep) exactly one wins; the loser re-reads, and if
 the epoch moved it is fenced. There is no coordinator process: any process holding the
@@ -42,12 +42,9 @@ from runtime.storage.committer import StagedFile, TopicCommitter
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
 from runtime.txn.cas_log import CasLog
+from runtime.txn.metadata import TransactionMetadata
 from runtime.txn.producer_ids import ProducerIdManager
-from runtime.txn.state import (
-    EpochExhausted,
-    TransactionMetadata,
-    TransactionState,
-)
+from runtime.txn.state import EpochExhausted, TransactionState
 from streams.errors import (
     ConcurrentTransactionsError,
     CoordinatorError,

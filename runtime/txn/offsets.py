@@ -22,7 +22,7 @@ from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
-from runtime.txn.state import OffsetEntry
+from runtime.txn.metadata import OffsetEntry
 from streams.errors import StreamsError
 
 if TYPE_CHECKING:

@@ -43,8 +43,9 @@ from runtime.storage.records import Headers
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
 from runtime.txn.coordinator import Snapshot, TransactionCoordinator
+from runtime.txn.metadata import OffsetEntry
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
-from runtime.txn.state import OffsetEntry, TransactionState
+from runtime.txn.state import TransactionState
 from streams.errors import (
     InvalidTxnStateError,
     ProducerFencedError,

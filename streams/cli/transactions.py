@@ -28,7 +28,8 @@ import pyarrow.parquet as pq
 from runtime.storage.records import FILE_SCHEMA, ConsumerRecord
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
-from runtime.txn.state import TransactionMetadata, TransactionState
+from runtime.txn.metadata import TransactionMetadata
+from runtime.txn.state import TransactionState
 from streams.errors import StreamsError, TransactionError
 
 LIST_HEADERS = ("TransactionalId", "ProducerId", "ProducerEpoch", "State", "Participants", "Age")

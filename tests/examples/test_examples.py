@@ -207,7 +207,9 @@ def test_streams_eos_run_generates_and_runs_an_example(root: str, tmp_path: Path
     assert_equal(example, topic_outputs(root, output_topics(example)), expected)
 
 
-@pytest.mark.parametrize("name", ["flash_sale", "order_inventory", "pageviews", "enrichment"])
+@pytest.mark.parametrize(
+    "name", ["flash_sale", "order_inventory", "pageviews", "enrichment", "global_enrichment"]
+)
 def test_an_example_describes_and_generates_deterministically(name: str) -> None:
     example = load_example(name)
     assert str(example.build_topology().describe()).startswith("Topologies:")

@@ -1,6 +1,6 @@
 """Clicks per user session: a session-windowed count (inactivity gap 30 s, grace 10 s).
 
-Clicks arrive on ``clicks`` keyed by user, in time order per user; every update of a
+Clicks arrive on ``clicks`` keyed by user, a little out of order; every update of a
 session (a merge deletes the sessions it absorbs) goes to ``session-counts`` with the
 session's bounds, record by record (no cache), so the output does not depend on where
 batches end.
@@ -51,13 +51,14 @@ def build_topology() -> Topology:
 
 
 def generate(n: int, seed: int = 7) -> list[tuple[str, str, int]]:
-    """``n`` clicks of 6 users, each user's in time order, with gaps that open new
-    sessions and clicks that bridge two sessions (a merge)."""
+    """``n`` clicks of 6 users, about 3 s apart overall, each up to 5 s late (within the
+    grace period, whatever a partition's stream time: nothing is dropped), so sessions
+    open, grow, close after a user's 30 s pause, and merge when a late click bridges two."""
     rng = random.Random(seed)
-    clocks = {f"user-{u}": START_MS for u in range(6)}
+    clock = START_MS
     out = []
     for _ in range(n):
-        user = rng.choice(sorted(clocks))
-        clocks[user] += rng.choice([2_000, 5_000, 12_000, 45_000])
-        out.append((user, "click", clocks[user]))
+        clock += rng.randint(500, 6_000)
+        user = f"user-{rng.randrange(6)}"
+        out.append((user, "click", clock - rng.randint(0, 5_000)))
     return out

@@ -25,7 +25,8 @@ from runtime.group.errors import (
     TopologyMismatchError,
     UnknownMemberIdError,
 )
-from runtime.group.state import GroupMetadata, GroupState, JoinGroupRequest
+from runtime.group.join import JoinGroupRequest
+from runtime.group.state import GroupMetadata, GroupState
 from runtime.storage.topics import TopicAdmin
 from streams.errors import ConfigError
 

@@ -18,7 +18,8 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from runtime.storage.fs import StorageRoot
-from runtime.txn.cas_log import DOCUMENT_KEY, NONCE_KEY, TARGET_KEY, Backend, CasLog
+from runtime.txn.cas_delta import DOCUMENT_KEY, NONCE_KEY, TARGET_KEY
+from runtime.txn.cas_log import Backend, CasLog
 from streams.errors import CoordinatorError
 
 BACKENDS: list[Backend] = ["file", "delta"]

@@ -1,4 +1,4 @@
-"""The coordinator's transaction state machine and TransactionMetadata (runtime.txn.state)."""
+"""The transaction state machine (runtime.txn.state) and its record (runtime.txn.metadata)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 
+from runtime.storage.committer import StagedFile
+from runtime.txn.metadata import OffsetEntry, TransactionMetadata
 from runtime.txn.state import (
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     EpochExhausted,
-    OffsetEntry,
-    StagedFile,
-    TransactionMetadata,
     TransactionState,
     check_transition,
     is_epoch_exhausted,
