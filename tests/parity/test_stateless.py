@@ -138,8 +138,6 @@ PATTERN = Case(
     topics={"other": 1},
     max_poll_records=2,
     check=lambda s: s.count("out") == 8,
-    xfail="pattern sources read nothing on Spark: the output is empty "
-    "(first difference: driver 'V0' at ts 0, spark <none>)",
 )
 
 
@@ -156,8 +154,6 @@ EXTRACTOR = Case(
     outputs=("to-a", "to-b"),
     max_poll_records=5,
     check=lambda s: s.count("to-a") == 3 and s.count("to-b") == 3,
-    xfail="topic-name-extractor sinks raise on Spark: UnknownTopicError: topic 'to-a' is not "
-    "among the topics this writer was given (none)",
 )
 
 CASES = [CHAIN, HEADERS, BRANCH_MERGE, PATTERN, EXTRACTOR]
