@@ -80,10 +80,6 @@ SS_LEFT = Case(
     outputs=("out",),
     max_poll_records=3,
     check=_has("B1+None"),
-    xfail="non-joined records are not all emitted on Spark: B2+None (ts 40) and F1+None (ts 46) "
-    "never come though stream time (55) passes their window close; they stay in the "
-    "KSTREAM-OUTERSHARED store (the same input in one batch passes: the join's shared stream "
-    "time does not carry over from one batch to the next)",
 )
 SS_OUTER = Case(
     name="stream-stream-outer-join",
@@ -92,10 +88,6 @@ SS_OUTER = Case(
     outputs=("out",),
     max_poll_records=5,
     check=_has("None+c1"),
-    xfail="non-joined records are not all emitted on Spark: F1+None (ts 46) never comes "
-    "though stream time (55) passes its window close; it stays in the KSTREAM-OUTERSHARED "
-    "store (the same input in one batch passes: the join's shared stream time does not "
-    "carry over from one batch to the next)",
 )
 
 
@@ -155,8 +147,6 @@ GLOBAL_TABLE = Case(
     stores=(),  # the only store is global: its source topic is its changelog
     max_poll_records=3,
     check=lambda s: "eu:0+Europe" in s.values("out") and "ap:2+None" in s.values("out"),
-    xfail="global tables fail on Spark at task init: TopologyError: Processor "
-    "KSTREAM-LEFTJOIN-0000000003 has no access to state store 'regions'",
 )
 
 

@@ -53,9 +53,6 @@ STREAM_TIME_PUNCTUATOR = Case(
     outputs=("out",),
     max_poll_records=3,
     check=_check_punctuator,
-    xfail="stream-time punctuators fire at the first record of every batch on Spark: key a "
-    "gets a punctuation at ts 6 (the first record of batch 2; the driver's next one is due at "
-    "10 and fires at 12): the task and its schedule are rebuilt every batch",
 )
 
 

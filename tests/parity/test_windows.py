@@ -117,9 +117,6 @@ SLIDING = Case(
     outputs=("out",),
     max_poll_records=4,
     check=lambda s: any("|" in v for v in s.values("out")),
-    xfail="a late record is not dropped on Spark: v13 (key b, ts 18, after stream time 31) "
-    "makes window [b@13/18] on Spark, the driver drops it (the same input in one batch "
-    "passes: the sliding processor's observed stream time does not carry over batches)",
 )
 
 
