@@ -9,22 +9,24 @@ from pathlib import Path
 import pytest
 
 from streams.crashtest import crashtest
-from tests.crash.conftest import FAST_JVM, RUN_CONFIG
+from tests.crash.conftest import EXAMPLES, FAST_JVM, RUN_CONFIG
 
 TOPOLOGIES = Path(__file__).resolve().parent / "topologies"
 QUICK = {**RUN_CONFIG, "max.poll.records": "3"}
-
-
-def topology_files() -> list[str]:
-    return sorted(p.stem for p in TOPOLOGIES.glob("*.py") if p.stem != "__init__")
+#: Each topology with enough input for five kills while it runs.
+CASES = {
+    **{p.stem: (p, 80) for p in sorted(TOPOLOGIES.glob("*.py")) if p.stem != "__init__"},
+    "global_enrichment": (EXAMPLES / "global_enrichment.py", 400),
+}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", topology_files())
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_five_kills_leave_exactly_the_reference(name: str, tmp_path: Path) -> None:
+    path, records = CASES[name]
     report = crashtest(
-        TOPOLOGIES / f"{name}.py",
-        generate=80,
+        path,
+        generate=records,
         kills=5,
         seed=5,
         workdir=tmp_path,
@@ -33,6 +35,7 @@ def test_five_kills_leave_exactly_the_reference(name: str, tmp_path: Path) -> No
         report=tmp_path / "report.json",
     )
     assert report.exactly_once, report.text()
+    assert not any("ran out" in note for note in report.notes), report.text()
     assert len(report.kills) == 5 and report.restarts == 5
     assert report.duplicates == report.losses == 0
     assert report.records_out == report.records_expected > 0
