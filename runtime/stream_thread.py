@@ -26,14 +26,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql import DataFrame
 
 from runtime.batch_job import run_batch_job
 from runtime.batch_levels import BatchLevels
-from runtime.changelog_compaction import compact_changelogs
+from runtime.changelog_compaction import ChangelogCompactor
 from runtime.collector import OutputTopic
 from runtime.commit import Batch, CommitStrategy, commit_strategy
 from runtime.global_state import plan_globals
@@ -48,6 +47,7 @@ from runtime.task_runner import (
     FILE,
     BatchPlan,
 )
+from runtime.tasks.client import static_key
 from streams.config import StreamsConfig
 from streams.errors import ProducerFencedError, StreamsError
 from topology.topology import Topology
@@ -172,13 +172,17 @@ class StreamThread:
         self.batch_times: list[float] = []
         self.records_in = 0
         self.batches = 0
-        #: Whether this thread compacts the changelogs (one thread of the app does).
-        self.compacts = transactional_id.endswith("-1")
-        self._compactor: ThreadPoolExecutor | None = None
-        self._compaction: Future[Any] | None = None
+        #: The changelogs' cleaner, run by one thread of the app.
+        self.compactor = (
+            ChangelogCompactor(admin, config, transactional_id)
+            if transactional_id.endswith("-1") and topology.changelog_topics(self.group)
+            else None
+        )
         #: This thread instance, as its tasks' hosts know it: a host holding a task for
         #: another owner (an earlier instance) rebuilds it from committed state.
         self.owner = f"{transactional_id}-{uuid.uuid4().hex[:12]}"
+        #: Names the topology and configuration the task hosts receive once.
+        self.static_key = static_key(topology, config)
         #: When the earliest wall-clock punctuator of the thread's tasks is due (ms).
         self._next_punctuation: int | None = None
         self._punctuation_timer: threading.Timer | None = None
@@ -406,27 +410,11 @@ class StreamThread:
             )
 
     def _maybe_compact(self) -> None:
-        """Every ``statestore.snapshot.interval`` batches, compact the changelogs below
-        their oldest snapshots, in the background (Kafka's log cleaner)."""
+        """Every ``statestore.snapshot.interval`` batches (one thread of the app), compact
+        the changelogs below their oldest snapshots, in the background."""
         interval = self.config.statestore_snapshot_interval
-        if not self.compacts or interval == 0 or self.batches % interval:
-            return
-        if not self.topology.changelog_topics(self.group):
-            return
-        if self._compaction is not None and not self._compaction.done():
-            return
-        if self._compactor is None:
-            self._compactor = ThreadPoolExecutor(1, thread_name_prefix="changelog-compaction")
-        self._compaction = self._compactor.submit(self._compact)
-
-    def _compact(self) -> None:
-        try:
-            for result in compact_changelogs(self.admin, self.group, self.config):
-                log.info("[thread %s] compacted %s", self.transactional_id, result)
-        except Exception:  # the next run tries again; processing goes on
-            log.warning(
-                "[thread %s] changelog compaction failed", self.transactional_id, exc_info=True
-            )
+        if self.compactor is not None and interval and self.batches % interval == 0:
+            self.compactor.submit()
 
     def close(self) -> None:
         """Abort open transactions, wait for a running compaction, release the producers,
@@ -435,9 +423,8 @@ class StreamThread:
             self._punctuation_timer.cancel()
         if self.membership is not None:
             self.membership.close(leave=True)
-        if self._compactor is not None:
-            self._compactor.shutdown(wait=True)
-            self._compactor = None
+        if self.compactor is not None:
+            self.compactor.close()
         self.commit.close()
 
     # -- shared ------------------------------------------------------------------------------
@@ -467,6 +454,7 @@ class StreamThread:
             inputs=self.reads.inputs,
             truncated=self.reads.truncated,
             owner=self.owner,
+            static_key=self.static_key,
             visit=frozenset(self.task_ids()),
             globals=self.globals,
         )

@@ -117,6 +117,7 @@ class BatchPlan:
     task for another owner rebuilds it from committed state. ``visit`` lists the thread's
     tasks: each runs in every batch, with or without records (Kafka's loop punctuates and
     commits every task), so wall-clock punctuators fire and prepared writes settle.
+    ``static_key`` names the topology and configuration (sent once to each task host).
 
     ``globals`` names the file slices of every partition of the global topics, from the
     log start to its end as planned for this batch: each process brings its global stores
@@ -142,6 +143,7 @@ class BatchPlan:
     truncated: frozenset[tuple[str, int]] = frozenset()
     owner: str = ""
     visit: frozenset[str] = frozenset()
+    static_key: str = ""
     globals: tuple[TopicSlices, ...] = ()
 
     def level_of(self, topic: str) -> int:

@@ -3,8 +3,8 @@
 :func:`run_on_host` finds the host of a task through the executor's host server (starting
 the server when there is none), sends the batch's plan and records, and returns the rows
 the host answers. The topology and configuration, the same for every batch, travel once
-per host: each request names them by a digest, and the host asks for them only when it
-does not know that digest yet.
+per host: each request names them by a key the driver computed once, and the host asks
+for them only when it does not know that key yet.
 
 A host that dies in the middle of a request (killed, out of memory) costs a retry here:
 the server forks a new one, which rebuilds the task from its committed state (a prepared
@@ -47,7 +47,7 @@ STATIC_FIELDS = ("topology", "config")
 ATTEMPTS = 4
 SERVER_START_S = 30.0
 
-_last_plan: list[Any] = [None, None, None, None]  # plan, static key, static, dynamic
+_last_plan: list[Any] = [None, b""]  # plan, its pickled per-batch fields
 
 
 class TaskHostError(StreamsError):
@@ -66,20 +66,19 @@ def run_on_host(
     config = plan.config
     directory = socket_dir(config.state_dir, config.application_id)
     task_id = f"{subtopology_id}_{partition}"
-    static_key, static, dynamic = _encoded(plan)
     header: dict[str, Any] = {
         "op": "run",
         "subtopology": subtopology_id,
         "partition": partition,
         "topics": topics,
-        "static_key": static_key,
-        "plan": dynamic,
+        "static_key": plan.static_key,
+        "plan": _dynamic(plan),
     }
     body = table_bytes(records)
     last: BaseException | None = None
     for attempt in range(ATTEMPTS):
         try:
-            return _request(host_socket(directory, task_id), header, static, body)
+            return _request(host_socket(directory, task_id), header, plan, body)
         except (FileNotFoundError, ConnectionRefusedError, PeerGoneError, ConnectionError) as exc:
             last = exc
             if attempt:
@@ -88,13 +87,13 @@ def run_on_host(
     raise TaskHostError(f"[task {task_id}] the task host could not be reached: {last}")
 
 
-def _request(path: str, header: dict[str, Any], static: bytes, body: bytes) -> list[pa.RecordBatch]:
+def _request(path: str, header: dict[str, Any], plan: Any, body: bytes) -> list[pa.RecordBatch]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(path)
         send_frame(sock, header, body)
         answer, payload = recv_frame(sock)
-        if answer.get("need_static"):
-            send_frame(sock, {**header, "static": static}, body)
+        if answer.get("need_static"):  # a new host: the topology and configuration, once
+            send_frame(sock, {**header, "static": static_bytes(plan)}, body)
             answer, payload = recv_frame(sock)
     if not answer.get("ok"):
         raise _error(answer)
@@ -112,17 +111,35 @@ def _error(answer: dict[str, Any]) -> BaseException:
     return StreamsError(str(answer.get("message", "the task host failed")))
 
 
-def _encoded(plan: Any) -> tuple[str, bytes, bytes]:
-    """Return (static key, static bytes, dynamic bytes) of ``plan``, cached for the last
-    plan (every task of a Spark task shares it)."""
+def static_bytes(plan: Any) -> bytes:
+    """The fields of ``plan`` that are the same for every batch (topology, configuration),
+    pickled with their functions by value."""
+    return _cloud_dumps({name: getattr(plan, name) for name in STATIC_FIELDS})
+
+
+def static_key(topology: Any, config: Any) -> str:
+    """Name a plan's static part, ``topology`` and ``config`` (the driver computes it once
+    per thread)."""
+    return hashlib.sha1(_cloud_dumps({"topology": topology, "config": config})).hexdigest()
+
+
+def _dynamic(plan: Any) -> bytes:
+    """Return the per-batch fields of ``plan``, pickled (cached for the last plan: every
+    task of a Spark task shares it)."""
     if _last_plan[0] is plan:
-        return _last_plan[1], _last_plan[2], _last_plan[3]
-    fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
-    static = _cloud_dumps({k: fields.pop(k) for k in STATIC_FIELDS})
-    dynamic = _cloud_dumps(fields)
-    key = hashlib.sha1(static).hexdigest()
-    _last_plan[:] = [plan, key, static, dynamic]
-    return key, static, dynamic
+        data: bytes = _last_plan[1]
+        return data
+    fields = {
+        f.name: getattr(plan, f.name)
+        for f in dataclasses.fields(plan)
+        if f.name not in STATIC_FIELDS
+    }
+    try:
+        data = pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        data = _cloud_dumps(fields)
+    _last_plan[:] = [plan, data]
+    return data
 
 
 def _cloud_dumps(obj: object) -> bytes:
