@@ -26,7 +26,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import machine
 
-from runtime.app import StreamsApp
+from runtime.app.app import StreamsApp
 from runtime.spark.session import get_or_create_session
 from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin

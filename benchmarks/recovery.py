@@ -35,9 +35,9 @@ from produce_consume import machine
 
 from runtime.spark.cds import CDS_DIR_ENV
 from runtime.storage.producer import Producer
-from streams.crashcheck import InputRecord
-from streams.crashplan import Kill
-from streams.crashtest import BASE_TIMESTAMP, CrashTest
+from streams.crash.check import InputRecord
+from streams.crash.harness import BASE_TIMESTAMP, CrashTest
+from streams.crash.plan import Kill
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 WORDS_PER_LINE = 200

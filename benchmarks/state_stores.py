@@ -28,7 +28,7 @@ from rocksdict import Rdict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import machine
 
-from runtime.state_adapters import RootSnapshotStorage, TopicChangelogReader
+from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
 from statestores.context import StandaloneContext

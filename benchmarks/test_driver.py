@@ -22,7 +22,7 @@ from streams.config import StreamsConfig
 from streams.serdes import Serdes
 from streams.testing import TopologyTestDriver
 from topology import Materialized, Produced, StreamsBuilder, TimeWindows, Topology
-from topology.task import StreamTask
+from topology.engine.task import StreamTask
 
 S, L = Serdes.String(), Serdes.Long()
 CONFIG = {

@@ -1,4 +1,4 @@
-"""Default configuration files shipped with spark-streams-eos (installed as ``streams.conf``).
+"""Default configuration files shipped with spark-streams-eos (the package ``common.conf``).
 
 - ``streams-defaults.properties``: every configuration key with its default, commented.
 - ``log4j2.properties``: keeps Spark's JVM logging quiet (WARN and above).

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
+from common.errors import StreamsError
 from statestores.rocksdb_options import store_options
 from statestores.sorted_keys import SortedKeys
-from streams.errors import StreamsError
 
 META_CF = "meta"
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from common.serdes import Serde
 from statestores.api import StateStoreContext
 from statestores.bytes_layer import BytesKeyValue
 from statestores.sorted_keys import prefix_end
-from streams.serdes import Serde
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options
 
-from streams.errors import ConfigError
+from common.errors import ConfigError
 
 CONFIG_SETTER_KEY = "rocksdb.config.setter"
 

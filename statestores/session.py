@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
+from common.serdes import Serde
 from statestores.api import Window, Windowed
 from statestores.bytes_layer import BytesKeyValue
 from statestores.metered import FlushListener, MeteredStore
 from statestores.segments import Segments, decode_time, encode_time
-from streams.serdes import Serde
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -18,7 +18,7 @@ import shutil
 import time
 from typing import IO
 
-from streams.errors import StreamsError
+from common.errors import StreamsError
 
 log = logging.getLogger(__name__)
 

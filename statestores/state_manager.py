@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from common.errors import StreamsError, TaskCorruptedError
 from statestores.api import ChangelogCollector, StateStore
 from statestores.bytes_layer import bottom
 from statestores.checkpoint import OffsetCheckpoint
@@ -41,7 +42,6 @@ from statestores.protocols import (
 )
 from statestores.snapshots import SnapshotManager
 from statestores.transactional import PreparedBatchError, TransactionalBytesStore
-from streams.errors import StreamsError, TaskCorruptedError
 
 log = logging.getLogger(__name__)
 

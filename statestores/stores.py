@@ -3,7 +3,7 @@
 ::
 
     from statestores.stores import Stores
-    from streams.serdes import Serdes
+    from common.serdes import Serdes
 
     builder = Stores.key_value_store_builder(
         Stores.persistent_key_value_store("counts"), Serdes.String(), Serdes.Long()
@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
+from common.errors import ConfigError
+from common.serdes import Serde
 from statestores.bytes_layer import BytesKeyValue
 from statestores.caching import CachingBytesStore
 from statestores.logging_layer import ChangeLoggingBytesStore
@@ -30,8 +32,6 @@ from statestores.metered import MeteredKeyValueStore, MeteredStore
 from statestores.session import MeteredSessionStore
 from statestores.transactional import TransactionalBytesStore
 from statestores.window import MeteredWindowStore
-from streams.errors import ConfigError
-from streams.serdes import Serde
 
 StoreKind = Literal["key_value", "window", "session"]
 #: Kafka's default ``windowstore.changelog.additional.retention.ms`` (one day).

@@ -1,8 +1,9 @@
 """spark-streams-eos: Kafka Streams on PySpark Structured Streaming, exactly once.
 
-The public names are resolved lazily, so that ``streams.errors``, ``streams.serdes`` and
-``streams.config`` (leaf modules that import nothing else of the project) can be used by
-every layer without pulling in the whole stack or creating import cycles.
+The public facade: ``from streams import StreamsBuilder, StreamsApp, Materialized``. The
+names are resolved lazily, so that importing ``streams`` (for a serde, or the test driver)
+does not start pulling in Spark; the project's own layers import from ``common``,
+``statestores``, ``topology`` and ``runtime`` directly, never from this facade.
 """
 
 from __future__ import annotations
@@ -13,66 +14,68 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "StreamsConfig": "streams.config",
-    "Serde": "streams.serdes",
-    "Serdes": "streams.serdes",
-    "serde_from_name": "streams.serdes",
-    "StreamsError": "streams.errors",
-    "ConfigError": "streams.errors",
-    "SerializationError": "streams.errors",
+    "StreamsApp": "runtime.app.app",
+    "StreamThreadExceptionResponse": "runtime.app.app",
+    "StreamsConfig": "common.config",
+    "Serde": "common.serdes",
+    "Serdes": "common.serdes",
+    "serde_from_name": "common.serdes",
+    "StreamsError": "common.errors",
+    "ConfigError": "common.errors",
+    "SerializationError": "common.errors",
     "TopicAdmin": "runtime.storage.topics",
     "Producer": "runtime.storage.producer",
     "TopicReader": "runtime.storage.reader",
     "TransactionalProducer": "runtime.txn.producer",
-    "ProducerFencedError": "streams.errors",
+    "ProducerFencedError": "common.errors",
     "ConsumerRecord": "runtime.storage.records",
-    "StreamsBuilder": "topology.builder",
-    "KStream": "topology.kstream",
-    "KTable": "topology.ktable",
-    "GlobalKTable": "topology.ktable",
-    "KGroupedStream": "topology.grouped",
-    "KGroupedTable": "topology.grouped",
-    "BranchedKStream": "topology.branch",
-    "Branched": "topology.branch",
-    "Topology": "topology.topology",
-    "Consumed": "topology.options",
-    "Produced": "topology.options",
-    "Grouped": "topology.options",
-    "Materialized": "topology.options",
-    "Named": "topology.options",
-    "Joined": "topology.options",
-    "StreamJoined": "topology.options",
-    "JoinWindows": "topology.joins",
-    "Repartitioned": "topology.options",
-    "TimeWindows": "topology.windows",
-    "SlidingWindows": "topology.windows",
-    "SessionWindows": "topology.windows",
-    "UnlimitedWindows": "topology.windows",
-    "Suppressed": "topology.suppress",
-    "BufferConfig": "topology.suppress",
-    "WindowedSerdes": "topology.windowed_serdes",
-    "Record": "topology.record",
-    "Change": "topology.record",
-    "ValueAndTimestamp": "topology.record",
-    "Processor": "topology.processor",
-    "FixedKeyProcessor": "topology.processor",
-    "ProcessorContext": "topology.processor",
-    "PunctuationType": "topology.processor",
-    "Cancellable": "topology.processor",
-    "TimestampExtractor": "topology.timestamps",
-    "WallclockTimestampExtractor": "topology.timestamps",
-    "FailOnInvalidTimestamp": "topology.timestamps",
-    "LogAndSkipOnInvalidTimestamp": "topology.timestamps",
-    "UsePartitionTimeOnInvalidTimestamp": "topology.timestamps",
-    "TopologyTestDriver": "streams.testing",
-    "TestInputTopic": "streams.testing",
-    "TestOutputTopic": "streams.testing",
-    "TestRecord": "streams.testing",
+    "StreamsBuilder": "topology.dsl.builder",
+    "KStream": "topology.dsl.kstream",
+    "KTable": "topology.dsl.ktable",
+    "GlobalKTable": "topology.dsl.ktable",
+    "KGroupedStream": "topology.dsl.grouped",
+    "KGroupedTable": "topology.dsl.grouped",
+    "BranchedKStream": "topology.dsl.branch",
+    "Branched": "topology.dsl.branch",
+    "Topology": "topology.graph.topology",
+    "Consumed": "topology.api.options",
+    "Produced": "topology.api.options",
+    "Grouped": "topology.api.options",
+    "Materialized": "topology.api.options",
+    "Named": "topology.api.options",
+    "Joined": "topology.api.options",
+    "StreamJoined": "topology.api.options",
+    "JoinWindows": "topology.processors.joins",
+    "Repartitioned": "topology.api.options",
+    "TimeWindows": "topology.api.windows",
+    "SlidingWindows": "topology.api.windows",
+    "SessionWindows": "topology.api.windows",
+    "UnlimitedWindows": "topology.api.windows",
+    "Suppressed": "topology.dsl.suppress",
+    "BufferConfig": "topology.dsl.suppress",
+    "WindowedSerdes": "topology.api.windowed_serdes",
+    "Record": "topology.api.record",
+    "Change": "topology.api.record",
+    "ValueAndTimestamp": "topology.api.record",
+    "Processor": "topology.api.processor",
+    "FixedKeyProcessor": "topology.api.processor",
+    "ProcessorContext": "topology.api.processor",
+    "PunctuationType": "topology.api.processor",
+    "Cancellable": "topology.api.processor",
+    "TimestampExtractor": "topology.api.timestamps",
+    "WallclockTimestampExtractor": "topology.api.timestamps",
+    "FailOnInvalidTimestamp": "topology.api.timestamps",
+    "LogAndSkipOnInvalidTimestamp": "topology.api.timestamps",
+    "UsePartitionTimeOnInvalidTimestamp": "topology.api.timestamps",
+    "TopologyTestDriver": "streams.testkit.driver",
+    "TestInputTopic": "streams.testkit.driver",
+    "TestOutputTopic": "streams.testkit.driver",
+    "TestRecord": "streams.testkit.driver",
     "Windowed": "statestores.api",
     "Window": "statestores.api",
-    "TopologyError": "streams.errors",
-    "StreamsProcessingError": "streams.errors",
-    "InvalidTimestampError": "streams.errors",
+    "TopologyError": "common.errors",
+    "StreamsProcessingError": "common.errors",
+    "InvalidTimestampError": "common.errors",
 }
 
 __all__ = [
@@ -112,6 +115,8 @@ __all__ = [
     "SessionWindows",
     "SlidingWindows",
     "StreamJoined",
+    "StreamThreadExceptionResponse",
+    "StreamsApp",
     "StreamsBuilder",
     "StreamsConfig",
     "StreamsError",
@@ -139,14 +144,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from runtime.storage.producer import Producer
-    from runtime.storage.reader import TopicReader
-    from runtime.storage.records import ConsumerRecord
-    from runtime.storage.topics import TopicAdmin
-    from runtime.txn.producer import TransactionalProducer
-    from statestores.api import Window, Windowed
-    from streams.config import StreamsConfig
-    from streams.errors import (
+    from common.config import StreamsConfig
+    from common.errors import (
         ConfigError,
         InvalidTimestampError,
         ProducerFencedError,
@@ -155,15 +154,21 @@ if TYPE_CHECKING:
         StreamsProcessingError,
         TopologyError,
     )
-    from streams.serdes import Serde, Serdes, serde_from_name
-    from streams.testing import TestInputTopic, TestOutputTopic, TestRecord, TopologyTestDriver
-    from topology.branch import Branched, BranchedKStream
-    from topology.builder import StreamsBuilder
-    from topology.grouped import KGroupedStream, KGroupedTable
-    from topology.joins import JoinWindows
-    from topology.kstream import KStream
-    from topology.ktable import GlobalKTable, KTable
-    from topology.options import (
+    from common.serdes import Serde, Serdes, serde_from_name
+    from runtime.app.app import StreamsApp, StreamThreadExceptionResponse
+    from runtime.storage.producer import Producer
+    from runtime.storage.reader import TopicReader
+    from runtime.storage.records import ConsumerRecord
+    from runtime.storage.topics import TopicAdmin
+    from runtime.txn.producer import TransactionalProducer
+    from statestores.api import Window, Windowed
+    from streams.testkit.driver import (
+        TestInputTopic,
+        TestOutputTopic,
+        TestRecord,
+        TopologyTestDriver,
+    )
+    from topology.api.options import (
         Consumed,
         Grouped,
         Joined,
@@ -173,25 +178,31 @@ if TYPE_CHECKING:
         Repartitioned,
         StreamJoined,
     )
-    from topology.processor import (
+    from topology.api.processor import (
         Cancellable,
         FixedKeyProcessor,
         Processor,
         ProcessorContext,
         PunctuationType,
     )
-    from topology.record import Change, Record, ValueAndTimestamp
-    from topology.suppress import BufferConfig, Suppressed
-    from topology.timestamps import (
+    from topology.api.record import Change, Record, ValueAndTimestamp
+    from topology.api.timestamps import (
         FailOnInvalidTimestamp,
         LogAndSkipOnInvalidTimestamp,
         TimestampExtractor,
         UsePartitionTimeOnInvalidTimestamp,
         WallclockTimestampExtractor,
     )
-    from topology.topology import Topology
-    from topology.windowed_serdes import WindowedSerdes
-    from topology.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
+    from topology.api.windowed_serdes import WindowedSerdes
+    from topology.api.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
+    from topology.dsl.branch import Branched, BranchedKStream
+    from topology.dsl.builder import StreamsBuilder
+    from topology.dsl.grouped import KGroupedStream, KGroupedTable
+    from topology.dsl.kstream import KStream
+    from topology.dsl.ktable import GlobalKTable, KTable
+    from topology.dsl.suppress import BufferConfig, Suppressed
+    from topology.graph.topology import Topology
+    from topology.processors.joins import JoinWindows
 
 
 def __getattr__(name: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from streams.conf import DEFAULTS_FILE, LOG4J2_FILE
+from common.conf import DEFAULTS_FILE, LOG4J2_FILE
 
 import streams
 
@@ -17,10 +17,10 @@ def test_every_package_directory_is_listed() -> None:
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
     found = {
         ".".join(init.parent.relative_to(ROOT).parts)
-        for top in ("streams", "topology", "runtime", "statestores")
+        for top in ("streams", "runtime", "topology", "statestores", "common")
         for init in (ROOT / top).rglob("__init__.py")
     }
-    found.add("streams.conf")  # conf/ ships as streams.conf
+    found.add("common.conf")  # conf/ ships as common.conf
     assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
 
 

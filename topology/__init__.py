@@ -1,5 +1,5 @@
 """The topology DSL: StreamsBuilder, KStream, KTable and their compilation into
-sub-topologies, the Processor API, and the per-task engine (:mod:`topology.task`) that the
+sub-topologies, the Processor API, and the per-task engine (:mod:`topology.engine.task`) that the
 test driver and the Spark runtime both run. Imports no pyspark.
 
 Module map: ``builder`` (StreamsBuilder), ``kstream``, ``branch``, ``ktable``, ``grouped``
@@ -15,13 +15,7 @@ Module map: ``builder`` (StreamsBuilder), ``kstream``, ``branch``, ``ktable``, `
 from __future__ import annotations
 
 from statestores.api import Window, Windowed
-from topology.branch import Branched, BranchedKStream
-from topology.builder import StreamsBuilder
-from topology.grouped import KGroupedStream, KGroupedTable
-from topology.joins import JoinWindows
-from topology.kstream import KStream
-from topology.ktable import GlobalKTable, KTable
-from topology.options import (
+from topology.api.options import (
     Consumed,
     Grouped,
     Joined,
@@ -31,26 +25,32 @@ from topology.options import (
     Repartitioned,
     StreamJoined,
 )
-from topology.processor import (
+from topology.api.processor import (
     Cancellable,
     FixedKeyProcessor,
     Processor,
     ProcessorContext,
     PunctuationType,
 )
-from topology.record import Change, Record, ValueAndTimestamp
-from topology.suppress import BufferConfig, Suppressed
-from topology.timestamps import (
+from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.api.timestamps import (
     FailOnInvalidTimestamp,
     LogAndSkipOnInvalidTimestamp,
     TimestampExtractor,
     UsePartitionTimeOnInvalidTimestamp,
     WallclockTimestampExtractor,
 )
-from topology.topology import Topology
-from topology.windowed import SessionWindowedKStream, TimeWindowedKStream
-from topology.windowed_serdes import WindowedSerdes
-from topology.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
+from topology.api.windowed_serdes import WindowedSerdes
+from topology.api.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
+from topology.dsl.branch import Branched, BranchedKStream
+from topology.dsl.builder import StreamsBuilder
+from topology.dsl.grouped import KGroupedStream, KGroupedTable
+from topology.dsl.kstream import KStream
+from topology.dsl.ktable import GlobalKTable, KTable
+from topology.dsl.suppress import BufferConfig, Suppressed
+from topology.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
+from topology.graph.topology import Topology
+from topology.processors.joins import JoinWindows
 
 __all__ = [
     "Branched",

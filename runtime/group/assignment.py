@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from streams.errors import StreamsError
+from common.errors import StreamsError
 
 TopicPartition = tuple[str, int]
 """A partition of a topic: ``(topic, partition number)``."""

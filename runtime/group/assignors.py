@@ -32,6 +32,7 @@ from bisect import bisect_left
 from collections.abc import Mapping
 from typing import Any
 
+from common.errors import ConfigError
 from runtime.group.assignment import (
     Assignment,
     Assignor,
@@ -45,7 +46,6 @@ from runtime.group.assignment import (
 )
 from runtime.group.sticky import CooperativeStickyAssignor, StickyAssignor
 from runtime.group.streams_assignor import StreamsAssignor, task_sort_key
-from streams.errors import ConfigError
 
 __all__ = [
     "KNOWN_ASSIGNORS",

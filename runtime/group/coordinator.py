@@ -29,6 +29,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from common.errors import ConfigError, CoordinatorError, StorageError
 from runtime.group.assignors import Assignment
 from runtime.group.errors import (
     GroupError,
@@ -56,7 +57,6 @@ from runtime.group.state import (
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.cas_log import CasLog
 from runtime.txn.coordinator import id_dir, now_ms
-from streams.errors import ConfigError, CoordinatorError, StorageError
 
 if TYPE_CHECKING:
     from runtime.group.member import GroupMember

@@ -9,7 +9,7 @@ two into ``TaskMigrated`` (its tasks went to someone else while it was away).
 
 from __future__ import annotations
 
-from streams.errors import StreamsError
+from common.errors import StreamsError
 
 
 class GroupError(StreamsError):

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from enum import Enum
 
+from common.errors import ConfigError, StreamsError
 from runtime.group.assignors import Assignment, Assignor, Subscription, TopicPartition
 from runtime.group.coordinator import GroupCoordinator
 from runtime.group.errors import (
@@ -34,7 +35,6 @@ from runtime.group.errors import (
 )
 from runtime.group.join import JoinGroupRequest
 from runtime.group.state import GroupMetadata, GroupState, MemberMetadata
-from streams.errors import ConfigError, StreamsError
 
 log = logging.getLogger(__name__)
 

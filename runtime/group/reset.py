@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Literal
 
+from common.errors import InvalidPartitionsError, StreamsError, UnknownTopicError
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.metadata import OffsetEntry
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
-from streams.errors import InvalidPartitionsError, StreamsError, UnknownTopicError
 
 
 class InvalidResetError(StreamsError, ValueError):

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from common.errors import CoordinatorError
 from runtime.group.assignors import Assignment, Subscription
 from runtime.group.errors import GroupError
-from streams.errors import CoordinatorError
 
 #: The directory of the groups' logs under the storage root.
 GROUPS_DIR = "_groups"

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from common.errors import ConfigError
 from runtime.group.assignment import (
     Assignment,
     AssignorProtocol,
@@ -18,7 +19,6 @@ from runtime.group.assignment import (
     partition_pairs,
 )
 from runtime.group.placement import free_for, place, resolve_claims
-from streams.errors import ConfigError
 
 
 def task_sort_key(task_id: str) -> tuple[tuple[int, int | str], ...]:

@@ -20,8 +20,8 @@ import warnings
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
-from streams.conf import LOG4J2_FILE
 
+from common.conf import LOG4J2_FILE
 from runtime.spark import cds
 
 log = logging.getLogger(__name__)

@@ -42,10 +42,10 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from runtime.source_topics import PatternWatch, patterns_from_json
+from common.errors import ConfigError, OffsetOutOfRangeError
+from runtime.spark.source_topics import PatternWatch, patterns_from_json
 from runtime.storage.fs import StorageRoot
 from runtime.storage.reader import FileSlice, TopicReader, read_slices
-from streams.errors import ConfigError, OffsetOutOfRangeError
 
 SOURCE_NAME = "streams-topic"
 

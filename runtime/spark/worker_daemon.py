@@ -26,9 +26,9 @@ import traceback
 UDF_WORKER = "pyspark.worker"
 
 #: What the workers of a micro-batch import: PySpark's worker, the source's ``read`` and
-#: the task runner (through ``runtime.stream_thread``), and pandas, which PySpark's Arrow
+#: the task runner (through ``runtime.thread.stream_thread``), and pandas, which PySpark's Arrow
 #: serializers import.
-PRELOAD = ("pyspark.worker", "pandas", "runtime.spark.source", "runtime.stream_thread")
+PRELOAD = ("pyspark.worker", "pandas", "runtime.spark.source", "runtime.thread.stream_thread")
 
 
 def preload(modules: tuple[str, ...] = PRELOAD) -> None:

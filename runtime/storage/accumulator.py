@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.errors import InvalidPartitionsError, SerializationError, UnknownTopicError
 from runtime.storage.committer import split_by_partition
 from runtime.storage.partitioner import StickyPartitioner, partitions_for_keys
 from runtime.storage.records import HEADERS_TYPE, Headers
 from runtime.storage.topics import TopicAdmin
-from streams.errors import InvalidPartitionsError, SerializationError, UnknownTopicError
 
 
 @dataclass(slots=True)

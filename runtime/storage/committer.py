@@ -27,16 +27,16 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, Transaction
 
-from runtime.storage.delta_log import OFFSETS_KEY, LogEntry, read_entry
-from runtime.storage.fs import StorageRoot
-from runtime.storage.records import FILE_SCHEMA, TABLE_SCHEMA, AppendResult
-from runtime.storage.topics import TopicAdmin
-from streams.errors import (
+from common.errors import (
     CommitOutcomeUnknownError,
     CommitTimeoutError,
     StorageError,
     StreamsError,
 )
+from runtime.storage.delta_log import OFFSETS_KEY, LogEntry, read_entry
+from runtime.storage.fs import StorageRoot
+from runtime.storage.records import FILE_SCHEMA, TABLE_SCHEMA, AppendResult
+from runtime.storage.topics import TopicAdmin
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ Invariants kept here:
 
 * Nothing a restore needs is removed: only records below the horizon are touched, and the
   horizon is never above the oldest kept snapshot's offset nor a caller's lower bound
-  (:func:`runtime.changelog_compaction.compact_changelogs`); without a snapshot nothing
+  (:func:`runtime.state.changelog_compaction.compact_changelogs`); without a snapshot nothing
   is compacted.
 * The partition's last file is never compacted (Kafka never cleans the active segment),
   so the record before the log end always exists: a reader anywhere below the end always
@@ -47,6 +47,7 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
+from common.errors import CommitOutcomeUnknownError, CommitTimeoutError, StorageError, StreamsError
 from runtime.storage.committer import ROW_GROUP_SIZE, TopicCommitter
 from runtime.storage.delta_log import read_entry
 from runtime.storage.fs import StorageRoot
@@ -60,7 +61,6 @@ from runtime.storage.reader import FileSlice, read_slices
 from runtime.storage.records import FILE_SCHEMA, TABLE_SCHEMA
 from runtime.storage.topics import TopicAdmin
 from statestores.compaction import ChangelogRecord, compact
-from streams.errors import CommitOutcomeUnknownError, CommitTimeoutError, StorageError, StreamsError
 
 log = logging.getLogger(__name__)
 

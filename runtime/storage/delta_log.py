@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from common.errors import StorageError
 from runtime.storage.fs import StorageRoot
-from streams.errors import StorageError
 
 #: Key of the commit metadata our producer writes into each commitInfo.
 OFFSETS_KEY = "streams.offsets"

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pyarrow.fs as pafs
 
-from streams.errors import StorageError
+from common.errors import StorageError
 
 
 class StorageRoot:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from streams.errors import InvalidTopicError
+from common.errors import InvalidTopicError
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")

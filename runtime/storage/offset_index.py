@@ -41,9 +41,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from common.errors import StorageError, UnknownTopicError
 from runtime.storage.delta_log import LogEntry, read_entry, relative_file_path
 from runtime.storage.fs import StorageRoot
-from streams.errors import StorageError, UnknownTopicError
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ from types import TracebackType
 
 import pyarrow as pa
 
+from common.errors import CommitOutcomeUnknownError, StreamsError
 from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import ROW_GROUP_SIZE, StagedFile, TopicCommitter, write_file
 from runtime.storage.fs import StorageRoot
 from runtime.storage.records import AppendResult, Headers
 from runtime.storage.topics import TopicAdmin
-from streams.errors import CommitOutcomeUnknownError, StreamsError
 
 __all__ = ["ROW_GROUP_SIZE", "Producer"]
 

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from common.errors import InvalidPartitionsError, OffsetOutOfRangeError, StorageError
 from runtime.storage.fs import StorageRoot
 from runtime.storage.offset_index import OFFSET_COLUMN, OffsetIndex, PartitionLog, Segment
 from runtime.storage.records import FILE_SCHEMA, READ_SCHEMA, ConsumerRecord, records_from_table
 from runtime.storage.topics import TopicAdmin
-from streams.errors import InvalidPartitionsError, OffsetOutOfRangeError, StorageError
 
 #: Special timestamps of Kafka's ListOffsets: the log-end and the log-start offset.
 LATEST_TIMESTAMP = -1

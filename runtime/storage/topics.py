@@ -18,18 +18,18 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from runtime.storage.delta_log import PARTITIONS_PROPERTY
-from runtime.storage.fs import StorageRoot
-from runtime.storage.names import collides, validate_topic_name
-from runtime.storage.offset_index import OffsetIndex, TopicLog
-from runtime.storage.records import TABLE_SCHEMA
-from streams.errors import (
+from common.errors import (
     InvalidPartitionsError,
     StorageError,
     TopicError,
     TopicExistsError,
     UnknownTopicError,
 )
+from runtime.storage.delta_log import PARTITIONS_PROPERTY
+from runtime.storage.fs import StorageRoot
+from runtime.storage.names import collides, validate_topic_name
+from runtime.storage.offset_index import OffsetIndex, TopicLog
+from runtime.storage.records import TABLE_SCHEMA
 
 log = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark import cloudpickle
 
+from common.errors import StreamsError
 from runtime.tasks.protocol import (
     SERVER_SOCKET,
     PeerGoneError,
@@ -38,7 +39,6 @@ from runtime.tasks.protocol import (
     socket_dir,
     table_bytes,
 )
-from streams.errors import StreamsError
 
 log = logging.getLogger(__name__)
 

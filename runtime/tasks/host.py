@@ -23,7 +23,6 @@ import socket
 import time
 from typing import Any
 
-from runtime.task_runner import ROW_SCHEMA, BatchPlan
 from runtime.tasks.manager import TaskManager
 from runtime.tasks.protocol import (
     PeerGoneError,
@@ -32,6 +31,7 @@ from runtime.tasks.protocol import (
     recv_frame,
     send_frame,
 )
+from runtime.tasks.task_runner import ROW_SCHEMA, BatchPlan
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Kafka's ``TaskManager`` inside a task host: tasks built once, reused by every batch.
 
-A task (its :class:`~topology.task.StreamTask`, stores, caches, stream time, punctuation
-schedules) is built by the :class:`~topology.task_creator.ActiveTaskCreator` at its first
+A task (its :class:`~topology.engine.task.StreamTask`, stores, caches, stream time, punctuation
+schedules) is built by the :class:`~topology.engine.task_creator.ActiveTaskCreator` at its first
 batch and kept. Each later batch first settles the previous one:
 
 1. the batch comes from another owner (a new instance, another thread): close the task
@@ -26,11 +26,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from runtime.collector import StagingCollector
-from runtime.global_state import GlobalStores
-from runtime.partition_group import process_records
-from runtime.state_adapters import RootSnapshotStorage, TopicChangelogReader
-from runtime.task_runner import (
+from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
+from runtime.tasks.collector import StagingCollector
+from runtime.tasks.global_state import GlobalStores
+from runtime.tasks.partition_group import process_records
+from runtime.tasks.task_runner import (
     METRIC,
     POSITION,
     PREPARED,
@@ -44,8 +44,8 @@ from runtime.task_runner import (
 from statestores.api import StateStore
 from statestores.state_directory import StateDirectory
 from statestores.state_manager import ProcessorStateManager
-from topology.task import StreamTask
-from topology.task_creator import ActiveTaskCreator, TaskServices
+from topology.engine.task import StreamTask
+from topology.engine.task_creator import ActiveTaskCreator, TaskServices
 
 log = logging.getLogger(__name__)
 

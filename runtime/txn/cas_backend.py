@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any, Protocol
 
-from streams.errors import CoordinatorError
+from common.errors import CoordinatorError
 
 #: The name of version ``V``'s file: ``<V:020d>.json``.
 VERSION_FILE = re.compile(r"^(\d{20})\.json$")

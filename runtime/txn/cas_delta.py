@@ -20,9 +20,9 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from common.errors import CoordinatorError
 from runtime.storage.fs import StorageRoot
 from runtime.txn.cas_backend import READ_ATTEMPTS, VERSION_FILE, VOID, Void, parse_document
-from streams.errors import CoordinatorError
 
 #: Key of the document in a delta commit's commitInfo.
 DOCUMENT_KEY = "cas.document"

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from common.errors import CoordinatorError
 from runtime.txn.cas_backend import VERSION_FILE, parse_document
-from streams.errors import CoordinatorError
 
 _TMP_FILE = re.compile(r"^\.\d{20}\.[0-9a-f]{32}\.tmp$")
 _LOCK_NAME = ".lock"

@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 from deltalake.exceptions import DeltaError
 
+from common.errors import CoordinatorError, StorageError
 from runtime.storage.fs import StorageRoot
 from runtime.txn.cas_backend import READ_ATTEMPTS, VersionStore, Void
 from runtime.txn.cas_delta import DeltaLog
 from runtime.txn.cas_file import FileLog
-from streams.errors import CoordinatorError, StorageError
 
 Backend = Literal["file", "delta"]
 

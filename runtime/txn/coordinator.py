@@ -38,14 +38,7 @@ from urllib.parse import unquote
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from runtime.storage.committer import StagedFile, TopicCommitter
-from runtime.storage.topics import TopicAdmin
-from runtime.txn import faults
-from runtime.txn.cas_log import CasLog
-from runtime.txn.metadata import TransactionMetadata
-from runtime.txn.producer_ids import ProducerIdManager
-from runtime.txn.state import EpochExhausted, TransactionState
-from streams.errors import (
+from common.errors import (
     ConcurrentTransactionsError,
     CoordinatorError,
     InvalidTransactionTimeoutError,
@@ -53,6 +46,13 @@ from streams.errors import (
     ProducerFencedError,
     UnknownTopicError,
 )
+from runtime.storage.committer import StagedFile, TopicCommitter
+from runtime.storage.topics import TopicAdmin
+from runtime.txn import faults
+from runtime.txn.cas_log import CasLog
+from runtime.txn.metadata import TransactionMetadata
+from runtime.txn.producer_ids import ProducerIdManager
+from runtime.txn.state import EpochExhausted, TransactionState
 
 log = logging.getLogger(__name__)
 

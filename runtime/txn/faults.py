@@ -17,7 +17,7 @@ The points of one transaction commit, in order:
 and, under at_least_once (no transaction), ``before_offsets_commit``: the batch's outputs
 are committed, its consumed positions not yet (where at_least_once's duplicates come from).
 
-Two more test-only switches, for the crash harness (:mod:`streams.crashtest`):
+Two more test-only switches, for the crash harness (:mod:`streams.crash.harness`):
 
 * ``STREAMS_FAULT_STALL=<point>:<seconds>[:<hit>]`` makes the process *sleep* at that point
   instead of dying (a stalled instance, to be fenced by a newer one); the stall ends early

@@ -1,7 +1,7 @@
 """Strict reading of the transaction log's JSON: every field checked, every error placed.
 
 The helpers read a decoded document field by field and raise
-:class:`~streams.errors.CoordinatorError` naming the first missing, unknown or invalid
+:class:`~common.errors.CoordinatorError` naming the first missing, unknown or invalid
 field by its path (``staged.t[0].size``), so a corrupt or foreign transaction log is
 reported where it is wrong. Integer fields are at least -1 unless ``_BOUNDS`` bounds them
 otherwise; the fields named in ``_STRINGS`` are strings.
@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from common.errors import CoordinatorError
 from runtime.txn.state import MAX_EPOCH
-from streams.errors import CoordinatorError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Self
 
+from common.errors import InvalidTxnStateError, ProducerFencedError
 from runtime.storage.committer import StagedFile
 from runtime.txn.json_reader import (
     invalid,
@@ -38,7 +39,6 @@ from runtime.txn.state import (
     check_transition,
     is_epoch_exhausted,
 )
-from streams.errors import InvalidTxnStateError, ProducerFencedError
 
 FORMAT_VERSION = 1  # of the JSON written by TransactionMetadata.to_json
 

@@ -18,12 +18,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from common.errors import StreamsError
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
 from runtime.txn.metadata import OffsetEntry
-from streams.errors import StreamsError
 
 if TYPE_CHECKING:
     from runtime.txn.coordinator import TransactionCoordinator

@@ -36,6 +36,12 @@ from types import TracebackType
 
 import pyarrow as pa
 
+from common.errors import (
+    InvalidTxnStateError,
+    ProducerFencedError,
+    StreamsError,
+    TransactionAbortedError,
+)
 from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import StagedFile, write_file
 from runtime.storage.fs import StorageRoot
@@ -46,12 +52,6 @@ from runtime.txn.coordinator import Snapshot, TransactionCoordinator
 from runtime.txn.metadata import OffsetEntry
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
 from runtime.txn.state import TransactionState
-from streams.errors import (
-    InvalidTxnStateError,
-    ProducerFencedError,
-    StreamsError,
-    TransactionAbortedError,
-)
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import threading
 
+from common.errors import CoordinatorError
 from runtime.storage.fs import StorageRoot
 from runtime.txn.cas_log import CasLog
-from streams.errors import CoordinatorError
 
 BLOCK_SIZE = 1000
 _MAX_ATTEMPTS = 1000

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 
-from streams.errors import InvalidTxnStateError
+from common.errors import InvalidTxnStateError
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

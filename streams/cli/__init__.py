@@ -14,8 +14,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from common.errors import StreamsError
 from streams.cli import app_reset, console, crashtest, groups, offsets, run, topics, transactions
-from streams.errors import StreamsError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2

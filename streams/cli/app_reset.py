@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from common.config import StreamsConfig
+from common.errors import StreamsError
 from runtime.group.coordinator import GroupCoordinator
 from runtime.group.reset import (
     ResetPlanEntry,
@@ -39,8 +41,6 @@ from runtime.group.reset import (
 )
 from runtime.storage.topics import TopicAdmin
 from streams.cli import groups
-from streams.config import StreamsConfig
-from streams.errors import StreamsError
 
 #: Kafka's ``StreamsResetter.matchesInternalTopicFormat`` suffixes.
 INTERNAL_SUFFIXES = (

@@ -10,13 +10,13 @@ import time
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from common.errors import StreamsError
+from common.serdes import Serde, deserialize_record_field, serde_from_name
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.records import ConsumerRecord
 from runtime.txn.producer import TransactionalProducer
 from streams.cli.transactions import uncommitted_records
-from streams.errors import StreamsError
-from streams.serdes import Serde, deserialize_record_field, serde_from_name
 
 #: Lines per transaction of ``console-produce --transactional-id`` without ``--batch``.
 DEFAULT_TXN_BATCH = 1000

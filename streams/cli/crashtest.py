@@ -7,7 +7,7 @@
 
 Prints the report (kills and where they hit, restarts, recovery p50/max, records in and
 out, duplicates, losses, store and transaction checks, the first mismatches) and exits 0
-only when exactly-once held. See :mod:`streams.crashtest`.
+only when exactly-once held. See :mod:`streams.crash.harness`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from streams.crashplan import GUARANTEES, KILL_KINDS
-from streams.errors import ConfigError
+from common.errors import ConfigError
+from streams.crash.plan import GUARANTEES, KILL_KINDS
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -69,7 +69,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the crash test; print the report; return 0 only when exactly-once held."""
-    from streams.crashtest import crashtest
+    from streams.crash.harness import crashtest
 
     inputs: dict[str, str] = {}
     for spec in args.input:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from common.errors import StreamsError
 from runtime.group.coordinator import (
     GroupCoordinator,
     GroupDescription,
@@ -49,7 +50,6 @@ from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
 from streams.cli.transactions import format_table
-from streams.errors import StreamsError
 
 NONE = "-"
 OFFSETS_HEADERS = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from common.errors import StreamsError
 from runtime.storage.topics import TopicAdmin, TopicDescription
-from streams.errors import StreamsError
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

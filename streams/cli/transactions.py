@@ -25,12 +25,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from common.errors import StreamsError, TransactionError
 from runtime.storage.records import FILE_SCHEMA, ConsumerRecord
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.metadata import TransactionMetadata
 from runtime.txn.state import TransactionState
-from streams.errors import StreamsError, TransactionError
 
 LIST_HEADERS = ("TransactionalId", "ProducerId", "ProducerEpoch", "State", "Participants", "Age")
 HANGING_HEADERS = (*LIST_HEADERS, "TimeoutMs")

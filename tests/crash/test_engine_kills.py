@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.crashtest import crashtest
+from streams.crash.harness import crashtest
 from tests.crash.conftest import EXAMPLES, FAST_JVM, RUN_CONFIG
 
 TOPOLOGIES = Path(__file__).resolve().parent / "topologies"

@@ -23,7 +23,7 @@ from runtime.txn.state import TransactionState
 CHILD = """
 import sys
 from runtime.txn.producer import TransactionalProducer
-from streams.errors import ProducerFencedError
+from common.errors import ProducerFencedError
 producer = TransactionalProducer(sys.argv[1], "tx")
 producer.init_transactions()
 producer.begin_transaction()

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from runtime.storage.partitioner import partition_for_key
-from streams.crashcheck import OutRecord, compare_outputs
-from streams.crashplan import CrashReport, KillEvent, RunRecord, fault_points, plan_kills
-from streams.crashtest import BASE_TIMESTAMP, CrashTestError, load_jsonl
+from streams.crash.check import OutRecord, compare_outputs
+from streams.crash.harness import BASE_TIMESTAMP, CrashTestError, load_jsonl
+from streams.crash.plan import CrashReport, KillEvent, RunRecord, fault_points, plan_kills
 
 
 def test_fault_points_cover_every_participant() -> None:
@@ -143,9 +143,9 @@ def test_the_report_says_what_happened_and_exits_non_zero_on_a_violation() -> No
 def test_keys_fed_from_several_input_partitions_are_not_held_to_one_order() -> None:
     """Records of the output key "all" come from every input partition, so their order
     depends on batching; the per-key word counts after a repartition do not."""
-    from streams.config import StreamsConfig
-    from streams.crashcheck import compute_reference
-    from streams.crashinput import InputRecord
+    from common.config import StreamsConfig
+    from streams.crash.check import compute_reference
+    from streams.crash.inputs import InputRecord
     from topology import StreamsBuilder
 
     builder = StreamsBuilder()
@@ -187,7 +187,7 @@ def test_keys_whose_values_depend_on_batching_are_compared_by_count() -> None:
 
 
 def test_a_workdir_holding_a_crash_test_is_refused(tmp_path: Path) -> None:
-    from streams.crashtest import CrashTest
+    from streams.crash.harness import CrashTest
     from tests.crash.conftest import example
 
     (tmp_path / "root" / "topics").mkdir(parents=True)

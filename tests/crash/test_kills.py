@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.crashtest import crashtest
+from streams.crash.harness import crashtest
 from streams.testing import crashtest as crashtest_from_testing
 from tests.crash.conftest import FAST_JVM, RUN_CONFIG, example, runnable_examples
 

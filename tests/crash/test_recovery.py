@@ -8,7 +8,7 @@ from pathlib import Path
 
 from runtime.txn import faults
 from runtime.txn.coordinator import TransactionCoordinator
-from streams.crashtest import CrashTest, crashtest
+from streams.crash.harness import CrashTest, crashtest
 from tests.crash.conftest import FAST_JVM, RUN_CONFIG, example
 
 CONFIG = {**RUN_CONFIG, "max.poll.records": "5"}

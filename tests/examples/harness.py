@@ -1,7 +1,7 @@
 """Run an example both ways, on local Spark and through the TopologyTestDriver, and compare.
 
 The input is the example's ``generate(n)`` as ``streams-eos run --generate`` produces it
-(:func:`streams.cli.run.generated_records`). The driver's outputs are placed in partitions
+(:func:`runtime.app.topology_file.generated_records`). The driver's outputs are placed in partitions
 with the producer's partitioner (murmur2 of the key, as the Spark run's sinks do), so the
 two runs can be compared partition by partition.
 """
@@ -15,11 +15,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from runtime.app.topology_file import RawRecord, generated_records
 from runtime.storage.partitioner import partition_for_key
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from streams.cli.run import RawRecord, generated_records
 from streams.testing import TopologyTestDriver
 from topology import Topology
 

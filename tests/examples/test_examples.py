@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from runtime.app import StreamsApp
+from runtime.app.app import StreamsApp
+from runtime.app.topology_file import generated_records
 from runtime.storage.partitioner import partition_for_key
 from runtime.storage.topics import TopicAdmin
-from streams.cli.run import generated_records
 from tests.examples.harness import (
     EXAMPLES,
     Out,

@@ -38,12 +38,12 @@ from typing import Any
 
 import pytest
 
-from runtime.app import StreamsApp
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from statestores.segments import NO_TIME, decode_time
-from streams.serdes import Serdes
 from streams.testing import TopologyTestDriver
 from topology import Topology
 
@@ -290,7 +290,7 @@ def run_on_spark(case: Case, spark: Any, workdir: str) -> Snapshot:
 
 def _retentions(topology: Topology, case: Case, stores: Mapping[str, str]) -> dict[str, Any]:
     """Each compared store's retention, from a store built as the runtime builds it."""
-    from streams.config import StreamsConfig
+    from common.config import StreamsConfig
 
     config = StreamsConfig.from_dict({**case.full_config(), "topics.root": "memory://x"})
     return {name: _retention(topology.stores[name].builder(config).build()) for name in stores}

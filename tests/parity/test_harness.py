@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runtime.read_plan import BatchReads, ReadPlanner
+from runtime.thread.read_plan import BatchReads, ReadPlanner
 from tests.parity.cases import ALL_CASES
 from tests.parity.harness import Case, Snapshot, assert_same, check_parity, run_on_driver
 from tests.parity.test_stateless import CHAIN

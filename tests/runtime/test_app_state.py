@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from runtime.app import StreamsApp
-from runtime.app_state import TRANSITIONS, AppState, AppStateMachine, IllegalStateTransitionError
-from runtime.process_id import PROCESS_FILE, load_or_create_process_id
-from streams.errors import StreamsError
+from common.errors import StreamsError
+from runtime.app.app import StreamsApp
+from runtime.app.app_state import (
+    TRANSITIONS,
+    AppState,
+    AppStateMachine,
+    IllegalStateTransitionError,
+)
+from runtime.app.process_id import PROCESS_FILE, load_or_create_process_id
 from topology import StreamsBuilder
 
 LEGAL = {

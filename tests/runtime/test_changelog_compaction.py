@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from runtime.changelog_compaction import compact_changelogs
+from common.errors import OffsetOutOfRangeError
+from runtime.state.changelog_compaction import compact_changelogs
 from runtime.storage.compaction import (
     ChangelogCompactor,
     CompactionConflictError,
@@ -24,7 +25,6 @@ from runtime.storage.records import ConsumerRecord
 from runtime.storage.topics import TopicAdmin
 from statestores.bytes_layer import bottom
 from statestores.compaction import ChangelogRecord, compact
-from streams.errors import OffsetOutOfRangeError
 from tests.statestores.harness import APP, STORE, Task
 
 TOPIC = "app-counts-changelog"

@@ -11,25 +11,25 @@ from typing import Any
 
 import pytest
 
-from runtime.global_state import (
+from common.config import StreamsConfig
+from common.errors import SerializationError, StreamsError, UnknownTopicError
+from common.serdes import Serdes
+from runtime.app.internal_topics import plan_topics
+from runtime.spark.source import TopicSlices
+from runtime.storage.offset_index import Segment
+from runtime.storage.producer import Producer
+from runtime.storage.reader import FileSlice, TopicReader
+from runtime.storage.topics import TopicAdmin
+from runtime.tasks.global_state import (
     GlobalStateManager,
     GlobalStores,
     _slices_from,
     global_topics,
     plan_globals,
 )
-from runtime.internal_topics import plan_topics
-from runtime.spark.source import TopicSlices
-from runtime.storage.offset_index import Segment
-from runtime.storage.producer import Producer
-from runtime.storage.reader import FileSlice, TopicReader
-from runtime.storage.topics import TopicAdmin
 from statestores.stores import Stores
-from streams.config import StreamsConfig
-from streams.errors import SerializationError, StreamsError, UnknownTopicError
-from streams.serdes import Serdes
 from topology import Consumed, Materialized, Processor, Record, StreamsBuilder, Topology
-from topology.read_only_stores import GlobalStoreReadOnlyError
+from topology.engine.read_only_stores import GlobalStoreReadOnlyError
 
 S, L = Serdes.String(), Serdes.Long()
 
@@ -223,7 +223,7 @@ def test_dead_letters_of_global_records_are_not_produced(
             "errors.dead.letter.queue.topic.name": "dead",
         },
     )
-    with caplog.at_level("WARNING", logger="runtime.global_state"):
+    with caplog.at_level("WARNING", logger="runtime.tasks.global_state"):
         stores = GlobalStores.for_plan(plan(topology, cfg, root))
     assert stores["rates"].get("usd").value == 3
     assert "dead" in caplog.text and not admin.exists("dead")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.collector import OutputTopic, StagingCollector
-from runtime.output_topics import OutputCatalog, has_topic_extractors
+from common.errors import UnknownTopicError
 from runtime.storage.topics import TopicAdmin
-from streams.errors import UnknownTopicError
+from runtime.tasks.collector import OutputTopic, StagingCollector
+from runtime.thread.output_topics import OutputCatalog, has_topic_extractors
 from topology import StreamsBuilder
 
 

@@ -10,18 +10,18 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError
 
+from common.errors import (
+    InvalidPartitionsError,
+    OffsetOutOfRangeError,
+    SerializationError,
+    StorageError,
+)
 from runtime.storage import offset_index
 from runtime.storage.partitioner import partition_for_key
 from runtime.storage.producer import ROW_GROUP_SIZE, Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.records import TABLE_SCHEMA
 from runtime.storage.topics import TopicAdmin
-from streams.errors import (
-    InvalidPartitionsError,
-    OffsetOutOfRangeError,
-    SerializationError,
-    StorageError,
-)
 
 
 def offsets_of(reader: TopicReader, topic: str, partition: int) -> list[int]:

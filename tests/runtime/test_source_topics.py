@@ -8,9 +8,9 @@ import json
 import re
 import time
 
-from runtime.internal_topics import plan_topics
-from runtime.read_plan import ReadPlanner
-from runtime.source_topics import (
+from common.config import StreamsConfig
+from runtime.app.internal_topics import plan_topics
+from runtime.spark.source_topics import (
     PatternFollower,
     PatternWatch,
     internal_topic_names,
@@ -21,7 +21,7 @@ from runtime.source_topics import (
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from streams.config import StreamsConfig
+from runtime.thread.read_plan import ReadPlanner
 from topology import Consumed, StreamsBuilder, Topology
 
 

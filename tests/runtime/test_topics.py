@@ -7,16 +7,16 @@ import os
 import pytest
 from deltalake import DeltaTable
 
-from runtime.storage.producer import Producer
-from runtime.storage.reader import TopicReader
-from runtime.storage.topics import TopicAdmin, validate_topic_config
-from streams.errors import (
+from common.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
     TopicError,
     TopicExistsError,
     UnknownTopicError,
 )
+from runtime.storage.producer import Producer
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin, validate_topic_config
 
 
 @pytest.mark.parametrize("name", ["a", "orders.v1", "my_topic-2", "A" * 249, "..."])

@@ -11,7 +11,8 @@ import signal
 import sys
 from typing import Any
 
-from runtime.state_adapters import (
+from common.serdes import Serdes
+from runtime.state.adapters import (
     CoordinatorTransactionOutcomes,
     ProducerChangelogCollector,
     RootSnapshotStorage,
@@ -23,7 +24,6 @@ from runtime.txn.producer import TransactionalProducer
 from runtime.txn.state import TransactionState
 from statestores.state_manager import ProcessorStateManager
 from statestores.stores import Stores
-from streams.serdes import Serdes
 
 APP = "app"
 STORE = "counts"

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from common.errors import ConfigError
+from common.serdes import Serdes
 from statestores.api import KeyValueStore, StoreBuilder
 from statestores.context import RecordingCollector, StandaloneContext
 from statestores.stores import Stores
-from streams.errors import ConfigError
-from streams.serdes import Serdes
 
 
 def kv_store(

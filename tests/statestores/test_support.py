@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ConfigError
+from common.serdes import Serdes
 from statestores.base import StoreIOError
 from statestores.checkpoint import OffsetCheckpoint
 from statestores.compaction import ChangelogRecord, compact, replay
@@ -21,8 +23,6 @@ from statestores.snapshots import LocalSnapshotStorage, SnapshotManager
 from statestores.state_directory import StateDirectory, TaskDirectoryLockedError
 from statestores.state_manager import ProcessorStateManager
 from statestores.stores import Stores
-from streams.errors import ConfigError
-from streams.serdes import Serdes
 
 LOCKER = textwrap.dedent(
     """

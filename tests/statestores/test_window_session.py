@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from common.serdes import Serdes
 from statestores.api import SessionStore, Window, Windowed, WindowStore
 from statestores.bytes_layer import bottom
 from statestores.context import StandaloneContext
 from statestores.stores import Stores
-from streams.serdes import Serdes
 
 MINUTE = 60_000
 

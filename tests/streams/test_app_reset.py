@@ -9,7 +9,8 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from runtime.app import StreamsApp
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp
 from runtime.group.assignors import Subscription, assignor_for
 from runtime.group.coordinator import GroupCoordinator
 from runtime.group.member import GroupMember
@@ -18,7 +19,6 @@ from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
 from streams.cli import main
-from streams.serdes import Serdes
 from tests.runtime.spark.test_app import load_example, reference_counts
 
 APP = "wordcount"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.cli.run import build_config, generated_records, load_topology_file
-from streams.errors import ConfigError
+from common.errors import ConfigError
+from runtime.app.topology_file import build_config, generated_records, load_topology_file
 from tests.clitools import cli
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "wordcount.py")

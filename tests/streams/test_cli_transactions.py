@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from common.errors import ProducerFencedError
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
@@ -14,7 +15,6 @@ from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.producer import TransactionalProducer
 from runtime.txn.state import TransactionState
 from streams.cli import main
-from streams.errors import ProducerFencedError
 from tests.clitools import cli
 
 LIST_HEADER = ["TransactionalId", "ProducerId", "ProducerEpoch", "State", "Participants", "Age"]

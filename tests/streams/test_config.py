@@ -1,4 +1,4 @@
-"""Tests for streams.config: every key's rule, the loaders, and the shipped defaults file."""
+"""Tests for common.config: every key's rule, the loaders, and the shipped defaults file."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conf import DEFAULTS_FILE
-from streams.config import StreamsConfig, StreamsDeprecationWarning, parse_properties
-from streams.errors import ConfigError
+from common.conf import DEFAULTS_FILE
+from common.config import StreamsConfig, StreamsDeprecationWarning, parse_properties
+from common.errors import ConfigError
 
 BASE = {"application.id": "app", "topics.root": "/data/topics"}
 INT_KEYS = [
@@ -190,7 +190,7 @@ def test_exactly_once_beta_is_mapped_to_v2_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with (
-        caplog.at_level(logging.WARNING, logger="streams.config"),
+        caplog.at_level(logging.WARNING, logger="common.config"),
         pytest.warns(
             StreamsDeprecationWarning, match="use processing.guarantee=exactly_once_v2"
         ) as record,
@@ -200,7 +200,7 @@ def test_exactly_once_beta_is_mapped_to_v2_with_a_warning(
     assert config.commit_interval_ms == 100
     assert issubclass(StreamsDeprecationWarning, FutureWarning)
     assert record[0].filename == __file__  # points at the caller, not at pydantic
-    assert [r.levelno for r in caplog.records if r.name == "streams.config"] == [logging.WARNING]
+    assert [r.levelno for r in caplog.records if r.name == "common.config"] == [logging.WARNING]
 
 
 def test_exactly_once_alpha_is_kept_with_a_warning() -> None:

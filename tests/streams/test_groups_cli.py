@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from common.errors import InvalidPartitionsError, UnknownTopicError
 from runtime.group.assignors import Subscription, assignor_for
 from runtime.group.coordinator import GroupCoordinator
 from runtime.group.member import GroupMember
@@ -43,7 +44,6 @@ from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
 from streams.cli import main
-from streams.errors import InvalidPartitionsError, UnknownTopicError
 
 IN = [TopicScope("in")]
 

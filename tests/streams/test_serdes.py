@@ -1,4 +1,4 @@
-"""Tests for streams.serdes: Kafka byte compatibility, errors, name lookup, batch helpers."""
+"""Tests for common.serdes: Kafka byte compatibility, errors, name lookup, batch helpers."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pydantic
 import pytest
 
-from streams.errors import ConfigError, SerializationError
-from streams.serdes import (
+from common.errors import ConfigError, SerializationError
+from common.serdes import (
     BytesSerde,
     DoubleSerde,
     IntegerSerde,
@@ -383,9 +383,9 @@ def test_record_field_wraps_user_serde_exceptions() -> None:
         ("double", DoubleSerde),
         ("json", JsonSerde),
         (" Long ", LongSerde),
-        ("streams.serdes.LongSerde", LongSerde),
-        ("streams.serdes:DoubleSerde", DoubleSerde),
-        ("streams.serdes:Serdes.Integer", IntegerSerde),
+        ("common.serdes.LongSerde", LongSerde),
+        ("common.serdes:DoubleSerde", DoubleSerde),
+        ("common.serdes:Serdes.Integer", IntegerSerde),
     ],
 )
 def test_serde_from_name(name: str, cls: type) -> None:

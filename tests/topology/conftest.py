@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from streams.serdes import Serdes
+from common.serdes import Serdes
 from streams.testing import TopologyTestDriver
 from topology import Topology
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from streams.serdes import Serdes
+from common.serdes import Serdes
 from topology import Branched, Materialized, Produced, StreamsBuilder, Topology
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import topology
-from streams.errors import (
+from common.errors import (
     InvalidTimestampError,
     SerializationError,
     StreamsError,
@@ -258,12 +258,12 @@ def test_nothing_under_topology_imports_pyspark_or_runtime() -> None:
         for imported in _imports(path):
             top = imported.split(".")[0]
             assert top != "pyspark", f"{name} imports {imported} (reached from {via})"
-            if top in {"topology", "streams", "statestores", "runtime", "conf"}:
+            if top in {"topology", "streams", "statestores", "runtime", "common"}:
                 todo.append((imported, via))
     assert not [m for m in seen if m.split(".")[0] == "runtime" and _module_file(m)], (
         "topology must not reach runtime/"
     )
     for name in start:
         importlib.import_module(name)
-    assert "topology.task" in seen and "streams.testing" not in seen
+    assert "topology.engine.task" in seen and "streams.testing" not in seen
     assert all(not m.startswith("pyspark") for m in sys.modules if m.startswith("topology"))

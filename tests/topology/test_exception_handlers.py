@@ -9,26 +9,26 @@ from typing import Any, ClassVar
 
 import pytest
 
-from streams.config import StreamsConfig, StreamsDeprecationWarning
-from streams.errors import (
+from common.config import StreamsConfig, StreamsDeprecationWarning
+from common.errors import (
     ConfigError,
     SerializationError,
     StreamsError,
     StreamsProcessingError,
     TopologyError,
 )
-from streams.handlers import (
+from common.handlers import (
     ErrorHandlerContext,
     ProducerRecord,
     RawRecord,
     Response,
     Result,
 )
-from streams.serdes import Serdes
+from common.serdes import Serdes
 from streams.testing import TestRecord, TopologyTestDriver
 from tests.topology.conftest import CONFIG, L, S
 from topology import Consumed, Processor, Produced, PunctuationType, StreamsBuilder, Topology
-from topology.task import StreamTask
+from topology.engine.task import StreamTask
 
 B = Serdes.Bytes()
 HERE = __name__
@@ -74,7 +74,7 @@ def test_log_and_continue_skips_the_poison_record_and_counts_it(
     drive: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     d = drive(numbers_topology(), **{"deserialization.exception.handler": "log-and-continue"})
-    with caplog.at_level(logging.WARNING, "streams.handlers"):
+    with caplog.at_level(logging.WARNING, "common.handlers"):
         pipe(d, long_bytes(1), POISON, long_bytes(3))
     assert d.create_output_topic("out", S, L).read_values_to_list() == [2, 4]
     assert d.metrics()["dropped-records-total"] == 1
@@ -104,7 +104,7 @@ def test_dead_letter_holds_the_raw_record_with_its_origin_in_headers(drive: Any)
         "__streams.errors.partition",
         "__streams.errors.offset",
     ]
-    assert errors["__streams.errors.exception"] == "streams.errors.SerializationError"
+    assert errors["__streams.errors.exception"] == "common.errors.SerializationError"
     assert "LongDeserializer is not 8" in errors["__streams.errors.message"]
     assert errors["__streams.errors.stacktrace"].startswith("Traceback")
     assert (errors["__streams.errors.topic"], errors["__streams.errors.partition"]) == ("in", "0")
@@ -338,7 +338,7 @@ class RaisingHandler:
 @pytest.mark.parametrize(
     ("handler", "message"),
     [
-        ("BrokenHandler", r"returned 'yes'; return a streams.handlers.Response"),
+        ("BrokenHandler", r"returned 'yes'; return a common.handlers.Response"),
         ("RaisingHandler", r"raised RuntimeError: handler bug \(fatal user code error"),
     ],
 )

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from common.errors import StreamsError
 from statestores.stores import Stores
-from streams.errors import StreamsError
 from tests.topology.conftest import L, S
 from topology import Consumed, Materialized, Processor, Record, StreamsBuilder
-from topology.read_only_stores import GlobalStoreReadOnlyError
+from topology.engine.read_only_stores import GlobalStoreReadOnlyError
 
 
 class SumUpdater(Processor[str, str, None, None]):

@@ -9,7 +9,7 @@ import pytest
 
 from tests.topology.conftest import S
 from topology import Materialized, StreamsBuilder
-from topology.join_fk_wire import FkSerdes, Response, ResponseSerde, murmur3_128
+from topology.processors.join_fk_wire import FkSerdes, Response, ResponseSerde, murmur3_128
 
 LEFT, RIGHT, OUT = "left", "right", "out"
 _ = ...

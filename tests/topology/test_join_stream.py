@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from streams.errors import TopologyError
+from common.errors import TopologyError
 from tests.topology.conftest import L, S
 from topology import JoinWindows, StreamJoined, StreamsBuilder
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from streams.errors import StreamsError, TopologyError
+from common.errors import StreamsError, TopologyError
 from tests.topology.conftest import L, S
 from topology import Consumed, Grouped, Materialized, Produced, StreamsBuilder
-from topology.suppress import BufferConfig, Suppressed
-from topology.windows import SessionWindows, TimeWindows
+from topology.api.windows import SessionWindows, TimeWindows
+from topology.dsl.suppress import BufferConfig, Suppressed
 
 
 def _records(d: Any, topic: str) -> list[tuple[Any, Any, int]]:

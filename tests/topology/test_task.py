@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from streams.config import StreamsConfig
-from streams.errors import StreamsError
+from common.config import StreamsConfig
+from common.errors import StreamsError
 from tests.topology.conftest import L, S
 from topology import Materialized, Produced, StreamsBuilder
-from topology.record import InputRecord
-from topology.task import StreamTask, TaskState
+from topology.api.record import InputRecord
+from topology.engine.task import StreamTask, TaskState
 
 CONFIG = StreamsConfig.from_dict(
     {
@@ -92,7 +92,7 @@ def test_two_tasks_of_a_word_count_like_the_runtime_runs_them() -> None:
 
 def test_columns_with_a_bad_record_process_the_good_ones_first() -> None:
     b = StreamsBuilder()
-    from streams.serdes import Serdes
+    from common.serdes import Serdes
     from topology import Consumed
 
     b.stream("in", Consumed.with_(S, Serdes.Integer())).to("out")

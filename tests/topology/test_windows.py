@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from common.errors import StreamsProcessingError, TopologyError
+from common.serdes import Serdes
 from statestores.api import Window, Windowed
 from statestores.stores import Stores
-from streams.errors import StreamsProcessingError, TopologyError
-from streams.serdes import Serdes
 from tests.topology.conftest import L, S
 from topology import Grouped, Materialized, Produced, StreamsBuilder
-from topology.windowed_serdes import WindowedSerdes
-from topology.windows import SlidingWindows, TimeWindows, UnlimitedWindows
+from topology.api.windowed_serdes import WindowedSerdes
+from topology.api.windows import SlidingWindows, TimeWindows, UnlimitedWindows
 
 
 def _concat(key: str, value: str, agg: str) -> str:

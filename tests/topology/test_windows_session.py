@@ -9,8 +9,8 @@ from typing import Any
 from statestores.api import Window, Windowed
 from tests.topology.conftest import L, S
 from topology import Grouped, Materialized, Produced, StreamsBuilder
-from topology.windowed_serdes import WindowedSerdes
-from topology.windows import SessionWindows
+from topology.api.windowed_serdes import WindowedSerdes
+from topology.api.windows import SessionWindows
 
 SESSION = WindowedSerdes.session_windowed_serde_from(S)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from common.serdes import Serdes
 from statestores.stores import Stores
-from streams.serdes import Serdes
 from topology import Processor, Produced, PunctuationType, Record, StreamsBuilder, Topology
 
 INPUT = "orders"

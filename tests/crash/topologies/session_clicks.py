@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
+from common.serdes import Serdes
 from statestores.api import Windowed
-from streams.serdes import Serdes
 from topology import Materialized, Produced, SessionWindows, StreamsBuilder, Topology
 
 INPUT = "clicks"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from common.errors import ConfigError
 from runtime.group.assignors import (
     KNOWN_ASSIGNORS,
     Assignment,
@@ -25,7 +26,6 @@ from runtime.group.assignors import (
     assignor_for,
     task_sort_key,
 )
-from streams.errors import ConfigError
 
 CASES = 200
 Result = dict[str, Assignment]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import runtime.group.coordinator as coordinator_module
+from common.errors import ConfigError
 from runtime.group.assignors import Assignment, Subscription, TopicPartition, assignor_for
 from runtime.group.coordinator import GroupCoordinator, GroupMember
 from runtime.group.errors import (
@@ -28,7 +29,6 @@ from runtime.group.errors import (
 from runtime.group.join import JoinGroupRequest
 from runtime.group.state import GroupMetadata, GroupState
 from runtime.storage.topics import TopicAdmin
-from streams.errors import ConfigError
 
 G = "app"
 T0 = 1_000_000

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from common.config import StreamsConfig
 from runtime.group.errors import TopologyMismatchError
-from runtime.membership import ThreadMembership, topology_fingerprint
 from runtime.storage.topics import TopicAdmin
-from streams.config import StreamsConfig
+from runtime.thread.membership import ThreadMembership, topology_fingerprint
 
 TASKS = {"0_0": (("lines", 0),), "0_1": (("lines", 1),)}
 

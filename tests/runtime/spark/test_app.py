@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from runtime.app import StreamsApp
-from runtime.app_state import AppState
+from common.errors import UnknownTopicError
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp
+from runtime.app.app_state import AppState
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.state import TransactionState
-from streams.errors import UnknownTopicError
-from streams.serdes import Serdes
 from streams.testing import TopologyTestDriver
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

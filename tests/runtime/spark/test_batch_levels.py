@@ -8,10 +8,10 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
-from runtime.batch_levels import plan_levels
-from runtime.partition_group import hold_back, interleave, merged_order
-from runtime.task_runner import shuffle_keys, spark_hash_int
-from streams.serdes import Serdes
+from common.serdes import Serdes
+from runtime.tasks.partition_group import hold_back, interleave, merged_order
+from runtime.tasks.task_runner import shuffle_keys, spark_hash_int
+from runtime.thread.batch_levels import plan_levels
 from topology import Grouped, StreamsBuilder
 
 

@@ -12,13 +12,13 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from runtime.app import StreamsApp
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp
 from runtime.storage.partitioner import partition_for_key
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from statestores.stores import Stores
-from streams.serdes import Serdes
 from streams.testing import TopologyTestDriver
 from tests.examples.harness import Outputs, assert_same_outputs, topic_outputs
 from topology import Consumed, Materialized, Processor, Record, StreamsBuilder, Topology

@@ -10,12 +10,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from runtime.app import StreamsApp
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from statestores.stores import Stores
-from streams.serdes import Serdes
 from streams.testing import TopologyTestDriver
 from topology import Materialized, Processor, Produced, PunctuationType, Record, StreamsBuilder
 

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from runtime.app import StreamsApp
-from runtime.app_state import AppState
+from common.errors import UnknownTopicError
+from runtime.app.app import StreamsApp
+from runtime.app.app_state import AppState
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from streams.errors import UnknownTopicError
 from streams.testing import TopologyTestDriver
 from topology import Consumed, StreamsBuilder, Topology
 

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from runtime.app import StreamsApp
-from runtime.app_state import AppState
+from common.config import StreamsConfig
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp
+from runtime.app.app_state import AppState
 from runtime.storage.committer import TopicCommitter
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.offsets import OffsetsStore
-from streams.config import StreamsConfig
-from streams.serdes import Serdes
 from topology import Consumed, Produced, StreamsBuilder, Topology
 
 S, L = Serdes.String(), Serdes.Long()
@@ -115,7 +115,7 @@ def test_dead_letter_is_committed_with_the_batch_and_names_its_origin(
     headers = [(h["key"], h["value"]) for h in letter["headers"]]
     assert headers[0] == ("h", b"v")
     origin = dict(headers[1:])
-    assert origin["__streams.errors.exception"] == b"streams.errors.SerializationError"
+    assert origin["__streams.errors.exception"] == b"common.errors.SerializationError"
     assert b"LongDeserializer" in origin["__streams.errors.message"]
     assert origin["__streams.errors.topic"] == b"in"
     assert origin["__streams.errors.partition"] == b"0"

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from common.errors import OffsetOutOfRangeError
 from runtime.spark.source import SOURCE_NAME, TopicSource, read_task_input, resolve_positions
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from streams.errors import OffsetOutOfRangeError
 
 
 def fill(admin: TopicAdmin, topic: str, partitions: int, per_partition: int) -> None:

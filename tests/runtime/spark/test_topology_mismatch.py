@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from runtime.app import StreamsApp
-from runtime.app_state import AppState
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp
+from runtime.app.app_state import AppState
 from runtime.group.coordinator import GroupCoordinator, GroupState
 from runtime.group.errors import TopologyMismatchError
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from streams.serdes import Serdes
 from topology import Consumed, Produced, StreamsBuilder, Topology
 
 S = Serdes.String()

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from runtime.app import StreamsApp, StreamThreadExceptionResponse
-from runtime.app_state import AppState
+from common.errors import StreamsError, StreamsProcessingError
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp, StreamThreadExceptionResponse
+from runtime.app.app_state import AppState
 from runtime.group.coordinator import GroupCoordinator, GroupState
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from runtime.stream_thread import ApplicationShutdownError
-from streams.errors import StreamsError, StreamsProcessingError
-from streams.serdes import Serdes
+from runtime.thread.stream_thread import ApplicationShutdownError
 from topology import Consumed, Produced, StreamsBuilder, Topology
 
 S = Serdes.String()

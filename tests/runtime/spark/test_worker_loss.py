@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from runtime.app import StreamsApp
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.protocol import socket_dir
-from streams.serdes import Serdes
 from streams.testing import TopologyTestDriver
 from topology import Materialized, Produced, StreamsBuilder
 

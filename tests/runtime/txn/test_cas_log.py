@@ -17,10 +17,10 @@ import pytest
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
+from common.errors import CoordinatorError
 from runtime.storage.fs import StorageRoot
 from runtime.txn.cas_delta import DOCUMENT_KEY, NONCE_KEY, TARGET_KEY
 from runtime.txn.cas_log import Backend, CasLog
-from streams.errors import CoordinatorError
 
 BACKENDS: list[Backend] = ["file", "delta"]
 PARTS = ("txn", "log-a")
@@ -147,7 +147,7 @@ RACER = textwrap.dedent(
     import json, os, sys, time
     from runtime.storage.fs import StorageRoot
     from runtime.txn.cas_log import CasLog
-    from streams.errors import CoordinatorError
+    from common.errors import CoordinatorError
 
     root, backend, writer, rounds, compact_every = sys.argv[1:3] + [int(a) for a in sys.argv[3:]]
     # A short retention, as the delta backend needs: a version is deleted only once it is

@@ -9,6 +9,12 @@ from typing import Any
 
 import pytest
 
+from common.errors import (
+    CoordinatorError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    StreamsError,
+)
 from runtime.storage.committer import StagedFile
 from runtime.txn.metadata import OffsetEntry, TransactionMetadata
 from runtime.txn.state import (
@@ -19,12 +25,6 @@ from runtime.txn.state import (
     TransactionState,
     check_transition,
     is_epoch_exhausted,
-)
-from streams.errors import (
-    CoordinatorError,
-    InvalidTxnStateError,
-    ProducerFencedError,
-    StreamsError,
 )
 
 # Kafka's states and ids (TransactionMetadata.scala, TransactionState.fromId).

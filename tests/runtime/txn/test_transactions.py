@@ -16,6 +16,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from common.errors import (
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    TransactionAbortedError,
+)
 from runtime.storage.committer import write_file
 from runtime.storage.reader import TopicReader
 from runtime.storage.records import FILE_SCHEMA
@@ -24,12 +30,6 @@ from runtime.txn.coordinator import STAGING_DIR, TransactionCoordinator
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore, UnstableOffsetCommitError
 from runtime.txn.producer import TransactionalProducer
 from runtime.txn.state import TransactionState
-from streams.errors import (
-    InvalidTransactionTimeoutError,
-    InvalidTxnStateError,
-    ProducerFencedError,
-    TransactionAbortedError,
-)
 
 TOPICS = ("out-a", "out-b", "out-c")
 # 3 output topics + __consumer_offsets = 4 participants, committed in sorted order.
@@ -175,7 +175,7 @@ ZOMBIE = textwrap.dedent(
     """
     import json, os, sys, time
     from runtime.txn.producer import TransactionalProducer
-    from streams.errors import ProducerFencedError
+    from common.errors import ProducerFencedError
 
     root, ready, go = sys.argv[1], sys.argv[2], sys.argv[3]
     producer = TransactionalProducer(root, "shared-id", buffer_memory=1)

@@ -1,0 +1,1 @@
+"""The leaf kernel (errors, serdes, config, handlers): imports nothing of the project."""

@@ -1,0 +1,1 @@
+"""The application (Kafka's KafkaStreams): lifecycle, identity, topics."""

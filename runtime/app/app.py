@@ -1,0 +1,472 @@
+"""``StreamsApp``: a topology running as a Spark Structured Streaming query (Kafka's
+``KafkaStreams``).
+
+::
+
+    app = StreamsApp(topology, {"application.id": "wordcount", "topics.root": "/data",
+                                "processing.guarantee": "exactly_once_v2"})
+    app.start()
+    app.await_termination()
+
+``start()`` checks the topics, creates the internal ones, fences any older instance of
+the same stream thread (its transactional id ``<application.id>-<processId>-<thread>``
+survives restarts through the process id kept in ``state.dir``), and starts the query:
+the ``streams-topic`` source from the committed positions, one ``foreachBatch`` call per
+micro-batch, triggered every ``commit.interval.ms``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from common.config import StreamsConfig
+from common.errors import StreamsError
+from runtime.app.app_state import (
+    AppState,
+    AppStateMachine,
+    IllegalStateTransitionError,
+    StateListener,
+)
+from runtime.app.internal_topics import TopicPlan, plan_topics
+from runtime.app.process_id import load_or_create_process_id
+from runtime.group.coordinator import GroupState
+from runtime.spark.source import SOURCE_NAME, TopicSource
+from runtime.spark.source_topics import internal_topic_names, pattern_sources, patterns_to_json
+from runtime.spark.startup import SessionStart
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin
+from runtime.tasks.client import shutdown_hosts
+from runtime.thread.batch_levels import BatchLevels, plan_levels
+from runtime.thread.membership import ThreadMembership, task_partitions
+from runtime.thread.stream_thread import ApplicationShutdownError, StreamThread, TaskMigratedError
+from topology.graph.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+class StreamThreadExceptionResponse(enum.Enum):
+    """What an uncaught exception handler asks for (Kafka's
+    ``StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse``)."""
+
+    REPLACE_THREAD = "REPLACE_THREAD"
+    SHUTDOWN_CLIENT = "SHUTDOWN_CLIENT"
+    SHUTDOWN_APPLICATION = "SHUTDOWN_APPLICATION"
+
+
+class StreamsApp:
+    """Runs ``topology`` with ``config`` on Spark, exactly once under exactly_once_v2.
+
+    Args:
+        topology: the built topology.
+        config: a :class:`StreamsConfig` or a mapping of dotted keys.
+        spark: the session to use (default: the active one, else a local one).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        config: StreamsConfig | Mapping[str, Any],
+        *,
+        spark: SparkSession | None = None,
+    ) -> None:
+        self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(**config)
+        self.topology = topology
+        topology.validate(self.config)
+        self.application_id = self.config.application_id
+        self._spark = spark
+        self._session_start: SessionStart | None = None
+        self._machine = AppStateMachine(self.application_id)
+        self.admin = TopicAdmin(self.config.topics_root)
+        self.process_id = ""
+        self.threads: list[StreamThread] = []
+        self.queries: list[StreamingQuery] = []
+        self.plan: TopicPlan | None = None
+        self.uncaught_exception_handler: (
+            Callable[[BaseException], StreamThreadExceptionResponse] | None
+        ) = None
+        self.replaced_threads = 0
+        self._started_ms = 0
+        self._levels: BatchLevels | None = None
+        self._shuffle_levels: BatchLevels | None = None
+        self._error: BaseException | None = None
+        self._patterns = pattern_sources(topology)
+        #: The threads rejoining their group now (the app is REBALANCING while any is).
+        self._rebalancing: set[int] = set()
+        self._rebalance_lock = threading.Lock()
+        #: While start() runs, the threads' first joins are part of its REBALANCING.
+        self._starting = False
+        self._lock = threading.Lock()
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def state(self) -> AppState:
+        """The application's state."""
+        return self._machine.state
+
+    def set_state_listener(self, listener: StateListener) -> None:
+        """Call ``listener(new, old)`` on every state change."""
+        self._machine.listener = listener
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start processing (returns once the query runs).
+
+        Raises:
+            UnknownTopicError: a source or sink topic does not exist.
+            TaskMigratedError: ... later, from await_termination, when fenced.
+        """
+        self._machine.transit(AppState.REBALANCING)
+        self._starting = True
+        if self._spark is None and self._session_start is None:
+            # The JVM starts while the topics are planned and older instances fenced.
+            self._session_start = SessionStart(f"streams-{self.application_id}")
+        try:
+            self.plan = plan_topics(
+                self.topology, self.admin, self.application_id, config=self.config
+            )
+            self.process_id = load_or_create_process_id(self.config.state_dir, self.application_id)
+            n = self.config.num_stream_threads
+            self._levels = plan_levels(
+                self.topology,
+                self.plan.sources,
+                self.plan.tasks,
+                self.application_id,
+                in_batch=False,
+            )
+            # A batch shuffles repartitioned records itself while one thread owns every
+            # task (see StreamThread._choose_levels); never under exactly_once, whose
+            # tasks commit separately.
+            if n == 1 and self.config.processing_guarantee != "exactly_once":
+                self._shuffle_levels = plan_levels(
+                    self.topology,
+                    self.plan.sources,
+                    self.plan.tasks,
+                    self.application_id,
+                    in_batch=True,
+                )
+            self._started_ms = time.time_ns() // 1_000_000
+            for index in range(1, self.config.num_stream_threads + 1):
+                self._start_thread(index)
+        except BaseException:
+            self._machine.transit(AppState.PENDING_ERROR)
+            self._machine.transit(AppState.ERROR)
+            raise
+        with self._rebalance_lock:  # RUNNING now, or when the last rejoining thread is done
+            self._starting = False
+            if not self._rebalancing:
+                self._machine.transit(AppState.RUNNING)
+
+    def run_until_idle(self) -> None:
+        """Process everything available now (and what that produces), then close.
+
+        Raises:
+            the error of a stream thread the uncaught exception handler did not replace.
+        """
+        if self.state is AppState.CREATED:
+            self.start()
+        while True:
+            # Threads feed each other through repartition topics: drain until a whole
+            # round moves no position.
+            before = [dict(t.positions) for t in self.threads]
+            failed = False
+            for index, query in enumerate(list(self.queries)):
+                try:
+                    query.processAllAvailable()
+                except Exception as exc:
+                    self._on_thread_error(index, exc)  # raises unless the thread is replaced
+                    failed = True
+            if failed:
+                continue
+            moved = [t.positions for t in self.threads] != before
+            if not moved and self._idle():
+                break
+            if not moved:  # a rebalance is under way: let the threads rejoin and read
+                for thread in self.threads:
+                    thread.wake_now()
+                time.sleep(0.1)
+        self.close()
+
+    def _idle(self) -> bool:
+        """Whether every thread has read all of its tasks' input, and the group is stable
+        with every task owned (by this instance or another)."""
+        if not all(t.caught_up() for t in self.threads):
+            return False
+        membership = self.threads[0].membership if self.threads else None
+        if membership is None:
+            return True
+        group = membership.coordinator.describe(self.application_id)
+        if group.state is not GroupState.STABLE:
+            return False
+        owned = {str(t) for m in group.members for t in m.assignment.user_data.get("tasks", [])}
+        return owned >= set(membership.tasks)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait until the application stops; return whether it stopped within ``timeout``
+        seconds (None: wait for ever).
+
+        Raises:
+            the error of a stream thread the uncaught exception handler did not replace.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.queries and not self.state.is_terminal():
+            for index, query in enumerate(list(self.queries)):
+                if not query.isActive:
+                    error = query.exception()
+                    if error is None:
+                        self.close()
+                        return True
+                    self._on_thread_error(index, error)
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            with contextlib.suppress(Exception):  # a failed query: handled just above
+                self.queries[0].awaitTermination(0.2)  # type: ignore[arg-type]
+        return self.state.is_terminal()
+
+    def set_uncaught_exception_handler(
+        self, handler: Callable[[BaseException], StreamThreadExceptionResponse]
+    ) -> None:
+        """Decide what a stream thread's uncaught error does (Kafka's
+        ``setUncaughtExceptionHandler``): REPLACE_THREAD starts the thread again (its
+        transaction aborted, its tasks resumed from the committed state),
+        SHUTDOWN_CLIENT stops this instance in ERROR (the default), and
+        SHUTDOWN_APPLICATION stops every instance of the application.id. A
+        ``TaskMigratedError`` always stops this instance: a newer one owns its tasks."""
+        self.uncaught_exception_handler = handler
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the query, abort any open transaction; return whether it stopped in time."""
+        with self._lock:
+            if self.state.is_terminal():
+                return True
+            if self.state is not AppState.PENDING_SHUTDOWN:
+                self._machine.transit(AppState.PENDING_SHUTDOWN)
+            self._stop_all()
+            self._machine.transit(AppState.NOT_RUNNING)
+            return True
+
+    def cleanup(self) -> None:
+        """Delete this application's local state directory (only when not running)."""
+        if self.state.is_running_or_rebalancing():
+            raise StreamsError(
+                f"[app {self.application_id}] cleanup() is only allowed before start() or "
+                "after close()"
+            )
+        shutil.rmtree(os.path.join(self.config.state_dir, self.application_id), True)
+
+    # -- internals ------------------------------------------------------------------------
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            if self._session_start is None:
+                self._session_start = SessionStart(f"streams-{self.application_id}")
+            self._spark = self._session_start.session()
+        return self._spark
+
+    def checkpoint_location(self) -> str:
+        """Where Spark keeps this application's query checkpoint."""
+        return self.admin.root.uri_of("_apps", self.application_id, "checkpoint")
+
+    @property
+    def thread(self) -> StreamThread | None:
+        """The first stream thread (None before start)."""
+        return self.threads[0] if self.threads else None
+
+    @property
+    def query(self) -> StreamingQuery | None:
+        """The first thread's query (None before start)."""
+        return self.queries[0] if self.queries else None
+
+    def metrics(self) -> dict[str, float]:
+        """Application metrics summed over the threads (Kafka's ``metrics()``)."""
+        out: dict[str, float] = {}
+        for thread in self.threads:
+            for name, value in thread.metrics.items():
+                out[name] = out.get(name, 0) + value
+            out["commit-total"] = out.get("commit-total", 0) + thread.batches
+        return out
+
+    def _start_thread(self, index: int) -> None:
+        """Start stream thread ``index`` (1-based): a member of the application's group,
+        running the tasks the group assigns it."""
+        assert self.plan is not None and self._levels is not None
+        plan = self.plan
+        membership = ThreadMembership(
+            self.admin,
+            self.config,
+            instance_id=f"{self.process_id}-{index}",
+            client_id=f"{self.application_id}-{self.process_id}-StreamThread-{index}",
+            tasks=task_partitions(plan.tasks, plan.sources, self.admin.num_partitions),
+            process_id=self.process_id,
+            description=str(self.topology.describe()),
+        )
+        thread = StreamThread(
+            self.topology,
+            self.config,
+            self.admin,
+            outputs=self.plan.outputs,
+            sources=self.plan.sources,
+            transactional_id=f"{self.application_id}-{self.process_id}-{index}",
+            tasks=self.plan.tasks,
+            levels=self._levels,
+            shuffle_levels=self._shuffle_levels,
+            membership=membership,
+            shutdown_marker=(self._shutdown_marker(), self._started_ms),
+            internal_sources=frozenset(self.plan.sources) - frozenset(self.plan.external_sources),
+            wake=self._wake_file(index),
+            global_topics=plan.global_topics,
+            offset_resets=plan.offset_resets,
+            subscription=self._subscription_file(index) if self._patterns else None,
+        )
+        thread.on_rebalancing = functools.partial(self._thread_rebalancing, index)
+        positions = thread.start()
+        query = self._start_query(thread, index, positions)
+        if len(self.threads) >= index:
+            self.threads[index - 1], self.queries[index - 1] = thread, query
+        else:
+            self.threads.append(thread)
+            self.queries.append(query)
+
+    def _thread_rebalancing(self, index: int, rebalancing: bool) -> None:
+        """Follow thread ``index``'s rebalances: RUNNING -> REBALANCING when one starts,
+        back to RUNNING once no thread is rebalancing (Kafka's ``KafkaStreams`` state)."""
+        with self._rebalance_lock:
+            if rebalancing:
+                self._rebalancing.add(index)
+            else:
+                self._rebalancing.discard(index)
+            state = self.state
+            try:
+                if rebalancing and state is AppState.RUNNING:
+                    self._machine.transit(AppState.REBALANCING)
+                elif not (self._rebalancing or self._starting) and state is AppState.REBALANCING:
+                    self._machine.transit(AppState.RUNNING)
+            except IllegalStateTransitionError:  # a shutdown or an error got there first
+                log.debug("[app %s] state %s moved on", self.application_id, state.value)
+
+    def _wake_file(self, index: int) -> str:
+        """The file holding thread ``index``'s wake token for its source."""
+        return self.admin.root.path(
+            "_apps", self.application_id, "wake", f"{self.process_id}-thread-{index}"
+        )
+
+    def _subscription_file(self, index: int) -> str:
+        """The file where thread ``index``'s source names the topics it watches."""
+        return self.admin.root.path(
+            "_apps", self.application_id, "subscription", f"{self.process_id}-thread-{index}"
+        )
+
+    def _shutdown_marker(self) -> str:
+        """The file whose presence asks every instance of the application to stop."""
+        return self.admin.root.path("_apps", self.application_id, "shutdown-requested")
+
+    def _on_thread_error(self, index: int, error: BaseException) -> None:
+        """Apply the uncaught exception handler to thread ``index + 1``'s error: replace
+        the thread, or raise after shutting down this instance (or the application)."""
+        thread = self.threads[index]
+        exc = thread.failure if thread.failure is not None else error
+        response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+        if self.uncaught_exception_handler is not None and not isinstance(
+            exc, TaskMigratedError | ApplicationShutdownError
+        ):
+            response = self.uncaught_exception_handler(exc)
+        if response is StreamThreadExceptionResponse.REPLACE_THREAD:
+            log.warning(
+                "[app %s] replacing stream thread %d after: %s", self.application_id, index + 1, exc
+            )
+            thread.close()
+            self.replaced_threads += 1
+            self._start_thread(index + 1)
+            return
+        if response is StreamThreadExceptionResponse.SHUTDOWN_APPLICATION:
+            stamp = time.time_ns() // 1_000_000
+            self.admin.root.write_bytes(self._shutdown_marker(), f"{stamp}\n{exc}".encode())
+        self._fail(exc)
+
+    def _stop_all(self) -> None:
+        for query in self.queries:
+            query.stop()
+        for thread in self.threads:
+            thread.close()
+        # the task hosts of this machine close their tasks (on a cluster, the executors'
+        # hosts close when idle or when their executor ends)
+        shutdown_hosts(self.config.state_dir, self.application_id)
+
+    def _start_query(
+        self, thread: StreamThread, index: int, positions: dict[tuple[str, int], int]
+    ) -> StreamingQuery:
+        assert self.plan is not None
+        topics = thread.source_topics
+        starting: dict[str, dict[str, int]] = {}
+        reader = TopicReader(self.admin)
+        for (topic, partition), offset in positions.items():
+            starting.setdefault(topic, {})[str(partition)] = offset
+        for topic in topics:  # internal topics always start at the beginning
+            if topic not in self.plan.external_sources:
+                begin = reader.beginning_offsets(topic)
+                known = starting.setdefault(topic, {})
+                for p, off in begin.items():
+                    known.setdefault(str(p), off)
+        self.spark.dataSource.register(TopicSource)
+        stream = (
+            self.spark.readStream.format(SOURCE_NAME)
+            .option("root", self.admin.root.uri_of())
+            .option("topics", json.dumps(topics))
+            .option("starting_offsets", json.dumps(starting))
+            # Spark's offsets only trigger batches; the thread plans the reads itself,
+            # each source with its own reset policy: a first batch runs for every record
+            .option("auto_offset_reset", "earliest")
+            .option("max_poll_records", str(self.config.max_poll_records))
+            .option("trigger_only", "true")
+            .option("wake", self._wake_file(index))
+            .options(**self._pattern_options(index))
+            .load()
+        )
+        return (
+            stream.writeStream.foreachBatch(thread.run_batch)
+            .queryName(f"streams-{self.application_id}-{self.process_id}-{index}")
+            .option(
+                "checkpointLocation",
+                f"{self.checkpoint_location()}/{self.process_id}-thread-{index}",
+            )
+            .trigger(processingTime=f"{self.config.commit_interval_ms} milliseconds")
+            .start()
+        )
+
+    def _pattern_options(self, index: int) -> dict[str, str]:
+        """The source's options of a topology with pattern sources: watch for new
+        matching topics (never the internal ones) every ``metadata.max.age.ms``."""
+        if not self._patterns:
+            return {}
+        return {
+            "patterns": patterns_to_json(self._patterns),
+            "exclude": json.dumps(sorted(internal_topic_names(self.topology, self.application_id))),
+            "metadata_max_age_ms": str(self.config.metadata_max_age_ms),
+            "subscription": self._subscription_file(index),
+        }
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error = exc
+        self._stop_all()
+        if not self.state.is_terminal():
+            if self.state is AppState.PENDING_SHUTDOWN:
+                self._machine.transit(AppState.NOT_RUNNING)
+            else:
+                self._machine.transit(AppState.PENDING_ERROR)
+                self._machine.transit(AppState.ERROR)
+        raise exc

@@ -1,0 +1,194 @@
+"""Plan and create a topology's topics at start (Kafka's ``InternalTopicManager``).
+
+Source topics must exist. Repartition topics get their configured partition count, else
+the largest partition count of the sub-topology writing them; changelog topics get the
+partition count of their sub-topology's tasks. Internal topics are created when missing;
+an existing one with another partition count is an error that says what to do.
+
+The dead-letter topic (``errors.dead.letter.queue.topic.name``) is an output like the sinks,
+so dead letters are staged in the batch's transaction. Kafka needs it to exist (or the
+broker to auto-create it); here it is created when missing, with the largest partition
+count of the source topics (dead letters are partitioned by their key, as Kafka's).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from common.config import StreamsConfig
+from common.errors import TopologyError, UnknownTopicError
+from runtime.spark.source_topics import (
+    internal_topic_names,
+    match_patterns,
+    offset_resets,
+    pattern_sources,
+)
+from runtime.storage.topics import TopicAdmin
+from runtime.tasks.collector import OutputTopic
+from runtime.tasks.global_state import global_topics
+from topology.graph.graph import SinkSpec, SourceSpec
+from topology.graph.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """The runtime topics of a topology.
+
+    ``sources``: runtime topic -> sub-topology reading it; ``outputs``: every topic a task
+    may write (sinks, repartition topics, changelogs); ``tasks``: sub-topology -> number of
+    tasks (partitions); ``global_topics``: the topics of the global stores (read whole by
+    every instance, no task reads them).
+    """
+
+    sources: dict[str, int]
+    outputs: dict[str, OutputTopic]
+    tasks: dict[int, int]
+    external_sources: tuple[str, ...]
+    global_topics: tuple[str, ...] = ()
+    #: source topic -> its source's own reset policy (``Consumed.with_offset_reset_policy``)
+    offset_resets: dict[str, str] = field(default_factory=dict)
+
+
+def plan_topics(
+    topology: Topology,
+    admin: TopicAdmin,
+    application_id: str,
+    *,
+    config: StreamsConfig | None = None,
+) -> TopicPlan:
+    """Check the source topics, create missing internal topics, return the plan.
+
+    ``config`` gives the dead-letter topic (``errors.dead.letter.queue.topic.name``).
+
+    Raises:
+        UnknownTopicError: a source or sink topic does not exist (create it first).
+        TopologyError: an internal topic exists with another partition count, or the
+            dead-letter topic is one the topology reads.
+    """
+    subs = topology.task_subtopologies()
+    internal_counts: dict[str, int] = {
+        f"{application_id}-{name}": spec.num_partitions
+        for name, spec in topology.repartition_topics.items()
+        if spec.num_partitions is not None
+    }
+    sources: dict[str, int] = {}
+    tasks: dict[int, int] = {}
+    external: list[str] = []
+    matched = _pattern_topics(topology, admin, application_id)
+    for _ in range(len(subs) + 1):  # repartition counts flow downstream
+        for sub in subs:
+            counts = []
+            for name in sub.sources:
+                spec = topology.nodes[name]
+                assert isinstance(spec, SourceSpec)
+                for topic in spec.topics:
+                    runtime = topology.topic_name(topic, application_id, internal=spec.internal)
+                    sources[runtime] = sub.id
+                    if spec.internal:
+                        if runtime in internal_counts:
+                            counts.append(internal_counts[runtime])
+                    else:
+                        if runtime not in external:
+                            external.append(runtime)
+                        counts.append(_partitions(admin, runtime, "source"))
+            counts += _add_matched(admin, sub.id, matched, sources, external)
+            if counts:
+                tasks[sub.id] = max(counts)
+            for name in sub.nodes:
+                spec = topology.nodes[name]
+                if isinstance(spec, SinkSpec) and spec.internal and spec.topic is not None:
+                    runtime = topology.topic_name(spec.topic, application_id, internal=True)
+                    if runtime not in internal_counts and sub.id in tasks:
+                        internal_counts[runtime] = tasks[sub.id]
+    outputs: dict[str, OutputTopic] = {}
+    for sub in subs:
+        for name in sub.nodes:
+            spec = topology.nodes[name]
+            if not isinstance(spec, SinkSpec) or spec.topic is None:
+                continue
+            runtime = topology.topic_name(spec.topic, application_id, internal=spec.internal)
+            if spec.internal:
+                _ensure(admin, runtime, internal_counts[runtime])
+            outputs[runtime] = OutputTopic(
+                admin.table_path(runtime), _partitions(admin, runtime, "sink")
+            )
+    changelogs = topology.changelog_topics(application_id)
+    for sub in subs:
+        for store in sub.stores:
+            if store in changelogs and sub.id in tasks:
+                topic = changelogs[store]
+                _ensure(admin, topic, tasks[sub.id])
+                outputs[topic] = OutputTopic(admin.table_path(topic), tasks[sub.id])
+    dead_letters = config.errors_dead_letter_queue_topic_name if config is not None else ""
+    if dead_letters and dead_letters not in outputs:
+        if dead_letters in sources:
+            raise TopologyError(
+                f"errors.dead.letter.queue.topic.name {dead_letters!r} is a source topic of "
+                "the topology: its dead letters would be read again; choose another topic"
+            )
+        counts = [admin.num_partitions(t) for t in external]
+        outputs[dead_letters] = _dead_letter_topic(admin, dead_letters, max(counts, default=1))
+    globals_ = global_topics(topology, application_id)
+    for topic in globals_:
+        _partitions(admin, topic, "global")
+    resets = offset_resets(topology, sources, application_id)
+    return TopicPlan(sources, outputs, tasks, tuple(external), globals_, offset_resets=resets)
+
+
+def _add_matched(
+    admin: TopicAdmin,
+    sub_id: int,
+    matched: dict[str, int],
+    sources: dict[str, int],
+    external: list[str],
+) -> list[int]:
+    """Add the pattern-matched topics of ``sub_id`` to ``sources`` and ``external``;
+    return their partition counts."""
+    counts = []
+    for topic in (t for t, reader in matched.items() if reader == sub_id):
+        sources[topic] = sub_id
+        if topic not in external:
+            external.append(topic)
+        counts.append(_partitions(admin, topic, "source"))
+    return counts
+
+
+def _pattern_topics(topology: Topology, admin: TopicAdmin, application_id: str) -> dict[str, int]:
+    """Return the existing topics the topology's patterns match -> their sub-topology."""
+    patterns = pattern_sources(topology)
+    if not patterns:
+        return {}
+    excluded = internal_topic_names(topology, application_id)
+    return match_patterns(patterns, admin.list(), excluded)
+
+
+def _dead_letter_topic(admin: TopicAdmin, topic: str, partitions: int) -> OutputTopic:
+    if not admin.exists(topic):
+        admin.create(topic, partitions, if_not_exists=True)
+        log.info("created dead-letter topic=%s partitions=%d", topic, partitions)
+    return OutputTopic(admin.table_path(topic), admin.num_partitions(topic))
+
+
+def _partitions(admin: TopicAdmin, topic: str, role: str) -> int:
+    if not admin.exists(topic):
+        raise UnknownTopicError(
+            f"{role} topic {topic!r} does not exist; create it first "
+            f"(streams-eos topics --create --topic {topic} --partitions N)"
+        )
+    return admin.num_partitions(topic)
+
+
+def _ensure(admin: TopicAdmin, topic: str, partitions: int) -> None:
+    if not admin.exists(topic):
+        admin.create(topic, partitions, if_not_exists=True)
+        return
+    found = admin.num_partitions(topic)
+    if found != partitions:
+        raise TopologyError(
+            f"internal topic {topic!r} has {found} partitions but the topology needs "
+            f"{partitions}; reset the application (streams-eos application-reset) or "
+            "delete the topic"
+        )

@@ -1,0 +1,1 @@
+"""State-store plug-ins over runtime storage and transactions; compaction."""

@@ -1,0 +1,444 @@
+"""What runs inside a Spark task: the stream tasks of one partition number, for one batch.
+
+The driver pickles a :class:`BatchPlan` into the ``mapInArrow`` functions of the batch.
+Sub-topologies are run in *levels*: level 0 reads the source topics; a sub-topology that
+reads a repartition topic runs one level after every sub-topology writing it. Between two
+levels the repartitioned records travel as rows through a Spark shuffle, inside the same
+batch and the same transaction, never through storage (``BatchPlan.inline``). Each Spark
+task receives the rows of one or more partition numbers and, for each sub-topology of its
+level with records of partition ``p``:
+
+1. opens the task ``<sub-topology>_<p>`` (its stores restore what they miss; a batch
+   prepared by an earlier attempt is applied if the plan says its transaction committed,
+   otherwise dropped and replayed from the changelog);
+2. skips source records below the committed positions (a replayed batch, or a Spark
+   checkpoint older than the offsets table), processes the rest: the records of several
+   topics interleaved by timestamp, as Kafka's ``PartitionGroup`` picks the queue whose
+   head has the smallest timestamp;
+3. flushes the task (caches forward, changelog records reach the collector), writes every
+   output and changelog record as staged files of the batch's transaction, returns the
+   repartitioned records as rows for the next level, and persists the stores' writes as a
+   prepared batch of that transaction (KIP-892);
+4. closes the task (its stores and the task-directory lock), and returns metadata rows:
+   the staged files and the consumed positions. The driver commits them.
+
+Rows of other levels and metadata rows pass through a level untouched.
+
+A Spark task that fails or is retried leaves at most orphan staged files (deleted by the
+coordinator's sweep) and a prepared batch that is never confirmed: exactly-once holds
+because only the result that reached the driver is committed.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import pickle
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from common.config import StreamsConfig
+from common.errors import StreamsProcessingError
+from runtime.spark.source import TaskInput, TopicSlices, read_task_input
+from runtime.storage.records import HEADERS_TYPE
+from runtime.tasks.client import run_on_host
+from runtime.tasks.collector import OutputTopic
+from topology.graph.topology import Topology
+
+log = logging.getLogger(__name__)
+
+#: Row kinds: a staged file, a consumed position, a metric, records on their way to a
+#: later level (packed: see :func:`pack`), a task that prepared writes in the batch's
+#: transaction, when a task's next wall-clock punctuation is due (``timestamp``), and a
+#: task of a later level to visit even without records.
+FILE, POSITION, METRIC, RECORD = "file", "position", "metric", "record"
+PREPARED, WAKE, VISIT = "prepared", "wake", "visit"
+
+#: One row per staged file, consumed position, metric, or pack of records in flight
+#: between levels: ``value`` holds the records (an Arrow IPC stream), ``count`` how many,
+#: ``origin`` the upstream task's partition (which orders the packs of one partition) and
+#: ``shuffle`` places the row (see :func:`shuffle_keys`).
+ROW_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("task", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("path", pa.string()),
+        ("count", pa.int64()),
+        ("size", pa.int64()),
+        ("min_timestamp", pa.int64()),
+        ("max_timestamp", pa.int64()),
+        ("offset", pa.int64()),
+        ("origin", pa.int32()),
+        ("shuffle", pa.int32()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.int64()),
+        ("headers", HEADERS_TYPE),
+    ]
+)
+ROW_DDL = (
+    "kind string, task string, topic string, partition int, path string, count long, "
+    "size long, min_timestamp long, max_timestamp long, offset long, origin int, "
+    "shuffle int, key binary, value binary, timestamp long, "
+    "headers array<struct<key: string, value: binary>>"
+)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Everything a Spark task needs for one batch (pickled by the driver).
+
+    ``positions`` are the committed next offsets; records below them were processed by a
+    committed batch already. ``transaction`` is ``(transactional id, sequence)`` of the
+    batch under exactly_once_v2; ``task_transactions`` maps each task to its own
+    ``(transactional id, sequence, staging dir)`` under exactly_once; both empty under
+    at_least_once. ``outcomes`` tells stores how earlier transactions ended, so a prepared
+    batch left by an earlier batch is applied or dropped. ``inline`` maps each repartition
+    topic shuffled inside the batch to the level reading it; ``levels`` maps each
+    sub-topology to its level; ``shuffle`` maps a level's partition count to the shuffle
+    value of each partition. ``snapshot``: upload a snapshot of each task's stores (their
+    committed state, once opened) in this batch.
+
+    ``inputs`` (a streams application's batches) names, per partition number, the file
+    slices each source topic partition is read from: from the committed position on, at
+    most ``max.poll.records`` of them. ``truncated`` lists the source partitions that have
+    records beyond their slice; a task with several inputs holds back records once such a
+    partition is drained (``max.task.idle.ms`` >= 0), as Kafka's task waits for more data
+    of an empty partition that has lag, so records are processed in timestamp order
+    across batches.
+
+    ``owner`` names the stream thread instance sending the batch: a task host that held the
+    task for another owner rebuilds it from committed state. ``visit`` lists the thread's
+    tasks: each runs in every batch, with or without records (Kafka's loop punctuates and
+    commits every task), so wall-clock punctuators fire and prepared writes settle.
+    ``static_key`` names the topology and configuration (sent once to each task host).
+
+    ``globals`` names the file slices of every partition of the global topics, from the
+    log start to its end as planned for this batch: each process brings its global stores
+    up to these ends before its tasks run (:mod:`runtime.tasks.global_state`).
+    """
+
+    topology: Topology
+    config: StreamsConfig
+    root: str
+    outputs: Mapping[str, OutputTopic]
+    staging_dir: str
+    sources: Mapping[str, int]  # runtime topic -> sub-topology reading it
+    positions: Mapping[tuple[str, int], int]
+    transaction: tuple[str, int] | None
+    outcomes: Mapping[tuple[str, int], bool] = field(default_factory=dict)
+    task_transactions: Mapping[str, tuple[str, int, str]] = field(default_factory=dict)
+    inline: Mapping[str, int] = field(default_factory=dict)
+    levels: Mapping[int, int] = field(default_factory=dict)
+    shuffle: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    level_partitions: Mapping[int, int] = field(default_factory=dict)
+    snapshot: bool = False
+    inputs: Mapping[int, tuple[TopicSlices, ...]] | None = None
+    truncated: frozenset[tuple[str, int]] = frozenset()
+    owner: str = ""
+    visit: frozenset[str] = frozenset()
+    static_key: str = ""
+    globals: tuple[TopicSlices, ...] = ()
+
+    def level_of(self, topic: str) -> int:
+        """The level of the sub-topology reading ``topic``."""
+        return self.levels.get(self.sources[topic], 0)
+
+
+class PlanOutcomes:
+    """Answers "did transaction (id, sequence) commit?" from the driver's plan."""
+
+    def __init__(self, outcomes: Mapping[tuple[str, int], bool]) -> None:
+        self.outcomes = outcomes
+
+    def committed(self, transactional_id: str, sequence: int) -> bool | None:
+        """Return True, False, or None when the driver did not say (drop and replay)."""
+        return self.outcomes.get((transactional_id, sequence))
+
+
+# -- errors across the JVM -----------------------------------------------------------------
+
+_ERROR_TAG = "streams-task-error:"
+
+
+class TaskFailedError(Exception):
+    """Carries a task's exception to the driver through Spark, which passes only text: the
+    original exception pickled and base64-encoded behind a tag (see :func:`task_error`)."""
+
+
+def guarded(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Yield ``rows``; turn an exception into a :class:`TaskFailedError` the driver decodes."""
+    try:
+        yield from rows
+    except Exception as exc:
+        try:
+            payload = base64.b64encode(pickle.dumps(exc)).decode()
+        except Exception:  # not picklable: the driver rebuilds it from the text
+            payload = ""
+        raise TaskFailedError(f"{_ERROR_TAG}{payload}:{type(exc).__name__}: {exc}") from exc
+
+
+def task_error(error: BaseException) -> BaseException | None:
+    """Return the task's original exception carried in Spark's ``error``, if any."""
+    text = str(error)
+    at = text.find(_ERROR_TAG)
+    if at < 0:
+        return None
+    payload = text[at + len(_ERROR_TAG) :].split(":", 1)[0]
+    if payload:
+        try:
+            original = pickle.loads(base64.b64decode(payload))
+            if isinstance(original, BaseException):
+                return original
+        except Exception:  # fall back to the message below
+            pass
+    message = text[at + len(_ERROR_TAG) :].split(":", 1)[-1].strip().splitlines()[0]
+    return StreamsProcessingError(message)
+
+
+# -- Spark shuffle placement ------------------------------------------------------------
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+
+def spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int column (Murmur3 x86_32, seed 42), as a signed int."""
+    k1 = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k1 = _rotl(k1, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = _rotl(seed ^ k1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def shuffle_keys(partitions: int) -> list[int]:
+    """Return, for each partition ``p`` of ``partitions``, the smallest int ``v`` that
+    ``DataFrame.repartition(partitions, col)`` sends to Spark partition ``p``, so a
+    record's task partition is its Spark partition (no two tasks share a Spark task)."""
+    found: dict[int, int] = {}
+    value = 0
+    while len(found) < partitions:
+        found.setdefault(spark_hash_int(value) % partitions, value)
+        value += 1
+    return [found[p] for p in range(partitions)]
+
+
+# -- the level functions ------------------------------------------------------------------
+
+
+def run_source_level(
+    plan: BatchPlan, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Level 0: run the tasks of the partition numbers of one Spark partition.
+
+    The input is either the records themselves or (the source's ``plan_only`` option)
+    one row per partition number naming the file slices to read, which are then read
+    here, straight into Arrow. Every task of ``plan.visit`` at level 0 runs, with or
+    without records; the Spark partition of partition number 0 also sends a visit to each
+    task of a later level.
+    """
+    table = _collect(batches)
+    if table is None:
+        return
+    partitions = sorted(set(table.column("partition").to_pylist()))
+    records: pa.Table | None = None
+    if "task_input" in table.column_names:
+        if plan.inputs is not None:  # the driver planned the reads
+            wanted = [
+                TaskInput(plan.root, p, plan.inputs[p]) for p in partitions if plan.inputs.get(p)
+            ]
+        else:
+            wanted = [pickle.loads(blob) for blob in table.column("task_input").to_pylist()]
+        if wanted:
+            records = pa.concat_tables(
+                [
+                    pa.Table.from_batches(list(read_task_input(item)), schema=_SOURCE_ARROW)
+                    for item in wanted
+                ]
+            )
+    else:
+        records = table.select(
+            ["topic", "partition", "offset", "key", "value", "timestamp", "headers"]
+        )
+    if 0 in partitions:
+        yield from _visits_of_later_levels(plan)
+    yield from _run_level(plan, 0, records, partitions)
+
+
+def run_inner_level(
+    plan: BatchPlan, level: int, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Level ``level`` > 0: run the tasks over the records shuffled to this Spark task
+    (and the tasks visited without records); pass every other row through."""
+    table = _collect(batches)
+    if table is None:
+        return
+    mine_topics = [t for t in plan.sources if plan.level_of(t) == level]
+    kinds = table.column("kind")
+    mine_mask = pc.fill_null(
+        pc.and_(
+            pc.equal(kinds, RECORD),
+            pc.is_in(table.column("topic"), value_set=pa.array(mine_topics, pa.string())),
+        ),
+        False,
+    )
+    visit_mask = pc.fill_null(
+        pc.and_(pc.equal(kinds, VISIT), pc.equal(table.column("count"), level)), False
+    )
+    passing = table.filter(pc.invert(pc.or_(mine_mask, visit_mask)))
+    if passing.num_rows:
+        yield from passing.to_batches()
+    visited = table.filter(visit_mask).column("partition").to_pylist()
+    packs = table.filter(mine_mask).sort_by(
+        [("partition", "ascending"), ("origin", "ascending"), ("topic", "ascending")]
+    )
+    partitions = sorted(set(visited) | set(packs.column("partition").to_pylist()))
+    records = (
+        pa.concat_tables([_unpack(blob) for blob in packs.column("value").to_pylist()])
+        if packs.num_rows
+        else None
+    )
+    yield from _run_level(plan, level, records, partitions)
+
+
+def _visits_of_later_levels(plan: BatchPlan) -> Iterator[pa.RecordBatch]:
+    """One row per task of ``plan.visit`` above level 0, shuffled to its Spark task."""
+    rows = []
+    for task_id in sorted(plan.visit):
+        sub, partition = (int(x) for x in task_id.split("_"))
+        level = plan.levels.get(sub, 0)
+        if level > 0:
+            shuffle = _shuffle_of(plan, level, partition)
+            rows.append(
+                {
+                    "kind": VISIT,
+                    "task": task_id,
+                    "partition": partition,
+                    "count": level,
+                    "shuffle": shuffle,
+                }
+            )
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=ROW_SCHEMA)
+
+
+def _run_level(
+    plan: BatchPlan, level: int, records: pa.Table | None, partitions: list[int]
+) -> Iterator[pa.RecordBatch]:
+    tasks: dict[int, dict[int, list[str]]] = {}  # partition -> sub-topology -> its topics
+    if records is not None and records.num_rows:
+        # Records of other levels (a later sub-topology's co-partitioned source topic)
+        # pass on to be shuffled with the rows of that level.
+        topic_col = records.column("topic")
+        later = sorted(t for t in pc.unique(topic_col).to_pylist() if plan.level_of(t) != level)
+        if later:
+            mask = pc.is_in(topic_col, value_set=pa.array(later, pa.string()))
+            moving = records.filter(mask)
+            records = records.filter(pc.invert(mask))
+            for topic, partition, chunk in _groups(moving):
+                yield pack(plan, topic, partition, -1, chunk)
+        for topic, partition, _chunk in _groups(records):
+            tasks.setdefault(partition, {}).setdefault(plan.sources[topic], []).append(topic)
+    wanted = set(partitions)
+    for task_id in plan.visit:
+        sub, partition = (int(x) for x in task_id.split("_"))
+        if partition in wanted and plan.levels.get(sub, 0) == level:
+            tasks.setdefault(partition, {}).setdefault(sub, [])
+    for partition in sorted(tasks):
+        rows_p = None
+        if records is not None and records.num_rows:
+            rows_p = records.filter(pc.equal(records.column("partition"), partition))
+        for sub_id, topics in sorted(tasks[partition].items()):
+            yield from run_on_host(plan, sub_id, partition, rows_p, sorted(topics))
+
+
+def _groups(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """Yield the records of each (topic, partition), in their order."""
+    topics = records.column("topic")
+    for topic in sorted(pc.unique(topics).to_pylist()):
+        of_topic = records.filter(pc.equal(topics, topic))
+        parts = of_topic.column("partition")
+        for partition in sorted(pc.unique(parts).to_pylist()):
+            yield topic, partition, of_topic.filter(pc.equal(parts, partition))
+
+
+_SOURCE_ARROW = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.int64()),
+        ("headers", HEADERS_TYPE),
+    ]
+)
+
+#: The records inside one packed row (an Arrow IPC stream in its ``value``).
+PACKED_SCHEMA = _SOURCE_ARROW
+
+
+def pack(
+    plan: BatchPlan, topic: str, partition: int, origin: int, records: pa.Table
+) -> pa.RecordBatch:
+    """One row carrying ``records`` of ``topic``/``partition`` to the level reading them.
+
+    Records travel in bulk, as one Arrow IPC blob per (upstream task, topic, partition):
+    the shuffle moves a few large rows instead of one JVM row per record. ``origin`` (the
+    upstream task's partition, -1 for a source topic) orders the blobs at arrival.
+    """
+    sink = pa.BufferOutputStream()
+    table = records.select(PACKED_SCHEMA.names).cast(PACKED_SCHEMA)
+    with pa.ipc.new_stream(sink, PACKED_SCHEMA) as writer:
+        writer.write_table(table)
+    row = {
+        "kind": RECORD,
+        "topic": topic,
+        "partition": partition,
+        "count": records.num_rows,
+        "origin": origin,
+        "shuffle": _shuffle_of(plan, plan.level_of(topic), partition),
+        "value": sink.getvalue().to_pybytes(),
+    }
+    return pa.RecordBatch.from_pylist([row], schema=ROW_SCHEMA)
+
+
+def _unpack(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def _shuffle_of(plan: BatchPlan, level: int, partition: int) -> int:
+    keys = plan.shuffle.get(plan.level_partitions.get(level, 0))
+    return keys[partition] if keys else partition
+
+
+def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
+    got = [b for b in batches if b.num_rows]
+    return pa.Table.from_batches(got) if got else None
+
+
+def file_row(task_id: str, topic: str, f: Any) -> dict[str, Any]:
+    return {
+        "kind": FILE,
+        "task": task_id,
+        "topic": topic,
+        "partition": f.partition,
+        "path": f.path,
+        "count": f.count,
+        "size": f.size,
+        "min_timestamp": f.min_timestamp,
+        "max_timestamp": f.max_timestamp,
+    }

@@ -1,0 +1,1 @@
+"""The stream thread: group membership, read plan, batch loop, commit."""

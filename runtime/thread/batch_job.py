@@ -1,0 +1,136 @@
+"""The Spark job of one batch: the levels of sub-topologies, run and collected.
+
+Level 0 is a ``mapInArrow`` over the source's rows (one per partition number); each later
+level a shuffle of the repartitioned records to their task's Spark partition, then a
+``mapInArrow`` (see :mod:`runtime.tasks.task_runner`). Only metadata rows come back to the
+driver: staged files, positions, counters, and when the tasks' next wall-clock
+punctuation is due.
+
+A job lost to its infrastructure (a Python worker or an executor that died: any failure
+not raised by a task) runs again, up to ``JOB_ATTEMPTS`` times, in the same transaction:
+the failed attempt's results never reached the driver, so its staged files are orphans,
+and each task host drops what it prepared for it (the transaction is not among the
+outcomes it knows) and rebuilds the task from committed state.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from common.errors import StreamsError
+from runtime.tasks.task_runner import (
+    METRIC,
+    RECORD,
+    ROW_DDL,
+    WAKE,
+    BatchPlan,
+    guarded,
+    run_inner_level,
+    run_source_level,
+    task_error,
+)
+
+log = logging.getLogger(__name__)
+
+#: How many times a batch's Spark job runs when it fails for a reason outside its tasks.
+JOB_ATTEMPTS = 3
+
+#: The columns of the rows collected on the driver.
+META = (
+    "kind",
+    "task",
+    "timestamp",
+    "topic",
+    "partition",
+    "path",
+    "count",
+    "size",
+    "min_timestamp",
+    "max_timestamp",
+    "offset",
+)
+
+
+@dataclass
+class JobResult:
+    """The rows of a batch's job, its counters, and the next wall-clock punctuation (ms)."""
+
+    rows: list[Any]
+    metrics: dict[str, int] = field(default_factory=dict)
+    next_punctuation: int | None = None
+
+
+def run_batch_job(
+    df: DataFrame, plan: BatchPlan, depth: int, partitions: Mapping[int, int]
+) -> JobResult:
+    """Run ``plan``'s levels over ``df`` (the source's rows) as one Spark job.
+
+    Args:
+        df: the batch's source DataFrame.
+        plan: the batch plan every Spark task receives.
+        depth: the number of levels.
+        partitions: level -> its number of tasks (Spark partitions of the shuffle).
+
+    Raises:
+        the first task's own exception (re-raised from Spark's wrapper), or StreamsError.
+    """
+    out = df.mapInArrow(functools.partial(_source_level, plan), ROW_DDL)
+    for level in range(1, depth):
+        out = out.repartition(partitions[level], "shuffle").mapInArrow(
+            functools.partial(_inner_level, plan, level), ROW_DDL
+        )
+    rows, retries = _collect(out, plan)
+    result = JobResult(rows)
+    if retries:
+        result.metrics["job-retry-total"] = retries
+    stray = [r for r in result.rows if r["kind"] == RECORD]
+    if stray:
+        raise StreamsError(
+            f"[batch {plan.owner}] {len(stray)} repartitioned records of "
+            f"{sorted({r['topic'] for r in stray})} reached no task; this is a bug"
+        )
+    due: list[int] = []
+    for row in result.rows:
+        kind = row["kind"]
+        if kind == METRIC:
+            result.metrics[row["topic"]] = result.metrics.get(row["topic"], 0) + row["count"]
+        elif kind == WAKE:
+            due.append(row["timestamp"])
+    result.next_punctuation = min(due) if due else None
+    return result
+
+
+def _collect(out: DataFrame, plan: BatchPlan) -> tuple[list[Any], int]:
+    """Return the job's rows and how many failed attempts came first."""
+    for attempt in range(1, JOB_ATTEMPTS + 1):
+        try:
+            return out.select(*META).collect(), attempt - 1
+        except Exception as exc:
+            original = task_error(exc)
+            if original is not None:
+                raise original from exc
+            text = str(exc).strip()
+            if attempt == JOB_ATTEMPTS or "cancel" in text.lower():
+                raise
+            log.warning(
+                "[%s] the batch's Spark job failed (attempt %d of %d), running it again: %s",
+                plan.owner,
+                attempt,
+                JOB_ATTEMPTS,
+                text.splitlines()[0] if text else repr(exc),
+            )
+    raise AssertionError("unreachable")
+
+
+def _source_level(plan: BatchPlan, batches: Any) -> Any:
+    return guarded(run_source_level(plan, batches))
+
+
+def _inner_level(plan: BatchPlan, level: int, batches: Any) -> Any:
+    return guarded(run_inner_level(plan, level, batches))

@@ -1,0 +1,487 @@
+"""A stream thread: the driver side of every micro-batch (Kafka's ``StreamThread``), one
+Spark ``foreachBatch`` call per batch. It keeps only its loop:
+
+1. poll the group (follow a rebalance: the commit strategy takes the new positions);
+2. plan the batch's reads from the committed positions (:mod:`runtime.thread.read_plan`): each
+   source partition of the thread's tasks, at most ``max.poll.records`` records. Spark's
+   source only triggers the batch, so a batch Spark replays after a crash never counts
+   twice, and records a task held back are read again;
+3. run the job (:mod:`runtime.thread.batch_job`): every task of the thread, on its long-lived
+   task host (:mod:`runtime.tasks`), with or without records;
+4. commit, through the strategy of the processing guarantee chosen once
+   (:mod:`runtime.thread.commit`): one transaction per batch under ``exactly_once_v2``.
+
+When a batch leaves records behind, or a wall-clock punctuator falls due, the thread
+changes the source's wake token so the next trigger runs a batch even if nothing new
+arrives. Under ``exactly_once`` (alpha) or with ``num.stream.threads`` > 1 a repartition
+cannot be a shuffle inside the batch (its upstream and downstream tasks commit
+separately), so its records go through the repartition topic, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from common.config import StreamsConfig
+from common.errors import ProducerFencedError, StreamsError
+from runtime.spark.source import TopicSlices
+from runtime.spark.source_topics import PatternFollower
+from runtime.state.changelog_compaction import ChangelogCompactor
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin
+from runtime.tasks.client import static_key
+from runtime.tasks.collector import OutputTopic
+from runtime.tasks.global_state import plan_globals
+from runtime.tasks.task_runner import (
+    FILE,
+    BatchPlan,
+)
+from runtime.thread.batch_job import run_batch_job
+from runtime.thread.batch_levels import BatchLevels
+from runtime.thread.commit import Batch, CommitStrategy, commit_strategy
+from runtime.thread.membership import GenerationFencedError, ThreadMembership
+from runtime.thread.output_topics import OutputCatalog, has_topic_extractors
+from runtime.thread.read_plan import BatchReads, ReadPlanner
+from topology.graph.topology import Topology
+
+log = logging.getLogger(__name__)
+
+
+class TaskMigratedError(StreamsError):
+    """This instance lost its tasks: a newer instance with the same transactional id (or a
+    newer group generation) took over, so its commit was refused. Nothing it staged
+    becomes visible. Close the zombie; the newer instance carries on."""
+
+
+class ApplicationShutdownError(StreamsError):
+    """Another instance of the application asked every instance to stop
+    (SHUTDOWN_APPLICATION from its uncaught exception handler)."""
+
+
+class StreamThread:
+    """Runs micro-batches of a topology for one thread's tasks.
+
+    Args:
+        topology: the topology.
+        config: the application configuration.
+        admin: the storage root's topic admin.
+        outputs: every topic the tasks may write, with table path and partition count.
+        sources: runtime source topic -> the sub-topology reading it.
+        transactional_id: the thread's transactional id (exactly_once_v2).
+        tasks: sub-topology -> its number of tasks.
+        partitions: the partition numbers of this thread's tasks (None: all).
+        levels: how sub-topologies are levelled (default: all level 0).
+        shutdown_marker: a file under the storage root, and the instance's start time: a
+            shutdown request written there after that time stops the thread before its
+            next batch (another instance asked the whole application to shut down).
+        internal_sources: source topics this application writes itself (repartition
+            topics): read from their beginning when no position is committed.
+        wake: a file under the storage root the source reads its wake token from; the
+            thread writes a new token when a batch leaves records behind.
+        membership: the thread's member of the application's consumer group; it then
+            runs the tasks the group assigns it (``partitions`` is ignored).
+        shuffle_levels: levels that shuffle repartitioned records inside the batch, used
+            for a batch when this thread owns every task and the repartition topics hold
+            nothing unread (``levels`` pass them through the topics).
+        global_topics: the topics of the global stores, planned whole for every batch
+            (:func:`runtime.tasks.global_state.plan_globals`).
+        offset_resets: source topic -> its source's own reset policy.
+        subscription: the file where the source names the topics it watches (patterns).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        config: StreamsConfig,
+        admin: TopicAdmin,
+        *,
+        outputs: Mapping[str, OutputTopic],
+        sources: Mapping[str, int],
+        transactional_id: str,
+        tasks: Mapping[int, int] | None = None,
+        partitions: list[int] | None = None,
+        levels: BatchLevels | None = None,
+        shutdown_marker: tuple[str, int] | None = None,
+        internal_sources: frozenset[str] = frozenset(),
+        wake: str | None = None,
+        membership: ThreadMembership | None = None,
+        shuffle_levels: BatchLevels | None = None,
+        global_topics: tuple[str, ...] = (),
+        offset_resets: Mapping[str, str] | None = None,
+        subscription: str | None = None,
+    ) -> None:
+        self.topology = topology
+        self.config = config
+        self.admin = admin
+        self.outputs = dict(outputs)
+        self.catalog = OutputCatalog(admin, self.outputs, dynamic=has_topic_extractors(topology))
+        self.sources = dict(sources)
+        self.transactional_id = transactional_id
+        self.tasks = dict(tasks or {})
+        self.partitions = partitions
+        self.levels = levels or BatchLevels({}, {}, {}, {})
+        self.topic_levels = self.levels
+        self.shuffle_levels = shuffle_levels
+        self.membership = membership
+        if membership is not None:
+            membership.on_rebalance = self._rebalance_noted
+        #: Told True when the thread's group starts a rebalance, False once it rejoined
+        #: (the application's state follows: RUNNING -> REBALANCING -> RUNNING).
+        self.on_rebalancing: Callable[[bool], None] | None = None
+        #: The tasks this thread runs when it is a group member (None: by ``partitions``).
+        self.owned: frozenset[str] | None = None
+        self.shutdown_marker = shutdown_marker
+        self.internal_sources = internal_sources
+        self.wake = wake
+        self.reader = TopicReader(admin)
+        self.reads_planner = ReadPlanner(
+            self.reader,
+            config,
+            self.sources,
+            internal_sources,
+            transactional_id,
+            offset_resets=offset_resets,
+        )
+        self.patterns = (
+            None
+            if subscription is None
+            else PatternFollower(topology, config.application_id, admin, subscription, self.tasks)
+        )
+        #: This batch's reads, and the global topics' slices up to their ends.
+        self.reads = BatchReads()
+        self.global_topics = global_topics
+        self.globals: tuple[TopicSlices, ...] = ()
+        self._draining = False
+        #: Whether the batch wrote records to a topic this thread reads (a cycle).
+        self._fed_back = False
+        #: The error that stopped the thread (the original, not Spark's wrapper of it).
+        self.failure: BaseException | None = None
+        self.group = config.application_id
+        #: The guarantee-specific part of every commit, chosen once.
+        self.commit: CommitStrategy = commit_strategy(admin, config, transactional_id)
+        self.positions: dict[tuple[str, int], int] = {}
+        self.metrics: dict[str, int] = {}
+        self.batch_times: list[float] = []
+        self.records_in = 0
+        self.batches = 0
+        #: The changelogs' cleaner, run by one thread of the app.
+        self.compactor = (
+            ChangelogCompactor(admin, config, transactional_id)
+            if transactional_id.endswith("-1") and topology.changelog_topics(self.group)
+            else None
+        )
+        #: This thread instance, as its tasks' hosts know it: a host holding a task for
+        #: another owner (an earlier instance) rebuilds it from committed state.
+        self.owner = f"{transactional_id}-{uuid.uuid4().hex[:12]}"
+        #: Names the topology and configuration the task hosts receive once.
+        self.static_key = static_key(topology, config)
+        #: When the earliest wall-clock punctuator of the thread's tasks is due (ms).
+        self._next_punctuation: int | None = None
+        self._punctuation_timer: threading.Timer | None = None
+        #: Whether the thread's tasks ran once since start (built on their hosts).
+        self._tasks_started = False
+
+    @property
+    def subscribed(self) -> list[str]:
+        """The topics this thread's source reads (not the repartition topics shuffled
+        inside the batch)."""
+        return sorted(t for t in self.sources if t not in self.levels.inline)
+
+    @property
+    def written(self) -> list[str]:
+        """The topics this thread's transactions write."""
+        return sorted(t for t in self.outputs if t not in self.levels.inline)
+
+    @property
+    def source_topics(self) -> list[str]:
+        """Every topic the thread's batches may read (what its source watches)."""
+        return sorted(t for t in self.sources if t not in self.topic_levels.inline)
+
+    def task_ids(self) -> list[str]:
+        """The ids of this thread's tasks."""
+        return [
+            f"{sub}_{p}"
+            for sub, count in sorted(self.tasks.items())
+            for p in range(count)
+            if self._owns(f"{sub}_{p}", p)
+        ]
+
+    def _owns(self, task: str, partition: int) -> bool:
+        if self.owned is not None:
+            return task in self.owned
+        return self.partitions is None or partition in self.partitions
+
+    def start(self) -> dict[tuple[str, int], int]:
+        """Join the group (when a member), initialise the commit strategy (its producers
+        fence any older instance); return the positions."""
+        if self.membership is not None:
+            self.owned = self.membership.join()
+        self.wake_now()  # a first batch builds the tasks, with or without records
+        self.positions = self.commit.start(self.task_ids())
+        return dict(self.positions)
+
+    def _poll_group(self) -> None:
+        """Between batches: follow a rebalance; on new tasks, take the positions again
+        (stable: a previous owner's transaction completes first)."""
+        if self.membership is None:
+            return
+        rejoins = self.membership.rebalances
+        if self.membership.rejoin_pending:
+            self._tell_rebalancing(True)
+        owned = self.membership.poll()
+        if self.membership.rebalances != rejoins:
+            self._tell_rebalancing(False)
+        if owned is None:
+            return
+        self.owned = owned
+        self.positions = self.commit.assigned(self.task_ids())
+
+    def _rebalance_noted(self) -> None:
+        """The group rebalances: say so; run a batch soon (its start rejoins)."""
+        self._tell_rebalancing(True)
+        self.wake_now()
+
+    def _tell_rebalancing(self, rebalancing: bool) -> None:
+        if self.on_rebalancing is not None:
+            self.on_rebalancing(rebalancing)
+
+    def _validate_generation(self) -> None:
+        if self.membership is not None:
+            self.membership.validate()
+
+    def run_batch(self, df: DataFrame, batch_id: int) -> None:
+        """Process and commit one micro-batch (the ``foreachBatch`` function)."""
+        started = time.perf_counter()
+        try:
+            self._check_shutdown(batch_id)
+            self._poll_group()
+            if not self._plan_reads() and not self._tasks_due():
+                return  # nothing to read, nothing due for this thread's tasks
+            if self.membership is not None:
+                self.membership.batch_started()
+            batch = Batch(
+                batch_id,
+                self.written,
+                functools.partial(self._run_job, df),
+                self._validate_generation,
+            )
+            self.positions.update(self.commit.commit_batch(batch))
+        except ProducerFencedError as exc:
+            self.failure = TaskMigratedError(
+                f"[thread {self.transactional_id}] batch {batch_id}: fenced by a newer "
+                f"instance ({exc}); this instance stops, nothing it staged is visible"
+            )
+            raise self.failure from exc
+        except GenerationFencedError as exc:
+            self.failure = TaskMigratedError(
+                f"[thread {self.transactional_id}] batch {batch_id}: {exc}; the batch was "
+                "aborted and this instance stops (its tasks belong to another member now)"
+            )
+            raise self.failure from exc
+        except BaseException as exc:
+            self.failure = exc
+            raise
+        finally:
+            if self.membership is not None:
+                self.membership.batch_finished()
+        self.batch_times.append(time.perf_counter() - started)
+        self.batches += 1
+        self._tasks_started = True
+        self._maybe_wake()
+        self._schedule_punctuation()
+        self._maybe_compact()
+
+    def _plan_reads(self) -> bool:
+        """Choose the batch's levels and plan its reads from the committed positions;
+        return whether there is anything to read."""
+        self._follow_patterns()
+        self.reads = self.reads_planner.plan(self._choose_levels(), self._owns, self.positions)
+        # Planned after the reads: a global record committed before a stream record the
+        # batch reads is then always seen by that record.
+        self.globals = plan_globals(self.reader, self.global_topics)
+        log.debug(
+            "[thread %s] %s batch reads %s",
+            self.transactional_id,
+            "shuffling" if self.levels is self.shuffle_levels else "topic",
+            {
+                (i.topic, i.partition): (i.start, i.end)
+                for r in self.reads.inputs.values()
+                for i in r
+            },
+        )
+        return bool(self.reads.inputs)
+
+    def _follow_patterns(self) -> None:
+        """Read the new topics the source's pattern watch found from now on."""
+        if self.patterns is not None:
+            self.patterns.follow(self.sources, self.reads_planner.add_sources)
+
+    def _choose_levels(self) -> list[str]:
+        """Pick this batch's levels; return the topics it reads.
+
+        Repartitioned records are shuffled inside the batch only while this thread owns
+        every task (one instance, one thread) and the repartition topics hold nothing
+        unread; otherwise they go through the topics, as in Kafka. Coming back to one
+        owner, a batch first reads only the repartition topics' remaining records (the
+        upstream tasks write nothing then), and the next batch shuffles.
+        """
+        self.levels = self.topic_levels
+        self._draining = False
+        self._fed_back = False
+        shuffle = self.shuffle_levels
+        if shuffle is None or self.owned is None or self.task_ids() != self._all_tasks():
+            return self.subscribed
+        unread = self.reads_planner.unread(sorted(shuffle.inline), self.positions)
+        if unread:
+            self._draining = True  # the source topics wait: wake up for them afterwards
+            return unread
+        self.levels = shuffle
+        return self.subscribed
+
+    def _all_tasks(self) -> list[str]:
+        return [f"{sub}_{p}" for sub, count in sorted(self.tasks.items()) for p in range(count)]
+
+    def _tasks_due(self) -> bool:
+        """Whether the tasks must run without records: their first batch (Kafka builds
+        assigned tasks at once), or a wall-clock punctuator that is due."""
+        if not self._tasks_started:
+            return True
+        due = self._next_punctuation
+        return due is not None and due <= time.time_ns() // 1_000_000
+
+    def _schedule_punctuation(self) -> None:
+        """Wake the source when the next wall-clock punctuator is due, so a batch runs
+        for it even when no record arrives."""
+        if self._punctuation_timer is not None:
+            self._punctuation_timer.cancel()
+            self._punctuation_timer = None
+        due = self._next_punctuation
+        if due is None or self.wake is None:
+            return
+        delay = max(0.0, (due - time.time_ns() // 1_000_000) / 1000)
+        timer = threading.Timer(delay, self.wake_now)
+        timer.daemon = True
+        timer.start()
+        self._punctuation_timer = timer
+
+    def _maybe_wake(self) -> None:
+        """After a batch that left records behind (capped by ``max.poll.records`` or held
+        back), or wrote records its own tasks read (a cycle of repartition topics, e.g. a
+        foreign-key join's), write a new wake token so Spark runs the next batch without
+        new data: the cycle drains without waiting for new input."""
+        behind = self.reads.behind(self.positions) or self._draining or self._fed_back
+        if self.wake is not None and behind:
+            self.wake_now()
+
+    def caught_up(self) -> bool:
+        """Whether the thread has no rejoin pending and has read every record of its tasks'
+        input partitions that exists now."""
+        if self.membership is not None and self.membership.rejoin_pending:
+            return False
+        return self.reads_planner.caught_up(self.source_topics, self._owns, self.positions)
+
+    def wake_now(self) -> None:
+        """Make the source trigger a batch soon, even without new records."""
+        if self.wake is not None:
+            self.admin.root.write_bytes(self.wake, str(time.time_ns()).encode())
+
+    def _check_shutdown(self, batch_id: int) -> None:
+        if self.shutdown_marker is None:
+            return
+        path, started_ms = self.shutdown_marker
+        data = self.admin.root.read_bytes(path)
+        if data is None:
+            return
+        stamp, _, reason = data.decode(errors="replace").partition("\n")
+        if int(stamp or 0) >= started_ms:
+            raise ApplicationShutdownError(
+                f"[thread {self.transactional_id}] batch {batch_id}: an instance of "
+                f"{self.group} asked the whole application to shut down "
+                f"(SHUTDOWN_APPLICATION) after: {reason}; "
+                "fix the cause and start the instances again"
+            )
+
+    def _maybe_compact(self) -> None:
+        """Every ``statestore.snapshot.interval`` batches (one thread of the app), compact
+        the changelogs below their oldest snapshots, in the background."""
+        interval = self.config.statestore_snapshot_interval
+        if self.compactor is not None and interval and self.batches % interval == 0:
+            self.compactor.submit()
+
+    def close(self) -> None:
+        """Abort open transactions, wait for a running compaction, release the producers,
+        leave the group."""
+        if self._punctuation_timer is not None:
+            self._punctuation_timer.cancel()
+        if self.membership is not None:
+            self.membership.close(leave=True)
+        if self.compactor is not None:
+            self.compactor.close()
+        self.commit.close()
+
+    # -- shared ------------------------------------------------------------------------------
+
+    def _plan(
+        self,
+        staging: str,
+        txn: tuple[str, int] | None,
+        task_txns: Mapping[str, tuple[str, int, str]] | None = None,
+    ) -> BatchPlan:
+        return BatchPlan(
+            topology=self.topology,
+            config=self.config,
+            root=self.admin.root.uri_of(),
+            outputs=self.catalog.for_batch(),
+            staging_dir=staging,
+            sources=self.sources,
+            positions=dict(self.positions),
+            transaction=txn,
+            outcomes=dict(self.commit.outcomes),
+            task_transactions=dict(task_txns or {}),
+            inline=self.levels.inline,
+            levels=self.levels.levels,
+            shuffle=self.levels.shuffle,
+            level_partitions=self.levels.partitions,
+            snapshot=self._snapshot_due(),
+            inputs=self.reads.inputs,
+            truncated=self.reads.truncated,
+            owner=self.owner,
+            static_key=self.static_key,
+            visit=frozenset(self.task_ids()),
+            globals=self.globals,
+        )
+
+    def _snapshot_due(self) -> bool:
+        """Whether this batch uploads store snapshots: every
+        ``statestore.snapshot.interval`` batches, the first one after a start included
+        (so a restart soon has a recent snapshot)."""
+        interval = self.config.statestore_snapshot_interval
+        return interval > 0 and self.batches % interval == 0
+
+    def _collect_rows(self, df: DataFrame, plan: BatchPlan) -> list[Any]:
+        """Run the batch's levels as one Spark job; return its metadata rows."""
+        result = run_batch_job(df, plan, self.levels.depth, self.levels.partitions)
+        for name, value in result.metrics.items():
+            self.metrics[name] = self.metrics.get(name, 0) + value
+        self._next_punctuation = result.next_punctuation
+        return result.rows
+
+    def _run_job(
+        self,
+        df: DataFrame,
+        staging: str,
+        txn: tuple[str, int] | None,
+        task_txns: Mapping[str, tuple[str, int, str]],
+    ) -> list[Any]:
+        """Run the batch's job for the commit strategy; return its rows."""
+        rows = self._collect_rows(df, self._plan(staging, txn, task_txns))
+        self._fed_back |= any(r["kind"] == FILE and r["topic"] in self.sources for r in rows)
+        return rows

@@ -1,0 +1,1 @@
+"""The crash-recovery harness: a topology under random kills vs a reference."""

@@ -1,0 +1,1 @@
+"""The TopologyTestDriver behind ``streams.testkit.driver`` (Kafka's test-utils)."""

@@ -1,0 +1,533 @@
+"""``TopologyTestDriver``: run a topology record by record, without Spark or storage.
+
+As Kafka's driver: every piped record is processed to completion, then the task commits
+(caches flush, so aggregates are forwarded), then what the record produced to repartition
+or source topics is piped back in, in order, depth first. Wall-clock punctuators run on
+:meth:`TopologyTestDriver.advance_wall_clock_time`.
+
+The driver runs one :class:`topology.engine.task.StreamTask` per sub-topology (task ids ``0_0``,
+``1_0``, ...; every topic has one partition unless ``partitions`` says otherwise), built by
+the :class:`topology.engine.task_creator.ActiveTaskCreator` with its ``ProcessorStateManager``:
+the same engine the Spark runtime runs. DSL stores are in-memory unless the configuration sets
+``default.dsl.store`` explicitly; stores the user supplies run as configured, persistent
+ones in a temporary state directory removed by :meth:`close`.
+
+Example:
+    >>> from common.serdes import Serdes
+    >>> from topology import StreamsBuilder
+    >>> b = StreamsBuilder()
+    >>> b.stream("in").map_values(str.upper).to("out")
+    >>> s = Serdes.String()
+    >>> with TopologyTestDriver(b.build(), {"application.id": "demo",
+    ...         "default.key.serde": "string", "default.value.serde": "string"}) as driver:
+    ...     driver.create_input_topic("in", s, s).pipe_input("k", "hello")
+    ...     driver.create_output_topic("out", s, s).read_key_value()
+    ('k', 'HELLO')
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from common.config import StreamsConfig
+from common.errors import StreamsError, TopologyError
+from common.serdes import Serde
+from statestores.api import StateStore
+from topology.api.record import ValueAndTimestamp
+from topology.engine.task import StreamTask
+from topology.engine.task_creator import ActiveTaskCreator
+from topology.graph.stores import KeyValueStoreFactory
+from topology.graph.topology import Topology
+
+K = TypeVar("K")
+V = TypeVar("V")
+HeaderList = Sequence[tuple[str, bytes | None]]
+_DUMMY_ROOT = "memory://topology-test-driver"
+
+
+class EmptyTopicError(StreamsError, LookupError):
+    """A test output topic was read while empty. Check ``is_empty()`` first, or pipe the
+    input that should produce the record."""
+
+
+@dataclass(frozen=True, slots=True)
+class TestRecord(Generic[K, V]):
+    """A record piped into or read from a test topic (``partition``: where a sink put it,
+    ``None`` for the default partitioner)."""
+
+    __test__ = False  # not a pytest test class
+
+    key: K | None
+    value: V | None
+    timestamp: int | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...]
+    partition: int | None
+
+
+def _config(config: Mapping[str, object] | StreamsConfig | None) -> StreamsConfig:
+    if isinstance(config, StreamsConfig):
+        if "default_dsl_store" in config.model_fields_set:
+            return config
+        props: dict[str, object] = dict(config.to_properties())
+    else:
+        props = dict(config or {})
+    props.setdefault("topics.root", _DUMMY_ROOT)
+    props.setdefault("default.dsl.store", "in_memory")
+    props.setdefault("application.id", "topology-test-driver")
+    return StreamsConfig.from_dict(props)
+
+
+class TopologyTestDriver:
+    """Drive ``topology`` with test input topics and read test output topics.
+
+    Args:
+        topology: the built topology.
+        config: dotted keys or a :class:`~common.config.StreamsConfig`; ``application.id``
+            defaults to ``topology-test-driver`` and ``topics.root`` to a dummy.
+        initial_wall_clock_time_ms: the mocked wall clock's start (default: now).
+        partitions: partition counts of output topics (default 1), for stream partitioners.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        config: Mapping[str, object] | StreamsConfig | None = None,
+        *,
+        initial_wall_clock_time_ms: int | None = None,
+        partitions: Mapping[str, int] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.config = _config(config)
+        topology.validate(self.config)
+        self.application_id = self.config.application_id
+        self.wall_clock_ms = (
+            time.time_ns() // 1_000_000
+            if initial_wall_clock_time_ms is None
+            else initial_wall_clock_time_ms
+        )
+        self._partitions = dict(partitions or {})
+        self._state_dir = tempfile.mkdtemp(prefix="topology-test-driver-")
+        self._outputs: dict[str, deque[_Raw]] = {}
+        self._captured: list[tuple[str, _Raw]] = []
+        self._offsets: dict[str, int] = {}
+        self._routes: dict[str, StreamTask | None] = {}
+        # the engine production runs: tasks and their ProcessorStateManager built by the
+        # ActiveTaskCreator; no changelog to restore from, no snapshots
+        self._creator = ActiveTaskCreator(
+            topology, self.config, wall_clock=lambda: self.wall_clock_ms
+        )
+        self._global_tasks = [
+            self._task(sub.id, {}) for sub in topology.subtopologies if sub.is_global
+        ]
+        global_stores = {n: s for t in self._global_tasks for n, s in t.stores.items()}
+        self._tasks = [self._task(sub.id, global_stores) for sub in topology.task_subtopologies()]
+        self._closed = False
+        dead_letters = self.config.errors_dead_letter_queue_topic_name
+        if dead_letters and self._route(dead_letters) is not None:
+            self.close()
+            raise TopologyError(
+                f"errors.dead.letter.queue.topic.name {dead_letters!r} is a source topic of "
+                "the topology: its dead letters would be read again; choose another topic"
+            )
+
+    def _task(self, subtopology_id: int, global_stores: Mapping[str, StateStore]) -> StreamTask:
+        task_dir = os.path.join(self._state_dir, self.application_id, f"{subtopology_id}_0")
+        os.makedirs(task_dir, exist_ok=True)
+        task = self._creator.create(
+            subtopology_id, 0, self, state_dir=task_dir, global_stores=global_stores
+        )
+        task.initialize()
+        return task
+
+    # -- RecordCollector ----------------------------------------------------------------
+
+    def send(  # noqa: PLR0917 - the RecordCollector protocol
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: HeaderList,
+        partition: int | None,
+    ) -> None:
+        """Capture a record a task produced (the driver is the tasks' collector)."""
+        self._captured.append((topic, _Raw(key, value, timestamp, tuple(headers), partition)))
+
+    def partitions_for(self, topic: str) -> int:
+        """Return the partition count of ``topic`` (1 unless given)."""
+        return self._partitions.get(topic, 1)
+
+    # -- piping ---------------------------------------------------------------------------
+
+    def _route(self, topic: str) -> StreamTask | None:
+        if topic not in self._routes:
+            found = None
+            for task in (*self._global_tasks, *self._tasks):
+                try:
+                    task.source_for(topic)
+                except StreamsError:
+                    continue
+                found = task
+                break
+            self._routes[topic] = found
+        return self._routes[topic]
+
+    def pipe_raw(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: HeaderList = (),
+    ) -> None:
+        """Process one serialized record of ``topic`` to completion."""
+        self._check_open()
+        task = self._route(topic)
+        if task is None:
+            raise StreamsError(f"Unknown topic: {topic}; no source of the topology reads it")
+        offset = self._offsets.get(topic, 0)
+        self._offsets[topic] = offset + 1
+        try:
+            task.process(topic, key, value, timestamp, tuple(headers), offset, 0)
+            task.commit()
+        except BaseException:
+            # as an aborted transaction: what the failed record produced (dead letters
+            # included) is never read
+            self._captured.clear()
+            raise
+        self._capture()
+
+    def _capture(self) -> None:
+        captured, self._captured = self._captured, []
+        for topic, raw in captured:
+            self._outputs.setdefault(topic, deque()).append(raw)
+            if self._route(topic) is not None:
+                self.pipe_raw(topic, raw.key, raw.value, raw.timestamp, raw.headers)
+
+    def advance_wall_clock_time(self, advance_ms: int) -> None:
+        """Move the mocked wall clock forward and run the punctuators that fall due."""
+        self._check_open()
+        self.wall_clock_ms += advance_ms
+        for task in (*self._global_tasks, *self._tasks):
+            task.punctuate_wall_clock(self.wall_clock_ms)
+            task.commit()
+            self._capture()
+
+    def create_input_topic(
+        self,
+        topic: str,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        *,
+        start_timestamp: int | None = None,
+        auto_advance_ms: int = 0,
+    ) -> TestInputTopic[K, V]:
+        """Return an input topic writing ``topic`` with these serdes; records piped without
+        a timestamp get ``start_timestamp`` (default: the wall clock), advanced by
+        ``auto_advance_ms`` after each."""
+        start = self.wall_clock_ms if start_timestamp is None else start_timestamp
+        return TestInputTopic(
+            self,
+            topic,
+            key_serde,
+            value_serde,
+            start_timestamp=start,
+            auto_advance_ms=auto_advance_ms,
+        )
+
+    def create_output_topic(
+        self, topic: str, key_serde: Serde[K], value_serde: Serde[V]
+    ) -> TestOutputTopic[K, V]:
+        """Return an output topic reading ``topic`` with these serdes."""
+        return TestOutputTopic(self, topic, key_serde, value_serde)
+
+    def output_queue(self, topic: str) -> deque[_Raw]:
+        """The queue of records produced to ``topic`` not yet read (internal)."""
+        return self._outputs.setdefault(topic, deque())
+
+    def producer_topics(self) -> set[str]:
+        """The topics records were produced to."""
+        return set(self._outputs)
+
+    def metrics(self) -> dict[str, int]:
+        """Return the task metrics summed over the tasks: ``dropped-records-total``
+        (records dropped: null keys, late records for closed windows, and the records an
+        exception handler skipped) and ``skipped-records-total`` (records with an invalid
+        timestamp)."""
+        totals = {"dropped-records-total": 0, "skipped-records-total": 0}
+        for task_metrics in self.task_metrics().values():
+            for name, value in task_metrics.items():
+                totals[name] += value
+        return totals
+
+    def task_metrics(self) -> dict[str, dict[str, int]]:
+        """Return the metrics of :meth:`metrics` per task id (global tasks included)."""
+        return {
+            t.task_id: {
+                "dropped-records-total": t.dropped_records,
+                "skipped-records-total": t.skipped_records,
+            }
+            for t in (*self._global_tasks, *self._tasks)
+        }
+
+    # -- stores ---------------------------------------------------------------------------
+
+    def get_all_state_stores(self) -> dict[str, StateStore]:
+        """Every store of the topology by name (global ones included)."""
+        stores: dict[str, StateStore] = {}
+        for task in (*self._global_tasks, *self._tasks):
+            stores.update(task.stores)
+        return stores
+
+    def get_state_store(self, name: str) -> StateStore | None:
+        """Return the store ``name`` (as processors see it), or None."""
+        return self.get_all_state_stores().get(name)
+
+    def _store_of_kind(self, name: str, kind: str) -> Any:
+        factory = self.topology.stores.get(name)
+        if factory is None or factory.kind != kind:
+            return None
+        return self.get_state_store(name)
+
+    def get_key_value_store(self, name: str) -> Any:
+        """Return the key-value store ``name`` with plain values (a DSL store's
+        ``ValueAndTimestamp`` unwrapped), or None if it is not a key-value store."""
+        store = self._store_of_kind(name, "key_value")
+        factory = self.topology.stores.get(name)
+        if store is not None and isinstance(factory, KeyValueStoreFactory) and factory.timestamped:
+            return KeyValueStoreFacade(store)
+        return store
+
+    def get_timestamped_key_value_store(self, name: str) -> Any:
+        """Return the key-value store ``name`` with ``ValueAndTimestamp`` values."""
+        return self._store_of_kind(name, "key_value")
+
+    def get_window_store(self, name: str) -> Any:
+        """Return the window store ``name``, or None."""
+        return self._store_of_kind(name, "window")
+
+    def get_session_store(self, name: str) -> Any:
+        """Return the session store ``name``, or None."""
+        return self._store_of_kind(name, "session")
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StreamsError("the TopologyTestDriver is closed")
+
+    def close(self) -> None:
+        """Close every task and remove the temporary state directory."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for task in (*self._tasks, *self._global_tasks):
+                task.close()
+        finally:
+            shutil.rmtree(self._state_dir, ignore_errors=True)
+
+    def __enter__(self) -> TopologyTestDriver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class TestInputTopic(Generic[K, V]):
+    """Pipes records into one topic of a :class:`TopologyTestDriver`."""
+
+    __test__ = False
+
+    def __init__(
+        self,
+        driver: TopologyTestDriver,
+        topic: str,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        *,
+        start_timestamp: int,
+        auto_advance_ms: int,
+    ) -> None:
+        self.driver = driver
+        self.topic = topic
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.current_time = start_timestamp
+        self.auto_advance_ms = auto_advance_ms
+
+    def advance_time(self, advance_ms: int) -> None:
+        """Move this topic's time forward (for records piped without a timestamp)."""
+        self.current_time += advance_ms
+
+    def _timestamp(self, timestamp: int | None) -> int:
+        if timestamp is not None:
+            return timestamp
+        ts = self.current_time
+        self.current_time += self.auto_advance_ms
+        return ts
+
+    def pipe_input(
+        self,
+        key: K | None = None,
+        value: V | None = None,
+        timestamp: int | None = None,
+        headers: HeaderList = (),
+    ) -> None:
+        """Pipe one record and process it to completion."""
+        self.driver.pipe_raw(
+            self.topic,
+            self.key_serde.serialize(self.topic, key),
+            self.value_serde.serialize(self.topic, value),
+            self._timestamp(timestamp),
+            headers,
+        )
+
+    def pipe_record_list(self, records: Iterable[TestRecord[K, V]]) -> None:
+        """Pipe each record in order."""
+        for r in records:
+            self.pipe_input(r.key, r.value, r.timestamp, r.headers)
+
+    def pipe_key_value_list(self, pairs: Iterable[tuple[K | None, V | None]]) -> None:
+        """Pipe each ``(key, value)`` in order, at this topic's time."""
+        for key, value in pairs:
+            self.pipe_input(key, value)
+
+    def pipe_value_list(self, values: Iterable[V | None]) -> None:
+        """Pipe each value with a ``None`` key, in order."""
+        for value in values:
+            self.pipe_input(None, value)
+
+
+class TestOutputTopic(Generic[K, V]):
+    """Reads the records produced to one topic of a :class:`TopologyTestDriver`; reading
+    consumes them (every output topic object of a topic shares one queue)."""
+
+    __test__ = False
+
+    def __init__(
+        self, driver: TopologyTestDriver, topic: str, key_serde: Serde[K], value_serde: Serde[V]
+    ) -> None:
+        self.driver = driver
+        self.topic = topic
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    def read_record(self) -> TestRecord[K, V]:
+        """Read the next record; raise EmptyTopicError if there is none."""
+        queue = self.driver.output_queue(self.topic)
+        if not queue:
+            raise EmptyTopicError(f"Empty topic: {self.topic}")
+        raw = queue.popleft()
+        return TestRecord(
+            self.key_serde.deserialize(self.topic, raw.key),
+            self.value_serde.deserialize(self.topic, raw.value),
+            raw.timestamp,
+            raw.headers,
+            raw.partition,
+        )
+
+    def read_value(self) -> V | None:
+        """Read the next record's value."""
+        return self.read_record().value
+
+    def read_key_value(self) -> tuple[K | None, V | None]:
+        """Read the next record as ``(key, value)``."""
+        record = self.read_record()
+        return record.key, record.value
+
+    def read_records_to_list(self) -> list[TestRecord[K, V]]:
+        """Read every remaining record."""
+        return [self.read_record() for _ in range(self.get_queue_size())]
+
+    def read_values_to_list(self) -> list[V | None]:
+        """Read every remaining value."""
+        return [r.value for r in self.read_records_to_list()]
+
+    def read_key_values_to_list(self) -> list[tuple[K | None, V | None]]:
+        """Read every remaining record as ``(key, value)``."""
+        return [(r.key, r.value) for r in self.read_records_to_list()]
+
+    def read_key_values_to_map(self) -> dict[K, V | None]:
+        """Read every remaining record into a dict (the last value per key wins)."""
+        out: dict[K, V | None] = {}
+        for record in self.read_records_to_list():
+            if record.key is None:
+                raise StreamsError("Null keys not allowed with read_key_values_to_map")
+            out[record.key] = record.value
+        return out
+
+    def is_empty(self) -> bool:
+        """Return whether nothing is left to read."""
+        return not self.driver.output_queue(self.topic)
+
+    def get_queue_size(self) -> int:
+        """Return how many records are left to read."""
+        return len(self.driver.output_queue(self.topic))
+
+
+class KeyValueStoreFacade:
+    """A DSL key-value store seen with plain values (Kafka's ``KeyValueStoreFacade``):
+    reads unwrap ``ValueAndTimestamp``, writes wrap with timestamp -1."""
+
+    def __init__(self, store: Any) -> None:
+        self.inner = store
+
+    @property
+    def name(self) -> str:
+        """The store name."""
+        return str(self.inner.name)
+
+    def get(self, key: Any) -> Any:
+        """Return the value of ``key`` (None if absent)."""
+        found = self.inner.get(key)
+        return None if found is None else found[0]
+
+    def put(self, key: Any, value: Any) -> None:
+        """Write ``value`` (None deletes)."""
+        self.inner.put(key, None if value is None else ValueAndTimestamp(value, -1))
+
+    def delete(self, key: Any) -> Any:
+        """Delete ``key``; return its old value."""
+        found = self.inner.delete(key)
+        return None if found is None else found[0]
+
+    def _unwrap(self, items: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+        return ((k, v[0]) for k, v in items)
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        """Every entry in key order."""
+        return self._unwrap(self.inner.all())
+
+    def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
+        """Entries with ``from_key <= key <= to_key``."""
+        return self._unwrap(self.inner.range(from_key, to_key))
+
+    def approximate_num_entries(self) -> int:
+        """About how many entries the store holds."""
+        return int(self.inner.approximate_num_entries())
+
+
+# -- the crash-recovery harness ---------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Records, processors, timestamps, options, windows: shared by DSL and engine."""

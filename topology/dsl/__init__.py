@@ -1,0 +1,1 @@
+"""The DSL: builder, stream and table handles, each operator's wiring."""

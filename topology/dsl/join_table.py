@@ -1,0 +1,322 @@
+"""Processors of the joins that read a table: stream-table and stream-global-table joins
+(Kafka's ``KStreamKTableJoinProcessor``) and table-table equi-joins (``KTableKTable{Inner,
+Left,Right,Outer}Join`` and ``KTableKTableJoinMerger``).
+
+A stream-table join looks the table up when a *stream* record arrives; table updates never
+produce output. A table-table join has one processor per side: an update of one side looks
+the other side up through its value getter and emits a :class:`~topology.api.record.Change` of
+the joined value, timestamped ``max`` of both sides; a merge node (optionally materialized)
+joins both paths. Old values are computed only when downstream asked for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+from topology.api.options import Materialized
+from topology.api.processor import Processor
+from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.engine.nodes import user_error
+from topology.graph.graph import ProcessorSpec
+from topology.processors.joins import (
+    KTABLE_JOINOTHER,
+    KTABLE_JOINTHIS,
+    KTABLE_MERGE,
+    GetterSupplier,
+    KeyedJoiner,
+    ValueGetter,
+    call_joiner,
+    copartition,
+    suffixed,
+    value_getter,
+)
+from topology.processors.proc_table import TableParams, TupleForwarder
+
+if TYPE_CHECKING:
+    from topology.dsl.ktable import KTable
+
+_new = tuple.__new__
+_UNKNOWN = -1
+#: Which join a table-table side runs: ``right`` is the right side of a left join.
+TableJoinMode = Literal["inner", "left", "right", "outer"]
+
+
+class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
+    """Join each stream record with the table value of ``key_mapper(key, value)`` (the key
+    itself for a KTable). Records with a null value, or a null join key, are dropped; a
+    left join keeps a null-key record (KIP-962) and joins it with ``None``.
+
+    Args:
+        name: the node name.
+        getter: how to read the table.
+        key_mapper: ``(key, value) -> table key`` for a global table, None for a KTable.
+        joiner: ``(key, value, table value) -> result``.
+        fn: the user's joiner (named in errors).
+        left: a left join (emit ``joiner(key, value, None)`` when there is no match).
+    """
+
+    def __init__(  # noqa: PLR0917 - one supplier per join kind
+        self,
+        name: str,
+        getter: GetterSupplier,
+        key_mapper: Callable[[Any, Any], Any] | None,
+        joiner: KeyedJoiner,
+        fn: Any,
+        left: bool,
+    ) -> None:
+        self.name = name
+        self.getter: ValueGetter = getter.make()
+        self.key_mapper = key_mapper
+        self.joiner = joiner
+        self.fn = fn
+        self.left = left
+        self.dropped = 0
+
+    def init(self, context: Any) -> None:
+        """Open the table's stores."""
+        self.context = context
+        self.getter.init(context)
+
+    def _map(self, key: Any, value: Any) -> Any:
+        if self.key_mapper is None:
+            return key
+        try:
+            return self.key_mapper(key, value)
+        except Exception as exc:
+            raise user_error(self.name, self.key_mapper, exc, "key selector") from exc
+
+    def process(self, record: Record[Any, Any]) -> None:
+        """Look the table up and emit the joined record (or drop it)."""
+        key, value = record[0], record[1]
+        table_key = self._map(key, value)
+        kept = self.left and key is None and value is not None  # KIP-962
+        if not kept and (table_key is None or value is None):
+            self.dropped += 1
+            return
+        found = None if table_key is None else self.getter.get(table_key)
+        other = None if found is None else found[0]
+        if self.left or other is not None:
+            joined = call_joiner(self.name, self.fn, self.joiner, key, value, other)
+            self.context.forward(_new(Record, (key, joined, record[2], record[3])))
+
+
+class TableTableJoinProcessor(Processor[Any, Any, Any, Any]):
+    """One side of a table-table join: an update here is joined with the other side's
+    current value.
+
+    Args:
+        name: the node name.
+        mode: the join seen from this side (``right``: right side of a left join).
+        is_left: this is the left table (the joiner takes ``(left, right)``).
+        getter: how to read the other table.
+        joiner: the user's ``(left, right) -> result``.
+        params: the join's shared params (``send_old_values``).
+    """
+
+    def __init__(  # noqa: PLR0917 - one supplier per side
+        self,
+        name: str,
+        mode: TableJoinMode,
+        is_left: bool,
+        getter: GetterSupplier,
+        joiner: Callable[[Any, Any], Any],
+        params: TableParams,
+    ) -> None:
+        self.name = name
+        self.mode = mode
+        self.is_left = is_left
+        self.getter: ValueGetter = getter.make()
+        self.fn = joiner
+        self.params = params
+        self.dropped = 0
+
+    def init(self, context: Any) -> None:
+        """Open the other table's stores."""
+        self.context = context
+        self.getter.init(context)
+
+    def _join(self, this: Any, other: Any) -> Any:
+        left, right = (this, other) if self.is_left else (other, this)
+        try:
+            return self.fn(left, right)
+        except Exception as exc:
+            raise user_error(self.name, self.fn, exc, "value joiner") from exc
+
+    def process(self, record: Record[Any, Any]) -> None:
+        """Join the change with the other side and forward the joined change."""
+        key, change, ts = record[0], record[1], record[2]
+        if key is None:
+            self.dropped += 1
+            return
+        found = self.getter.get(key)
+        other = None if found is None else found[0]
+        new_value, old_value = change[0], change[1]
+        send_old, mode = self.params.send_old_values, self.mode
+        if other is None and (
+            mode in ("inner", "right") or (new_value is None and old_value is None)
+        ):
+            return
+        result_ts = max(ts, _UNKNOWN if found is None else found[1])
+        new = old = None
+        if mode == "right":
+            new = self._join(new_value, other)
+            old = self._join(old_value, other) if send_old else None
+        elif mode == "outer":
+            if other is not None or new_value is not None:
+                new = self._join(new_value, other)
+            if send_old and (other is not None or old_value is not None):
+                old = self._join(old_value, other)
+        else:
+            new = None if new_value is None else self._join(new_value, other)
+            old = self._join(old_value, other) if send_old and old_value is not None else None
+        self.context.forward(_new(Record, (key, Change(new, old), result_ts, record[3])))
+
+
+class TableJoinMergeProcessor(Processor[Any, Any, Any, Any]):
+    """Merge both sides' joined changes; store them when the result is materialized
+    (Kafka's ``KTableKTableJoinMerger``)."""
+
+    def __init__(self, params: TableParams) -> None:
+        self.params = params
+
+    def init(self, context: Any) -> None:
+        """Open the result store when materialized."""
+        self.context = context
+        self.store: Any = None
+        if self.params.store_name is not None:
+            self.store = context.get_state_store(self.params.store_name)
+            self.forwarder = TupleForwarder(self.store, context, self.params.send_old_values)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        """Store (when materialized) and forward."""
+        key, change, ts = record[0], record[1], record[2]
+        if not self.params.send_old_values and change[1] is not None:
+            record = _new(Record, (key, Change(change[0], None), ts, record[3]))
+        if self.store is None:
+            self.context.forward(record)
+            return
+        self.store.put(key, None if change[0] is None else ValueAndTimestamp(change[0], ts))
+        self.forwarder.maybe_forward(record)
+
+
+class TableJoinGetter:
+    """Compute a non-materialized join result by key from both sides' getters (the
+    ``view()`` of Kafka's table-table join processors)."""
+
+    def __init__(
+        self, mode: TableJoinMode, left: ValueGetter, right: ValueGetter, joiner: Any
+    ) -> None:
+        self.mode = mode
+        self.left = left
+        self.right = right
+        self.joiner = joiner
+
+    def init(self, context: Any) -> None:
+        """Open both sides' stores."""
+        self.left.init(context)
+        self.right.init(context)
+
+    def get(self, key: Any) -> ValueAndTimestamp[Any] | None:
+        """Return the joined value of ``key`` and the larger timestamp, or None."""
+        left = self.left.get(key)
+        if left is None and self.mode != "outer":
+            return None
+        right = self.right.get(key)
+        if right is None and self.mode == "inner":
+            return None
+        if left is None and right is None:
+            return None
+        ts = max(_UNKNOWN if left is None else left[1], _UNKNOWN if right is None else right[1])
+        value = self.joiner(None if left is None else left[0], None if right is None else right[0])
+        return ValueAndTimestamp(value, ts)
+
+
+_MODES: dict[tuple[bool, bool], tuple[TableJoinMode, TableJoinMode]] = {
+    (False, False): ("inner", "inner"),
+    (True, False): ("left", "right"),
+    (True, True): ("outer", "outer"),
+}
+
+
+def table_table_join(
+    this: KTable[Any, Any],
+    other: KTable[Any, Any],
+    joiner: Callable[[Any, Any], Any],
+    materialized: Materialized | None,
+    named: str | None,
+    *,
+    left_outer: bool,
+    right_outer: bool,
+) -> KTable[Any, Any]:
+    """Record a table-table equi-join; return the joined table (the merge node)."""
+    from topology.dsl.ktable import KTable, store_factory
+
+    builder = this.builder
+    names, graph = builder.names, builder.graph
+    store = None
+    if materialized is not None:
+        store = materialized.store_name or names.new_store_name(KTABLE_MERGE)
+    merge = names.name_or_generate(named, KTABLE_MERGE)
+    if left_outer:
+        this.enable_send_old_values()
+    if right_outer:
+        other.enable_send_old_values()
+    this_mode, other_mode = _MODES[(left_outer, right_outer)]
+    this_name = suffixed(named, "-join-this", lambda: names.new_processor_name(KTABLE_JOINTHIS))
+    other_name = suffixed(named, "-join-other", lambda: names.new_processor_name(KTABLE_JOINOTHER))
+    this_getter, other_getter = value_getter(this), value_getter(other)
+    params = TableParams()
+    graph.add_processor(
+        ProcessorSpec(
+            name=this_name,
+            parents=(this.node,),
+            stores=other_getter.store_names,
+            supplier=lambda: TableTableJoinProcessor(
+                this_name, this_mode, True, other_getter, joiner, params
+            ),
+        )
+    )
+    graph.add_processor(
+        ProcessorSpec(
+            name=other_name,
+            parents=(other.node,),
+            stores=this_getter.store_names,
+            supplier=lambda: TableTableJoinProcessor(
+                other_name, other_mode, False, this_getter, joiner, params
+            ),
+        )
+    )
+    graph.add_processor(
+        ProcessorSpec(
+            name=merge,
+            parents=(this_name, other_name),
+            supplier=lambda: TableJoinMergeProcessor(params),
+        )
+    )
+    copartition(this_name, this, other)
+    mat = materialized or Materialized()
+    key_serde = mat.key_serde or this.key_serde
+    table: KTable[Any, Any] = KTable(builder, merge, key_serde, mat.value_serde, params)
+    if store is not None:
+        graph.add_store(store_factory(store, mat, key_serde, mat.value_serde), merge)
+        params.store_name = store
+        table.queryable_store_name = mat.store_name
+        if mat.store_name is None:
+            graph.note_generated(merge, store)
+
+    def enable_old() -> None:
+        params.send_old_values = True
+        this.enable_send_old_values()
+        other.enable_send_old_values()
+
+    def view() -> GetterSupplier:
+        stores = tuple(dict.fromkeys(this_getter.store_names + other_getter.store_names))
+        return GetterSupplier(
+            stores,
+            lambda: TableJoinGetter(this_mode, this_getter.make(), other_getter.make(), joiner),
+        )
+
+    table._enable_old = enable_old
+    table._view = view
+    return table

@@ -1,0 +1,312 @@
+"""Windowed grouped streams: ``KGroupedStream.windowed_by(...)`` and their aggregations.
+
+``windowed_by(TimeWindows | SlidingWindows | UnlimitedWindows)`` returns a
+:class:`TimeWindowedKStream`, ``windowed_by(SessionWindows)`` a
+:class:`SessionWindowedKStream`. Their ``count``/``reduce``/``aggregate`` record one node
+through :meth:`topology.dsl.grouped.KGroupedStream.aggregate_with` (store name, node name and
+repartition as Kafka burns them) with a window or session store, and return a
+``KTable[Windowed[K], V]`` whose key serde is the windowed serde of the grouping's key
+serde.
+
+The store keeps windows for ``Materialized.with_retention`` ms of stream time, by default
+the least the windows need (see :mod:`topology.api.windows`); a smaller retention raises
+:class:`~common.errors.TopologyError` naming the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from common.errors import TopologyError
+from common.serdes import Serde, Serdes
+from statestores.api import Windowed
+from topology.api.options import Materialized, Named
+from topology.api.processor import Processor
+from topology.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
+from topology.api.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
+from topology.graph.naming import AGGREGATE, REDUCE
+from topology.graph.stores import SessionStoreFactory, StoreFactory, WindowStoreFactory
+from topology.processors.proc_session import SessionWindowAggregateProcessor
+from topology.processors.proc_sliding import SlidingWindowAggregateProcessor
+from topology.processors.proc_table import TableParams
+from topology.processors.proc_window import (
+    TimeWindowAggregateProcessor,
+    none_initializer,
+    reducer_aggregator,
+)
+
+if TYPE_CHECKING:
+    from topology.dsl.grouped import KGroupedStream
+    from topology.dsl.ktable import KTable
+
+K = TypeVar("K")
+V = TypeVar("V")
+A = TypeVar("A")
+
+Windows = TimeWindows | SlidingWindows | UnlimitedWindows
+
+
+def _count_init() -> int:
+    return 0
+
+
+def _count_add(key: Any, value: Any, agg: int) -> int:
+    return agg + 1
+
+
+def _retention(store: str, mat: Materialized, needed: int, what: str) -> int:
+    """Return the store's retention; raise TopologyError if it is below ``needed``."""
+    retention = mat.retention_ms
+    if retention is None and mat.supplier is not None:
+        retention = getattr(mat.supplier, "retention_ms", None)
+    if retention is None:
+        return needed
+    if retention < needed:
+        raise TopologyError(
+            f"Store {store}: the retention period ({retention} ms) must be no smaller than "
+            f"{what} ({needed} ms); raise it with Materialized.with_retention"
+        )
+    return retention
+
+
+class TimeWindowedKStream(Generic[K, V]):
+    """A grouped stream over time, sliding or unlimited windows."""
+
+    def __init__(self, grouped: KGroupedStream[K, V], windows: Windows) -> None:
+        self.grouped = grouped
+        self.windows = windows
+
+    def _make_store(self, value_serde: Serde[Any] | None) -> Callable[..., StoreFactory]:
+        windows, key_serde = self.windows, self.grouped.key_serde
+        what = (
+            "2 * time difference plus the grace period"
+            if isinstance(windows, SlidingWindows)
+            else "its window size plus the grace period"
+        )
+
+        def make(name: str, mat: Materialized) -> StoreFactory:
+            return WindowStoreFactory(
+                name=name,
+                retention_ms=_retention(name, mat, windows.retention_ms(), what),
+                window_size_ms=windows.size(),
+                key_serde=mat.key_serde or key_serde,
+                value_serde=mat.value_serde or value_serde,
+                supplier=mat.supplier,
+                caching_enabled=mat.caching_enabled,
+                logging_enabled=mat.logging_enabled,
+                logging_config=mat.logging_config,
+            )
+
+        return make
+
+    def _processor(
+        self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any]
+    ) -> Callable[[str, TableParams], Processor[Any, Any, Any, Any]]:
+        windows = self.windows
+        if isinstance(windows, SlidingWindows):
+            return lambda n, p: SlidingWindowAggregateProcessor(
+                n, p, windows, initializer, aggregator
+            )
+        return lambda n, p: TimeWindowAggregateProcessor(n, p, windows, initializer, aggregator)
+
+    def _aggregate(  # noqa: PLR0917 - the aggregation's functions
+        self,
+        prefix: str,
+        materialized: Materialized | None,
+        named: Named | str | None,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        value_serde: Serde[Any] | None,
+    ) -> KTable[Windowed[K], Any]:
+        table = self.grouped.aggregate_with(
+            prefix,
+            materialized=materialized,
+            named=named,
+            make_processor=self._processor(initializer, aggregator),
+            make_store=self._make_store(value_serde),
+            value_serde=value_serde,
+        )
+        table.key_serde = TimeWindowedSerde(table.key_serde, self.windows.size())
+        table.window_grace_ms = self.windows.close_grace_ms()
+        return table
+
+    def count(
+        self, materialized: Materialized | None = None, *, named: Named | str | None = None
+    ) -> KTable[Windowed[K], int]:
+        """Count the records per key and window (null keys dropped).
+
+        Example:
+            >>> s.group_by_key().windowed_by(
+            ...     TimeWindows.of_size_with_no_grace(60_000)
+            ... ).count()  # doctest: +SKIP
+        """
+        serde = Serdes.Long()
+        return self._aggregate(AGGREGATE, materialized, named, _count_init, _count_add, serde)
+
+    def reduce(
+        self,
+        reducer: Callable[[V, V], V],
+        materialized: Materialized | None = None,
+        *,
+        named: Named | str | None = None,
+    ) -> KTable[Windowed[K], V]:
+        """Combine the values per key and window with ``reducer(aggregate, value)``.
+
+        Example:
+            >>> s.group_by_key().windowed_by(
+            ...     TimeWindows.of_size_with_no_grace(10)
+            ... ).reduce(lambda a, b: a + b)  # doctest: +SKIP
+        """
+        serde = self.grouped.value_serde
+        aggregator = reducer_aggregator(reducer)
+        return self._aggregate(REDUCE, materialized, named, none_initializer, aggregator, serde)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], A],
+        aggregator: Callable[[K, V, A], A],
+        materialized: Materialized | None = None,
+        *,
+        named: Named | str | None = None,
+    ) -> KTable[Windowed[K], A]:
+        """Fold the values per key and window: ``aggregator(key, value, agg)`` from
+        ``initializer()``. Give the aggregate's serde with ``Materialized.with_value_serde``.
+
+        Example:
+            >>> s.group_by_key().windowed_by(
+            ...     SlidingWindows.of_time_difference_with_no_grace(10)
+            ... ).aggregate(list, lambda k, v, agg: [*agg, v])  # doctest: +SKIP
+        """
+        return self._aggregate(AGGREGATE, materialized, named, initializer, aggregator, None)
+
+
+class SessionWindowedKStream(Generic[K, V]):
+    """A grouped stream over sessions."""
+
+    def __init__(self, grouped: KGroupedStream[K, V], windows: SessionWindows) -> None:
+        self.grouped = grouped
+        self.windows = windows
+
+    def _aggregate(  # noqa: PLR0917 - the aggregation's functions
+        self,
+        prefix: str,
+        materialized: Materialized | None,
+        named: Named | str | None,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any],
+        value_serde: Serde[Any] | None,
+    ) -> KTable[Windowed[K], Any]:
+        windows, key_serde = self.windows, self.grouped.key_serde
+
+        def make_store(name: str, mat: Materialized) -> StoreFactory:
+            what = "the inactivity gap plus the grace period"
+            return SessionStoreFactory(
+                name=name,
+                retention_ms=_retention(name, mat, windows.retention_ms(), what),
+                key_serde=mat.key_serde or key_serde,
+                value_serde=mat.value_serde or value_serde,
+                supplier=mat.supplier,
+                caching_enabled=mat.caching_enabled,
+                logging_enabled=mat.logging_enabled,
+                logging_config=mat.logging_config,
+            )
+
+        gap, grace = windows.gap_ms, windows.grace_ms
+        table = self.grouped.aggregate_with(
+            prefix,
+            materialized=materialized,
+            named=named,
+            make_processor=lambda n, p: SessionWindowAggregateProcessor(
+                n, p, gap, grace, initializer, aggregator, merger
+            ),
+            make_store=make_store,
+            value_serde=value_serde,
+        )
+        table.key_serde = SessionWindowedSerde(table.key_serde)
+        table.window_grace_ms = windows.close_grace_ms()
+        return table
+
+    def count(
+        self, materialized: Materialized | None = None, *, named: Named | str | None = None
+    ) -> KTable[Windowed[K], int]:
+        """Count the records per key and session (null keys dropped).
+
+        Example:
+            >>> s.group_by_key().windowed_by(
+            ...     SessionWindows.of_inactivity_gap_with_no_grace(300_000)
+            ... ).count()  # doctest: +SKIP
+        """
+        return self._aggregate(
+            AGGREGATE,
+            materialized,
+            named,
+            _count_init,
+            _count_add,
+            lambda k, a, b: a + b,
+            Serdes.Long(),
+        )
+
+    def reduce(
+        self,
+        reducer: Callable[[V, V], V],
+        materialized: Materialized | None = None,
+        *,
+        named: Named | str | None = None,
+    ) -> KTable[Windowed[K], V]:
+        """Combine the values per key and session with ``reducer(aggregate, value)``;
+        merged sessions are combined with the same reducer.
+
+        Example:
+            >>> s.group_by_key().windowed_by(
+            ...     SessionWindows.of_inactivity_gap_with_no_grace(10)
+            ... ).reduce(lambda a, b: a + b)  # doctest: +SKIP
+        """
+        aggregator = reducer_aggregator(reducer)
+        return self._aggregate(
+            REDUCE,
+            materialized,
+            named,
+            none_initializer,
+            aggregator,
+            lambda k, a, b: aggregator(k, b, a),
+            self.grouped.value_serde,
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], A],
+        aggregator: Callable[[K, V, A], A],
+        merger: Callable[[K, A, A], A],
+        materialized: Materialized | None = None,
+        *,
+        named: Named | str | None = None,
+    ) -> KTable[Windowed[K], A]:
+        """Fold the values per key and session: ``aggregator(key, value, agg)`` from
+        ``initializer()``; sessions that a record bridges are combined with
+        ``merger(key, agg1, agg2)``.
+
+        Example:
+            >>> s.group_by_key().windowed_by(
+            ...     SessionWindows.of_inactivity_gap_with_no_grace(10)
+            ...     # doctest: +SKIP
+            ... ).aggregate(lambda: 0, lambda k, v, a: a + v, lambda k, a, b: a + b)
+        """
+        return self._aggregate(
+            AGGREGATE, materialized, named, initializer, aggregator, merger, None
+        )
+
+
+def windowed_by(
+    grouped: KGroupedStream[K, V], windows: Windows | SessionWindows
+) -> TimeWindowedKStream[K, V] | SessionWindowedKStream[K, V]:
+    """Return the windowed stream of ``grouped`` over ``windows``."""
+    if isinstance(windows, SessionWindows):
+        return SessionWindowedKStream(grouped, windows)
+    if isinstance(windows, TimeWindows | SlidingWindows | UnlimitedWindows):
+        return TimeWindowedKStream(grouped, windows)
+    raise TopologyError(
+        f"windowed_by: expected TimeWindows, SlidingWindows, UnlimitedWindows or "
+        f"SessionWindows, got {type(windows).__name__}"
+    )

@@ -1,0 +1,202 @@
+"""Runtime pieces of a task's node graph: the source and sink runtimes, and the wrapping of
+user code errors (naming the processor and the function, keeping the cause)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from common.errors import SerializationError, StreamsError, StreamsProcessingError
+from common.handlers import Origin, ProducerRecord
+from common.serdes import Serde
+from topology.api.options import StreamPartitioner
+from topology.api.record import Record
+from topology.api.timestamps import TimestampExtractor
+from topology.engine.collector import RecordCollector
+from topology.engine.context import Forward, NodeContext
+from topology.graph.graph import TopicNameExtractor
+
+
+def describe_function(fn: object) -> str:
+    """Return ``'name' (file.py:12)`` for a function, or its type for other callables."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    code = getattr(fn, "__code__", None) or getattr(type(fn).__call__, "__code__", None)
+    if code is None:
+        return repr(name)
+    return f"{name!r} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
+
+
+def user_error(
+    node: str, fn: object, exc: BaseException, what: str = "user function"
+) -> StreamsError:
+    """Return the error for ``exc`` raised by user code ``fn`` in processor ``node``.
+
+    StreamsErrors (from nodes further down) are returned unchanged.
+    """
+    if isinstance(exc, StreamsError):
+        return exc
+    return StreamsProcessingError(
+        f"processor {node}: {what} {describe_function(fn)} raised {type(exc).__name__}: {exc}"
+    )
+
+
+def guard(node: str, process: Forward, owner: object) -> Forward:
+    """Wrap a Processor-API ``process`` so that its errors name the node (and pass
+    StreamsErrors from further down unchanged)."""
+
+    def run(record: Record[Any, Any]) -> None:
+        try:
+            process(record)
+        except StreamsError:
+            raise
+        except Exception as exc:
+            raise user_error(node, owner, exc, "processor") from exc
+
+    return run
+
+
+class SourceRuntime:
+    """A source node in a task: deserializers, timestamp extractor, pre-bound children."""
+
+    __slots__ = (
+        "children",
+        "context",
+        "extractor",
+        "key_deserialize",
+        "key_serde",
+        "name",
+        "value_deserialize",
+        "value_serde",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        extractor: TimestampExtractor | None,
+        context: NodeContext,
+    ) -> None:
+        self.name = name
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.key_deserialize = key_serde.deserialize
+        self.value_deserialize = value_serde.deserialize
+        self.extractor = extractor
+        self.context = context
+        self.children: tuple[Forward, ...] = ()
+
+
+#: The task's production error path: ``(node, record, exception, origin, error)``; it
+#: returns to drop the output record (RESUME) or raises ``error``.
+ProductionErrorCallback = Callable[[str, ProducerRecord, Exception, Origin | None, Exception], None]
+
+
+class SinkProcessor:
+    """A sink node in a task: serializes and hands records to the collector; a failure to
+    serialize or send goes to ``on_error`` (the production exception handler)."""
+
+    __slots__ = (
+        "_extractor",
+        "_key_serialize",
+        "_on_error",
+        "_partitioner",
+        "_send",
+        "_topic",
+        "_value_serialize",
+        "collector",
+        "context",
+        "name",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        topic: str | None,
+        extractor: TopicNameExtractor | None,
+        key_serde: Serde[Any],
+        value_serde: Serde[Any],
+        partitioner: StreamPartitioner | None,
+        collector: RecordCollector,
+        context: NodeContext,
+        on_error: ProductionErrorCallback | None = None,
+    ) -> None:
+        self.name = name
+        self._topic = topic
+        self._extractor = extractor
+        self._key_serialize = key_serde.serialize
+        self._value_serialize = value_serde.serialize
+        self._partitioner = partitioner
+        self.collector = collector
+        self._send = collector.send
+        self.context = context
+        self._on_error = on_error
+
+    def process(self, record: Record[Any, Any]) -> None:
+        """Serialize ``record`` and send it."""
+        topic = self._topic
+        if topic is None:
+            topic = self._extract_topic(record)
+        try:
+            key = self._key_serialize(topic, record[0])
+        except Exception as exc:
+            self._serialization_failed(topic, record, exc, "key")  # raises unless dropped
+            return
+        try:
+            value = self._value_serialize(topic, record[1])
+        except Exception as exc:
+            self._serialization_failed(topic, record, exc, "value")
+            return
+        partition = None
+        if self._partitioner is not None:
+            partition = self._choose_partition(topic, record)
+        try:
+            self._send(topic, key, value, record[2], record[3], partition)
+        except Exception as exc:
+            if self._on_error is None:
+                raise
+            failed = ProducerRecord(topic, key, value, record[2], record[3], partition)
+            self._on_error(self.name, failed, exc, None, exc)
+
+    def _serialization_failed(
+        self, topic: str, record: Record[Any, Any], exc: Exception, origin: Origin
+    ) -> None:
+        error = SerializationError(
+            f"sink {self.name}: cannot serialize the record's {origin} for topic {topic} "
+            f"({type(exc).__name__}: {exc}); give the sink serdes that match the key and "
+            "value types (Produced.with_ / Grouped.with_ / Repartitioned.with_)"
+        )
+        error.__cause__ = exc
+        if self._on_error is None:
+            raise error
+        failed = ProducerRecord(topic, record[0], record[1], record[2], record[3])
+        self._on_error(self.name, failed, exc, origin, error)
+
+    def _extract_topic(self, record: Record[Any, Any]) -> str:
+        extractor = self._extractor
+        assert extractor is not None
+        try:
+            return extractor(record[0], record[1], self.context)
+        except Exception as exc:
+            raise user_error(self.name, extractor, exc, "topic extractor") from exc
+
+    def _choose_partition(self, topic: str, record: Record[Any, Any]) -> int | None:
+        partitioner = self._partitioner
+        assert partitioner is not None
+        count = self.collector.partitions_for(topic)
+        try:
+            partition = partitioner(topic, record[0], record[1], count)
+        except Exception as exc:
+            raise user_error(self.name, partitioner, exc, "stream partitioner") from exc
+        if partition is not None and not 0 <= partition < count:
+            raise StreamsProcessingError(
+                f"processor {self.name}: stream partitioner {describe_function(partitioner)} "
+                f"returned partition {partition}, but topic {topic} has {count} partitions"
+            )
+        return partition
+
+
+#: A deserializer function: ``(topic, data) -> value``.
+Deserialize = Callable[[str, bytes | None], Any]

@@ -1,0 +1,539 @@
+"""The per-task processing engine: :class:`StreamTask` runs one sub-topology for one
+partition. The TopologyTestDriver and the Spark runtime both drive it, so the processor
+code a test runs is the code production runs.
+
+Lifecycle::
+
+    task = StreamTask(topology, 0, 3, config, collector)   # task id "0_3"
+    task.initialize()            # build + init stores, init processors
+    task.process_batch(records)  # or process(...) per record, process_columns(...)
+    task.punctuate_wall_clock(now_ms)
+    offsets = task.prepare_commit()   # flush caches/stores; consumed positions
+    task.post_commit()
+    task.close()
+
+The hot path avoids per-record dict lookups and logging: source lookup happens once per
+batch, children are pre-bound callables, records are tuples.
+
+Errors go to Kafka's exception handlers (:mod:`common.handlers`) on their error paths only:
+a record that cannot be deserialized, a processor or punctuator that raises, a sink that
+cannot serialize or send. With the default handlers and no dead-letter topic nothing is
+added per record; otherwise every processor node is wrapped so that a handler's RESUME drops
+the record at the failing node (its siblings still get it, as in Kafka's ``ProcessorNode``).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from common.config import StreamsConfig
+from common.errors import SerializationError, StreamsError, TopologyError
+from common.handlers import RawRecord
+from common.serdes import deserialize_many
+from statestores.api import ChangelogCollector, StateStore, StateStoreContext
+from statestores.state_manager import ProcessorStateManager
+from topology.api.processor import FixedKeyProcessor, PunctuationType, Punctuator
+from topology.api.record import ConsumedRecord, Headers, InputRecord, make_record
+from topology.api.timestamps import FailOnInvalidTimestamp, extractor_from_name, invalid_timestamp
+from topology.engine.collector import CollectorChangelog, RecordCollector
+from topology.engine.context import (
+    FixedKeyNodeContext,
+    ManagedTaskStoreContext,
+    NodeContext,
+    PunctuationSchedule,
+    TaskStoreContext,
+)
+from topology.engine.nodes import SinkProcessor, SourceRuntime, guard, user_error
+from topology.engine.read_only_stores import read_only
+from topology.engine.task_errors import TaskErrorPaths
+from topology.graph.graph import ProcessorSpec, SinkSpec, SourceSpec
+from topology.graph.stores import resolve_serde
+from topology.graph.topology import Topology
+
+_NEVER = 1 << 62
+
+
+class TaskState(enum.Enum):
+    """Task lifecycle states (Kafka's ``Task.State``)."""
+
+    CREATED = "CREATED"
+    RESTORING = "RESTORING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    CLOSED = "CLOSED"
+
+
+_ALLOWED: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.CREATED: frozenset({TaskState.RESTORING, TaskState.RUNNING, TaskState.CLOSED}),
+    TaskState.RESTORING: frozenset({TaskState.RUNNING, TaskState.SUSPENDED, TaskState.CLOSED}),
+    TaskState.RUNNING: frozenset({TaskState.SUSPENDED, TaskState.CLOSED}),
+    TaskState.SUSPENDED: frozenset({TaskState.RESTORING, TaskState.RUNNING, TaskState.CLOSED}),
+    TaskState.CLOSED: frozenset(),
+}
+
+
+def config_dict(config: StreamsConfig) -> dict[str, Any]:
+    """Return the configuration as dotted keys -> values."""
+    return config.model_dump(by_alias=True)
+
+
+class StreamTask:
+    """Run sub-topology ``subtopology_id`` of ``topology`` for input ``partition``.
+
+    Args:
+        topology: the built topology.
+        subtopology_id: which sub-topology.
+        partition: the input partition; the task id is ``<subtopology_id>_<partition>``.
+        config: the application configuration.
+        collector: receives the sinks' serialized records.
+        state_dir: the task's state directory (``None``: stores use temporary ones).
+        changelog: where stores log changes (default: the changelog topics, through
+            ``collector``, in ``partition``).
+        global_stores: global stores every processor may read (read-only views).
+        wall_clock: the time source of wall-clock punctuation (ms).
+        manages_transactions: the caller drives store transactions (exactly-once runtime).
+        store_context: the stores' context, when the runtime brings its own (its
+            ``ProcessorStateManager``, which restores and commits the stores).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        subtopology_id: int,
+        partition: int,
+        config: StreamsConfig,
+        collector: RecordCollector,
+        *,
+        state_dir: str | None = None,
+        changelog: ChangelogCollector | None = None,
+        global_stores: Mapping[str, StateStore] | None = None,
+        wall_clock: Callable[[], int] | None = None,
+        manages_transactions: bool = False,
+        store_context: StateStoreContext | None = None,
+    ) -> None:
+        self.topology = topology
+        self.subtopology = topology.subtopology(subtopology_id)
+        self.partition = partition
+        self.task_id = f"{subtopology_id}_{partition}"
+        self.config = config
+        self.application_id = config.application_id
+        self.app_config: Mapping[str, Any] = config_dict(config)
+        self.collector = collector
+        self.changelog: ChangelogCollector | None = changelog or CollectorChangelog(
+            collector, topology.changelog_topics(self.application_id), partition
+        )
+        # read-only to processors: the global processor alone writes them
+        self.global_stores: Mapping[str, StateStore] = read_only(global_stores or {})
+        self.wall_clock_ms: Callable[[], int] = wall_clock or _now_ms
+        context_cls = ManagedTaskStoreContext if manages_transactions else TaskStoreContext
+        self.store_context: StateStoreContext = store_context or context_cls(self, state_dir)
+        #: The stores' state manager when the task was built by the ``ActiveTaskCreator``.
+        self.state_manager: ProcessorStateManager | None = None
+        self.state = TaskState.CREATED
+        self.stores: dict[str, StateStore] = {}
+        self.stream_time = -1
+        self.current_topic: str | None = None
+        self.current_partition: int | None = None
+        self.current_offset: int | None = None
+        self.current_headers: Headers | None = None
+        self.current_timestamp = -1
+        self.commit_requested = False
+        self.skipped_records = 0
+        # Kafka's task-level dropped-records: null keys, late records, and the records an
+        # exception handler skipped (RESUME)
+        self.dropped_records = 0
+        self.errors = TaskErrorPaths(self)
+        # the input bytes, for dead letters: (topic, offset, key, value) of process(), and
+        # (topic, offsets, keys, values) of the last process_columns() call
+        self.raw_input: tuple[str, int, bytes | None, bytes | None] | None = None
+        self.raw_columns: tuple[str, Sequence[int], Sequence[Any], Sequence[Any]] | None = None
+        if self.errors.handlers.needs_raw_input:  # only then does process() keep them
+            self.process = self._process_keeping_raw  # type: ignore[method-assign]
+        self.consumed_offsets: dict[tuple[str, int], int] = {}
+        self._partition_time: dict[tuple[str, int], int] = {}
+        self._processors: list[tuple[str, Any]] = []
+        self._sources: dict[str, SourceRuntime] = {}
+        self._pattern_sources: list[tuple[Any, SourceRuntime]] = []
+        self._stream_punctuations: list[PunctuationSchedule] = []
+        self._wall_punctuations: list[PunctuationSchedule] = []
+        self._next_stream_punctuation = _NEVER
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def transition(self, new: TaskState) -> None:
+        """Move to ``new``; raise StreamsError naming both states if it is not allowed."""
+        if new not in _ALLOWED[self.state]:
+            raise StreamsError(
+                f"task {self.task_id}: illegal transition {self.state.name} -> {new.name}"
+            )
+        self.state = new
+
+    def initialize(self) -> None:
+        """Build and open the stores, then build and ``init`` every processor."""
+        if self.state is not TaskState.CREATED:
+            raise StreamsError(f"task {self.task_id}: initialize() in state {self.state.name}")
+        for name in self.subtopology.stores:
+            store = self.topology.stores[name].builder(self.config).build()
+            store.init(self.store_context)
+            self.stores[name] = store
+        self._build_nodes()
+        self.transition(TaskState.RUNNING)
+
+    def _build_nodes(self) -> None:
+        topology, config = self.topology, self.config
+        default_extractor = extractor_from_name(config.default_timestamp_extractor)
+        forwards: dict[str, Callable[[Any], None]] = {}
+        contexts: dict[str, NodeContext] = {}
+        inits: list[tuple[str, Any, NodeContext]] = []
+        for name in self.subtopology.nodes:
+            spec = topology.nodes[name]
+            stores = frozenset(spec.stores) if isinstance(spec, ProcessorSpec) else frozenset()
+            if isinstance(spec, SourceSpec):
+                ctx = NodeContext(self, name, stores)
+                extractor = spec.timestamp_extractor or default_extractor
+                source = SourceRuntime(
+                    name,
+                    resolve_serde(spec.key_serde, config.default_key_serde),
+                    resolve_serde(spec.value_serde, config.default_value_serde),
+                    None if type(extractor) is FailOnInvalidTimestamp else extractor,
+                    ctx,
+                )
+                for topic in spec.topics:
+                    runtime_topic = topology.topic_name(
+                        topic, self.application_id, internal=spec.internal
+                    )
+                    self._sources[runtime_topic] = source
+                if spec.pattern is not None:
+                    self._pattern_sources.append((spec.pattern, source))
+            elif isinstance(spec, SinkSpec):
+                ctx = NodeContext(self, name, stores)
+                sink_topic = spec.topic
+                if sink_topic is not None:
+                    sink_topic = topology.topic_name(
+                        sink_topic, self.application_id, internal=spec.internal
+                    )
+                sink = SinkProcessor(
+                    name,
+                    topic=sink_topic,
+                    extractor=spec.topic_extractor,
+                    key_serde=resolve_serde(spec.key_serde, config.default_key_serde),
+                    value_serde=resolve_serde(spec.value_serde, config.default_value_serde),
+                    partitioner=spec.partitioner,
+                    collector=self.collector,
+                    context=ctx,
+                    on_error=self.errors.production_failed,
+                )
+                forwards[name] = sink.process
+            else:
+                processor = spec.supplier()
+                fixed = spec.fixed_key or isinstance(processor, FixedKeyProcessor)
+                ctx = (FixedKeyNodeContext if fixed else NodeContext)(self, name, stores)
+                forwards[name] = _entry(name, processor, ctx, spec.user_code)
+                if self.errors.handlers.resumes_processing:
+                    forwards[name] = self.errors.guarded(name, forwards[name])
+                inits.append((name, processor, ctx))
+                self._processors.append((name, processor))
+            contexts[name] = ctx
+        for name, ctx in contexts.items():
+            kids = [(kid, forwards[kid]) for kid in topology.children[name] if kid in forwards]
+            ctx.bind_children(kids)
+        for source in {id(s): s for s in self._sources.values()}.values():
+            source.children = source.context._children
+        for _, source in self._pattern_sources:
+            source.children = source.context._children
+        for name, processor, ctx in inits:
+            try:
+                processor.init(ctx)
+            except StreamsError:
+                raise
+            except Exception as exc:
+                raise user_error(name, processor.init, exc, "init of processor") from exc
+
+    def close(self) -> None:
+        """Close every processor, then every store (idempotent)."""
+        if self.state is TaskState.CLOSED:
+            return
+        first: BaseException | None = None
+        for name, processor in self._processors:
+            try:
+                processor.close()
+            except Exception as exc:
+                first = first or user_error(name, processor.close, exc, "close of processor")
+        for store in self.stores.values():
+            try:
+                store.close()
+            except Exception as exc:
+                first = first or exc
+        self.transition(TaskState.CLOSED)
+        if first is not None:
+            raise first
+
+    # -- processing ---------------------------------------------------------------------
+
+    def source_for(self, topic: str) -> SourceRuntime:
+        """Return the source node reading ``topic``; raise TopologyError if none does."""
+        source = self._sources.get(topic)
+        if source is None:
+            for pattern, candidate in self._pattern_sources:
+                if pattern.fullmatch(topic) and not self._is_internal(topic):
+                    self._sources[topic] = source = candidate
+                    break
+            else:
+                raise TopologyError(
+                    f"task {self.task_id}: no source of sub-topology {self.subtopology.id} "
+                    f"reads topic {topic}"
+                )
+        return source
+
+    def _is_internal(self, topic: str) -> bool:
+        """Whether ``topic`` is one of the application's internal topics, which a pattern
+        source never reads (as Kafka's pattern subscription)."""
+        app = self.application_id
+        return topic in self.topology.repartition_topic_names(app) or (
+            topic in self.topology.changelog_topics(app).values()
+        )
+
+    def process(  # noqa: PLR0917 - the per-record entry point
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers = (),
+        offset: int = -1,
+        partition: int | None = None,
+    ) -> None:
+        """Process one raw input record to completion (all nodes downstream)."""
+        part = self.partition if partition is None else partition
+        source = self.source_for(topic)
+        try:
+            k = source.key_deserialize(topic, key)
+            v = source.value_deserialize(topic, value)
+        except Exception as exc:
+            raw = RawRecord(topic, part, offset, timestamp, key, value, headers)
+            self.errors.deserialization_failed(source.name, raw, exc)  # raises unless skipped
+        else:
+            self._run(source, topic, part, k, v, timestamp, headers, offset)
+        self.consumed_offsets[(topic, part)] = offset + 1
+
+    def _process_keeping_raw(  # noqa: PLR0917 - process() when a handler needs raw input
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers = (),
+        offset: int = -1,
+        partition: int | None = None,
+    ) -> None:
+        self.raw_input = (topic, offset, key, value)
+        StreamTask.process(self, topic, key, value, timestamp, headers, offset, partition)
+
+    def process_batch(self, records: Iterable[InputRecord]) -> int:
+        """Process raw records in order (any topics of this task); return how many."""
+        count = 0
+        for rec in records:
+            self.process(rec[0], rec[4], rec[5], rec[3], rec[6], rec[2], rec[1])
+            count += 1
+        return count
+
+    def process_columns(  # noqa: PLR0917 - columns in record order
+        self,
+        topic: str,
+        partition: int,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
+        offsets: Sequence[int],
+        headers: Sequence[Headers] | None = None,
+    ) -> int:
+        """Process one topic-partition's records given as columns (e.g. Arrow
+        ``to_pylist()``); keys and values are deserialized in bulk. Return the count."""
+        source = self.source_for(topic)
+        self.raw_columns = (topic, offsets, keys, values)
+        try:
+            ks = deserialize_many(source.key_serde, topic, keys)
+            vs = deserialize_many(source.value_serde, topic, values)
+        except SerializationError:
+            # one record at a time: the deserialization handler decides about the bad ones
+            for i in range(len(keys)):
+                hs = () if headers is None else tuple(headers[i])
+                self.process(topic, keys[i], values[i], timestamps[i], hs, offsets[i], partition)
+            return len(keys)
+        run = self._run
+        no_headers: Headers = ()
+        for i in range(len(ks)):
+            run(
+                source,
+                topic,
+                partition,
+                ks[i],
+                vs[i],
+                timestamps[i],
+                no_headers if headers is None else tuple(headers[i]),
+                offsets[i],
+            )
+        if offsets:
+            self.consumed_offsets[(topic, partition)] = offsets[-1] + 1
+        return len(ks)
+
+    def _run(  # noqa: PLR0917 - hot path
+        self,
+        source: SourceRuntime,
+        topic: str,
+        partition: int,
+        key: Any,
+        value: Any,
+        timestamp: int,
+        headers: Headers,
+        offset: int,
+    ) -> None:
+        extractor = source.extractor
+        if extractor is None:
+            if timestamp < 0:
+                raise invalid_timestamp(topic, partition, offset, timestamp)
+        else:
+            timestamp = self._extract(
+                extractor, topic, partition, offset, timestamp, key, value, headers
+            )
+            if timestamp < 0:
+                self.skipped_records += 1
+                return
+        self.current_topic = topic
+        self.current_partition = partition
+        self.current_offset = offset
+        self.current_headers = headers
+        self.current_timestamp = timestamp
+        if timestamp > self.stream_time:  # noqa: PLR1730 - cheaper than max() per record
+            self.stream_time = timestamp
+        record = make_record(key, value, timestamp, headers)
+        for child in source.children:
+            child(record)
+        if self.stream_time >= self._next_stream_punctuation:
+            self._punctuate(self._stream_punctuations, self.stream_time)
+            self._next_stream_punctuation = _next_time(self._stream_punctuations)
+
+    def _extract(  # noqa: PLR0917 - hot path
+        self,
+        extractor: Any,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: int,
+        key: Any,
+        value: Any,
+        headers: Headers,
+    ) -> int:
+        tp = (topic, partition)
+        partition_time = self._partition_time.get(tp, -1)
+        consumed = ConsumedRecord(topic, partition, offset, timestamp, key, value, headers)
+        try:
+            ts: int = extractor.extract(consumed, partition_time)
+        except StreamsError:
+            raise
+        except Exception as exc:
+            raise user_error(f"source of {topic}", extractor, exc, "timestamp extractor") from exc
+        if ts > partition_time:
+            self._partition_time[tp] = ts
+        return ts
+
+    # -- punctuation --------------------------------------------------------------------
+
+    def schedule(
+        self, node: str, interval_ms: int, punctuation_type: PunctuationType, punctuator: Punctuator
+    ) -> PunctuationSchedule:
+        """Schedule ``punctuator`` for processor ``node`` (see ``ProcessorContext.schedule``).
+
+        Stream-time punctuation is aligned to 0 and fires as soon as stream time reaches
+        the next multiple of the interval; wall-clock punctuation fires ``interval_ms``
+        after scheduling, then every interval.
+        """
+        if interval_ms < 1:
+            raise StreamsError(f"processor {node}: punctuation interval must be >= 1 ms")
+        if punctuation_type is PunctuationType.STREAM_TIME:
+            sched = PunctuationSchedule(node, interval_ms, punctuation_type, punctuator, 0)
+            self._stream_punctuations.append(sched)
+            self._next_stream_punctuation = min(self._next_stream_punctuation, 0)
+        else:
+            start = self.wall_clock_ms() + interval_ms
+            sched = PunctuationSchedule(node, interval_ms, punctuation_type, punctuator, start)
+            self._wall_punctuations.append(sched)
+        return sched
+
+    def next_wall_clock_punctuation(self) -> int | None:
+        """Return when the next wall-clock punctuator is due (ms), or None if none is
+        scheduled."""
+        due = _next_time(self._wall_punctuations)
+        return None if due == _NEVER else due
+
+    def punctuate_wall_clock(self, now_ms: int | None = None) -> int:
+        """Run the wall-clock punctuators that are due at ``now_ms`` (default: the wall
+        clock); return how many ran."""
+        now = self.wall_clock_ms() if now_ms is None else now_ms
+        return self._punctuate(self._wall_punctuations, now)
+
+    def _punctuate(self, schedules: list[PunctuationSchedule], now: int) -> int:
+        ran = 0
+        schedules[:] = [s for s in schedules if not s.cancelled]
+        for sched in sorted(schedules, key=lambda s: s.next_time):
+            if sched.cancelled or sched.next_time > now:
+                continue
+            self.current_topic = self.current_partition = self.current_offset = None
+            self.current_headers = None
+            self.current_timestamp = now
+            try:
+                sched.punctuator(now)
+            except Exception as exc:
+                self.errors.punctuator_failed(sched, exc)  # raises unless the handler resumes
+            sched.advance(now)
+            ran += 1
+        return ran
+
+    # -- commit -------------------------------------------------------------------------
+
+    def prepare_commit(self) -> dict[tuple[str, int], int]:
+        """Flush every store (caches forward their entries downstream, so call it before
+        the collector is flushed); return the next offset to consume per topic-partition."""
+        self.raw_input = self.raw_columns = None  # records a flush forwards have none
+        for store in self.stores.values():
+            store.flush()
+        return dict(self.consumed_offsets)
+
+    def post_commit(self) -> None:
+        """Clear the commit request after a successful commit."""
+        self.commit_requested = False
+
+    def commit(self) -> dict[tuple[str, int], int]:
+        """Commit without a transaction (at_least_once, and the test driver): run
+        :meth:`prepare_commit`, apply the stores' writes through the state manager, then
+        :meth:`post_commit`; return the offsets."""
+        offsets = self.prepare_commit()
+        if self.state_manager is not None:
+            self.state_manager.prepare_commit(None)
+            self.state_manager.commit()
+        self.post_commit()
+        return offsets
+
+
+def _entry(name: str, processor: Any, ctx: NodeContext, user_code: bool) -> Callable[[Any], None]:
+    process: Callable[[Any], None] = processor.process
+    if isinstance(ctx, FixedKeyNodeContext):
+        inner = process
+
+        def process(record: Any) -> None:
+            ctx.key = record[0]
+            inner(record)
+
+    return guard(name, process, processor) if user_code else process
+
+
+def _next_time(schedules: list[PunctuationSchedule]) -> int:
+    live = [s.next_time for s in schedules if not s.cancelled]
+    return min(live) if live else _NEVER
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,1 @@
+"""The graph the DSL records and ``build()`` freezes into a Topology."""

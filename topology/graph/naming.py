@@ -1,0 +1,81 @@
+"""Stable node names: ``PREFIX-000000000N`` from one counter per builder, as Kafka's.
+
+Each DSL operator takes its name from :meth:`NameProvider.new_processor_name` (or the name
+the user gave); the counter advances either way where Kafka's does, so generated store and
+changelog names stay the same when a named operator is added or renamed elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+SOURCE: Final = "KSTREAM-SOURCE-"
+SINK: Final = "KSTREAM-SINK-"
+FILTER: Final = "KSTREAM-FILTER-"
+MAP: Final = "KSTREAM-MAP-"
+MAPVALUES: Final = "KSTREAM-MAPVALUES-"
+FLATMAP: Final = "KSTREAM-FLATMAP-"
+FLATMAPVALUES: Final = "KSTREAM-FLATMAPVALUES-"
+KEY_SELECT: Final = "KSTREAM-KEY-SELECT-"
+PEEK: Final = "KSTREAM-PEEK-"
+FOREACH: Final = "KSTREAM-FOREACH-"
+BRANCH: Final = "KSTREAM-BRANCH-"
+MERGE: Final = "KSTREAM-MERGE-"
+REPARTITION: Final = "KSTREAM-REPARTITION-"
+PROCESSOR: Final = "KSTREAM-PROCESSOR-"
+PROCESSVALUES: Final = "KSTREAM-PROCESSVALUES-"
+AGGREGATE: Final = "KSTREAM-AGGREGATE-"
+REDUCE: Final = "KSTREAM-REDUCE-"
+TOTABLE: Final = "KSTREAM-TOTABLE-"
+KTABLE_SOURCE: Final = "KTABLE-SOURCE-"
+KTABLE_FILTER: Final = "KTABLE-FILTER-"
+KTABLE_MAPVALUES: Final = "KTABLE-MAPVALUES-"
+KTABLE_TOSTREAM: Final = "KTABLE-TOSTREAM-"
+KTABLE_SELECT: Final = "KTABLE-SELECT-"
+KTABLE_AGGREGATE: Final = "KTABLE-AGGREGATE-"
+KTABLE_REDUCE: Final = "KTABLE-REDUCE-"
+STATE_STORE: Final = "STATE-STORE-"
+REPARTITION_TOPIC_SUFFIX: Final = "-repartition"
+CHANGELOG_TOPIC_SUFFIX: Final = "-changelog"
+
+_GENERATED: Final = re.compile(r"KSTREAM.*-[0-9]{10}")
+
+
+class NameProvider:
+    """Hand out ``PREFIX`` + a zero-padded 10-digit index from one counter."""
+
+    __slots__ = ("_index",)
+
+    def __init__(self) -> None:
+        self._index = 0
+
+    def new_processor_name(self, prefix: str) -> str:
+        """Return ``prefix`` followed by the next index, e.g. ``KSTREAM-MAP-0000000003``."""
+        name = f"{prefix}{self._index:010d}"
+        self._index += 1
+        return name
+
+    def new_store_name(self, prefix: str) -> str:
+        """Return ``prefix`` + ``STATE-STORE-`` + the next index."""
+        return self.new_processor_name(prefix + STATE_STORE)
+
+    def name_or_generate(self, name: str | None, prefix: str) -> str:
+        """Return ``name`` if given, else a generated one (the counter advances only then)."""
+        return name if name is not None else self.new_processor_name(prefix)
+
+
+def is_generated(name: str) -> bool:
+    """Return whether ``name`` looks like a generated Kafka name (``KSTREAM...-NNNNNNNNNN``)."""
+    return _GENERATED.fullmatch(name) is not None
+
+
+def check_name(name: str, what: str) -> str:
+    """Return ``name`` if it is a valid node or store name; raise TopologyError otherwise."""
+    from common.errors import TopologyError
+
+    if not name or len(name) > 249 or re.fullmatch(r"[a-zA-Z0-9._-]+", name) is None:
+        raise TopologyError(
+            f"{what} name {name!r} is invalid: use 1 to 249 characters from [a-zA-Z0-9._-]"
+        )
+    return name

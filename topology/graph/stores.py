@@ -1,0 +1,277 @@
+"""Store factories: how a topology names a store and builds it for each task, plus the
+internal serdes of the DSL's stores and repartition topics.
+
+A :class:`StoreFactory` is resolved against the configuration when a task starts (Kafka's
+``StoreFactory``): a DSL store without a supplier becomes RocksDB or in-memory according to
+``default.dsl.store``; a user :class:`~statestores.api.StoreBuilder` is used as given.
+The windows phase adds window and session factories beside :class:`KeyValueStoreFactory`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from common.config import StreamsConfig
+from common.errors import SerializationError
+from common.serdes import Serde, serde_from_name
+from statestores.api import StoreBuilder
+from topology.api.record import Change, ValueAndTimestamp
+
+_TS = struct.Struct(">q")
+_LEN = struct.Struct(">i")
+
+
+@runtime_checkable
+class StoreFactory(Protocol):
+    """Names a store and builds a :class:`~statestores.api.StoreBuilder` for it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def logging_enabled(self) -> bool: ...
+
+    def builder(self, config: StreamsConfig) -> StoreBuilder:
+        """Return the builder of this store under ``config``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BuilderStoreFactory:
+    """A user-supplied :class:`~statestores.api.StoreBuilder` (``add_state_store``)."""
+
+    store_builder: StoreBuilder
+
+    @property
+    def name(self) -> str:
+        """The store name."""
+        return self.store_builder.name
+
+    @property
+    def kind(self) -> str:
+        """``key_value``, ``window`` or ``session``."""
+        return self.store_builder.kind
+
+    @property
+    def logging_enabled(self) -> bool:
+        """Whether the store has a changelog topic."""
+        return self.store_builder.logging_enabled
+
+    def builder(self, config: StreamsConfig) -> StoreBuilder:
+        """Return the user's builder unchanged."""
+        return self.store_builder
+
+
+def resolve_serde(serde: Serde[Any] | None, default: str) -> Serde[Any]:
+    """Return ``serde``, or the one the configuration's default names (also inside a
+    :class:`ChangeSerde` without an inner serde)."""
+    if serde is None:
+        return serde_from_name(default)
+    if isinstance(serde, ChangeSerde) and serde.inner is None:
+        return ChangeSerde(serde_from_name(default))
+    with_inner = getattr(serde, "with_inner", None)
+    if with_inner is not None and getattr(serde, "inner", 0) is None:
+        return with_inner(serde_from_name(default))  # type: ignore[no-any-return]
+    return serde
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyValueStoreFactory:
+    """A DSL key-value store (tables, aggregates); values are kept as
+    :class:`~topology.api.record.ValueAndTimestamp` when ``timestamped``."""
+
+    name: str
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    supplier: Any = None
+    caching_enabled: bool = True
+    logging_enabled: bool = True
+    logging_config: Mapping[str, str] = field(default_factory=dict)
+    timestamped: bool = True
+
+    @property
+    def kind(self) -> str:
+        """Always ``key_value``."""
+        return "key_value"
+
+    def builder(self, config: StreamsConfig) -> StoreBuilder:
+        """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``."""
+        from statestores.stores import Stores
+
+        key_serde = resolve_serde(self.key_serde, config.default_key_serde)
+        value_serde = resolve_serde(self.value_serde, config.default_value_serde)
+        if self.timestamped:
+            value_serde = ValueAndTimestampSerde(value_serde)
+        supplier = self.supplier
+        if supplier is None:
+            if config.default_dsl_store == "in_memory":
+                supplier = Stores.in_memory_key_value_store(self.name)
+            else:
+                supplier = Stores.persistent_key_value_store(self.name)
+        builder: Any = Stores.key_value_store_builder(supplier, key_serde, value_serde)
+        return _configure(builder, self.caching_enabled, self.logging_enabled, self.logging_config)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowStoreFactory:
+    """A DSL window store (windowed aggregations); values are kept as
+    :class:`~topology.api.record.ValueAndTimestamp`. ``retention_ms`` and ``window_size_ms``
+    are settled by the window specification (see :mod:`topology.dsl.windowed`)."""
+
+    name: str
+    retention_ms: int
+    window_size_ms: int
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    supplier: Any = None
+    caching_enabled: bool = True
+    logging_enabled: bool = True
+    logging_config: Mapping[str, str] = field(default_factory=dict)
+    retain_duplicates: bool = False
+
+    @property
+    def kind(self) -> str:
+        """Always ``window``."""
+        return "window"
+
+    def builder(self, config: StreamsConfig) -> StoreBuilder:
+        """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``."""
+        from statestores.stores import Stores
+
+        supplier = self.supplier
+        if supplier is None:
+            make = (
+                Stores.in_memory_window_store
+                if config.default_dsl_store == "in_memory"
+                else Stores.persistent_window_store
+            )
+            supplier = make(
+                self.name, self.retention_ms, self.window_size_ms, self.retain_duplicates
+            )
+        value_serde = resolve_serde(self.value_serde, config.default_value_serde)
+        builder: Any = Stores.window_store_builder(
+            supplier,
+            resolve_serde(self.key_serde, config.default_key_serde),
+            ValueAndTimestampSerde(value_serde),
+        )
+        return _configure(builder, self.caching_enabled, self.logging_enabled, self.logging_config)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionStoreFactory:
+    """A DSL session store (session aggregations); values are the plain aggregates."""
+
+    name: str
+    retention_ms: int
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    supplier: Any = None
+    caching_enabled: bool = True
+    logging_enabled: bool = True
+    logging_config: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """Always ``session``."""
+        return "session"
+
+    def builder(self, config: StreamsConfig) -> StoreBuilder:
+        """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``."""
+        from statestores.stores import Stores
+
+        supplier = self.supplier
+        if supplier is None:
+            make = (
+                Stores.in_memory_session_store
+                if config.default_dsl_store == "in_memory"
+                else Stores.persistent_session_store
+            )
+            supplier = make(self.name, self.retention_ms)
+        builder: Any = Stores.session_store_builder(
+            supplier,
+            resolve_serde(self.key_serde, config.default_key_serde),
+            resolve_serde(self.value_serde, config.default_value_serde),
+        )
+        return _configure(builder, self.caching_enabled, self.logging_enabled, self.logging_config)
+
+
+def _configure(
+    builder: Any, caching: bool, logging: bool, logging_config: Mapping[str, str]
+) -> StoreBuilder:
+    builder = builder.with_caching_enabled() if caching else builder.with_caching_disabled()
+    if logging:
+        return builder.with_logging_enabled(dict(logging_config))  # type: ignore[no-any-return]
+    return builder.with_logging_disabled()  # type: ignore[no-any-return]
+
+
+class ValueAndTimestampSerde:
+    """Serialise :class:`~topology.api.record.ValueAndTimestamp` as Kafka does: 8 bytes of
+    big-endian timestamp, then the value's bytes."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Serde[Any]) -> None:
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"ValueAndTimestampSerde({self.inner!r})"
+
+    def serialize(self, topic: str, data: ValueAndTimestamp[Any] | None) -> bytes | None:
+        """Return ``timestamp + value`` bytes; ``None`` gives ``None``."""
+        if data is None:
+            return None
+        raw = self.inner.serialize(topic, data[0])
+        if raw is None:
+            return None
+        return _TS.pack(data[1]) + raw
+
+    def deserialize(self, topic: str, data: bytes | None) -> ValueAndTimestamp[Any] | None:
+        """Return the value and its timestamp; ``None`` gives ``None``."""
+        if data is None:
+            return None
+        if len(data) < 8:
+            raise SerializationError(f"ValueAndTimestamp needs at least 8 bytes, got {len(data)}")
+        return ValueAndTimestamp(self.inner.deserialize(topic, data[8:]), _TS.unpack_from(data)[0])
+
+
+class ChangeSerde:
+    """Serialise a :class:`~topology.api.record.Change` (new and old value) for a table's
+    repartition topic: a flag byte (1: new present, 2: old present), the 4-byte length of
+    the new value, the new value's bytes, then the old value's bytes."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Serde[Any] | None) -> None:
+        self.inner = inner  # None: the default value serde, set when the task starts
+
+    def __repr__(self) -> str:
+        return f"ChangeSerde({self.inner!r})"
+
+    def serialize(self, topic: str, data: Change[Any] | None) -> bytes | None:
+        """Return the bytes of both values."""
+        if data is None:
+            return None
+        assert self.inner is not None
+        new = self.inner.serialize(topic, data[0]) if data[0] is not None else None
+        old = self.inner.serialize(topic, data[1]) if data[1] is not None else None
+        flags = (1 if new is not None else 0) | (2 if old is not None else 0)
+        new_b, old_b = new or b"", old or b""
+        return bytes((flags,)) + _LEN.pack(len(new_b)) + new_b + old_b
+
+    def deserialize(self, topic: str, data: bytes | None) -> Change[Any] | None:
+        """Return the change."""
+        if data is None:
+            return None
+        if len(data) < 5:
+            raise SerializationError(f"Change needs at least 5 bytes, got {len(data)}")
+        assert self.inner is not None
+        flags, size = data[0], _LEN.unpack_from(data, 1)[0]
+        new = self.inner.deserialize(topic, data[5 : 5 + size]) if flags & 1 else None
+        old = self.inner.deserialize(topic, data[5 + size :]) if flags & 2 else None
+        return Change(new, old)

@@ -1,0 +1,1 @@
+"""The processors of the DSL operators: stateless, aggregates, joins."""

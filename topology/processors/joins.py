@@ -1,0 +1,257 @@
+"""What every join shares: :class:`JoinWindows`, Kafka's join node name prefixes, joiner
+adaptation (``with_key``) and *value getters*, the way a join reads a table by key.
+
+A value getter is Kafka's ``KTableValueGetter``: a join does not keep its own copy of a
+table, it looks the key up through the table's view. A materialized table (a source table
+read by a join is materialized, as Kafka's ``KTableSource.materialize``) is read from its
+store; a table derived without a store (``filter``, ``map_values``, a join result) computes
+its value from its parent's getter on the fly. The join node is connected to every store
+the getter reads, which keeps it in the sub-topology that owns them.
+
+Module map of the joins phase: ``joins`` (this), ``join_methods`` (the ``join`` methods
+mixed into KStream and KTable), ``join_build`` (recording stream joins), ``join_stream``
+(stream-stream windowed join processors and stores), ``join_table`` (stream-table,
+stream-global-table and table-table joins), ``join_fk``, ``join_fk_wire`` and
+``join_fk_build`` (foreign-key table joins: processors, internal records, recording).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from common.errors import TopologyError
+from topology.api.record import ValueAndTimestamp
+from topology.engine.nodes import user_error
+
+if TYPE_CHECKING:
+    from topology.dsl.ktable import KTable
+
+JOINTHIS: Final = "KSTREAM-JOINTHIS-"
+JOINOTHER: Final = "KSTREAM-JOINOTHER-"
+OUTERTHIS: Final = "KSTREAM-OUTERTHIS-"
+OUTEROTHER: Final = "KSTREAM-OUTEROTHER-"
+WINDOWED: Final = "KSTREAM-WINDOWED-"
+OUTERSHARED: Final = "KSTREAM-OUTERSHARED-"
+JOIN: Final = "KSTREAM-JOIN-"
+LEFTJOIN: Final = "KSTREAM-LEFTJOIN-"
+KTABLE_JOINTHIS: Final = "KTABLE-JOINTHIS-"
+KTABLE_JOINOTHER: Final = "KTABLE-JOINOTHER-"
+KTABLE_MERGE: Final = "KTABLE-MERGE-"
+
+Duration = int | timedelta
+
+
+def duration_ms(duration: Duration, what: str) -> int:
+    """Return ``duration`` (int ms or timedelta) in ms; raise ValueError if negative or not
+    a duration."""
+    if isinstance(duration, timedelta):
+        ms = duration // timedelta(milliseconds=1)
+    elif isinstance(duration, bool) or not isinstance(duration, int):
+        raise ValueError(f"{what} must be an int of milliseconds or a timedelta, got {duration!r}")
+    else:
+        ms = duration
+    if ms < 0:
+        raise ValueError(f"{what} must not be negative, got {ms} ms")
+    return ms
+
+
+@dataclass(frozen=True, slots=True)
+class JoinWindows:
+    """The time bounds of a stream-stream join: a record at ``t`` joins the other side's
+    records in ``[t - before_ms, t + after_ms]``; the window stays open ``grace_ms`` after
+    that (out-of-order records still join; left/outer non-joined results wait for it).
+
+    Example:
+        >>> w = JoinWindows.of_time_difference_and_grace(timedelta(seconds=10), 500)
+        >>> (w.before_ms, w.after_ms, w.grace_ms, w.size_ms)
+        (10000, 10000, 500, 20000)
+        >>> JoinWindows.of_time_difference_without_grace(5).after(0).size_ms
+        5
+    """
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int
+
+    def __post_init__(self) -> None:
+        if self.before_ms + self.after_ms < 0:
+            raise ValueError("Window interval (before + after) must not be negative")
+        if self.grace_ms < 0:
+            raise ValueError("Grace period must not be negative")
+
+    @classmethod
+    def of_time_difference_without_grace(cls, difference: Duration) -> JoinWindows:
+        """Join records at most ``difference`` apart; no grace period."""
+        ms = duration_ms(difference, "time difference")
+        return cls(ms, ms, 0)
+
+    #: Kafka's spelling (``ofTimeDifferenceWithNoGrace``).
+    of_time_difference_with_no_grace = of_time_difference_without_grace
+
+    @classmethod
+    def of_time_difference_and_grace(cls, difference: Duration, grace: Duration) -> JoinWindows:
+        """Join records at most ``difference`` apart; accept out-of-order records ``grace``
+        after the window ends."""
+        ms = duration_ms(difference, "time difference")
+        return cls(ms, ms, duration_ms(grace, "grace period"))
+
+    def before(self, difference: Duration) -> JoinWindows:
+        """Return windows reaching ``difference`` back in time (may be negative ms as an
+        int, as Kafka's, as long as ``before + after >= 0``)."""
+        ms = (
+            difference // timedelta(milliseconds=1)
+            if isinstance(difference, timedelta)
+            else difference
+        )
+        return JoinWindows(int(ms), self.after_ms, self.grace_ms)
+
+    def after(self, difference: Duration) -> JoinWindows:
+        """Return windows reaching ``difference`` forward in time."""
+        ms = (
+            difference // timedelta(milliseconds=1)
+            if isinstance(difference, timedelta)
+            else difference
+        )
+        return JoinWindows(self.before_ms, int(ms), self.grace_ms)
+
+    @property
+    def size_ms(self) -> int:
+        """``before + after``: the window store's window size."""
+        return self.before_ms + self.after_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """``size + grace``: how long the join stores keep records."""
+        return self.size_ms + self.grace_ms
+
+
+#: ``(key, this value, other value) -> joined value``: every joiner after adaptation.
+KeyedJoiner = Callable[[Any, Any, Any], Any]
+
+
+def keyed_joiner(joiner: Callable[..., Any], with_key: bool) -> KeyedJoiner:
+    """Return ``joiner`` as a 3-argument joiner: ``joiner(v1, v2)`` (or ``joiner(key, v1,
+    v2)`` when ``with_key``, Kafka's ``ValueJoinerWithKey``), following ``map_values``."""
+    if with_key:
+        return joiner
+    return lambda key, value, other: joiner(value, other)
+
+
+def reversed_joiner(joiner: KeyedJoiner) -> KeyedJoiner:
+    """Return the joiner the *other* side calls: arguments swapped back into order."""
+    return lambda key, other, value: joiner(key, value, other)
+
+
+def call_joiner(node: str, fn: Callable[..., Any], joiner: KeyedJoiner, *args: Any) -> Any:
+    """Call ``joiner(*args)``; wrap an error so it names the node and the user function."""
+    try:
+        return joiner(*args)
+    except Exception as exc:
+        raise user_error(node, fn, exc, "value joiner") from exc
+
+
+class ValueGetter(Protocol):
+    """Reads one table by key inside a task (Kafka's ``KTableValueGetter``)."""
+
+    def init(self, context: Any) -> None:
+        """Open the stores it reads through ``context``."""
+        ...
+
+    def get(self, key: Any) -> ValueAndTimestamp[Any] | None:
+        """Return the value and timestamp of ``key``, or None."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class GetterSupplier:
+    """Makes value getters of a table and names the stores they read."""
+
+    store_names: tuple[str, ...]
+    make: Callable[[], ValueGetter]
+
+
+class StoreGetter:
+    """Read a materialized table's store (local or global)."""
+
+    def __init__(self, store_name: str) -> None:
+        self.store_name = store_name
+        self.store: Any = None
+
+    def init(self, context: Any) -> None:
+        """Look the store up."""
+        self.store = context.get_state_store(self.store_name)
+
+    def get(self, key: Any) -> ValueAndTimestamp[Any] | None:
+        """Return the stored value and timestamp."""
+        found: ValueAndTimestamp[Any] | None = self.store.get(key)
+        return found
+
+
+class DerivedGetter:
+    """Compute a derived table's value (``filter``/``map_values`` without a store) from its
+    parent's getter with the operator's ``compute(key, value)``."""
+
+    def __init__(self, parent: ValueGetter, operator: Any) -> None:
+        self.parent = parent
+        self.operator = operator
+
+    def init(self, context: Any) -> None:
+        """Open the parent's stores."""
+        self.parent.init(context)
+
+    def get(self, key: Any) -> ValueAndTimestamp[Any] | None:
+        """Return ``compute`` of the parent's value, keeping its timestamp."""
+        found = self.parent.get(key)
+        if found is None:
+            return None
+        try:
+            value = self.operator.compute(key, found[0])
+        except Exception as exc:
+            raise user_error(self.operator.name, self.operator.fn, exc) from exc
+        return None if value is None else ValueAndTimestamp(value, found[1])
+
+
+def value_getter(table: KTable[Any, Any]) -> GetterSupplier:
+    """Return how to read ``table`` by key, materializing a source table if needed.
+
+    Raises:
+        TopologyError: the table can be read neither from a store nor through its parent
+            (fatal: materialize it with ``Materialized.as_``).
+    """
+    if table.params.store_name is None and table._materialize is not None:
+        table._materialize()
+    store = table.params.store_name
+    if store is not None:
+        return GetterSupplier((store,), lambda: StoreGetter(store))
+    if table._view is not None:
+        view: GetterSupplier = table._view()
+        return view
+    if table._derived_from is not None:
+        parent_table, make_operator = table._derived_from
+        parent = value_getter(parent_table)
+        return GetterSupplier(
+            parent.store_names, lambda: DerivedGetter(parent.make(), make_operator())
+        )
+    raise TopologyError(
+        f"Processor {table.node}: a join cannot read this table by key; materialize it "
+        "with Materialized.as_(...)"
+    )
+
+
+def suffixed(name: str | None, suffix: str, generate: Callable[[], str]) -> str:
+    """Return ``name + suffix`` for a named join, else a generated name (Kafka's
+    ``NamedInternal.suffixWithOrElseGet``: the counter advances only when generating)."""
+    return name + suffix if name is not None else generate()
+
+
+def copartition(node: str, *handles: Any) -> None:
+    """Require the source topics upstream of ``handles`` (streams or tables) to be
+    co-partitioned; :meth:`Topology.check_copartitioning` names ``node`` when they are not."""
+    graph = handles[0].builder.graph
+    sources: set[str] = set()
+    for handle in handles:
+        sources |= graph.source_nodes_of(handle.node)
+    graph.add_copartition_group(node, sources)

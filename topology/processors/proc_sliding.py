@@ -1,0 +1,173 @@
+"""The processor of sliding-window aggregations (Kafka's ``KStreamSlidingWindowAggregate``).
+
+Sliding windows ``[start, start + d]`` are inclusive at both ends and exist only where
+records are: each record ``r`` at ``t`` has a *left* window ``[t - d, t]`` (ending at the
+record) and, when later records lie within ``d`` of it, a *right* window
+``[t + 1, t + 1 + d]`` (starting just after it). A new record updates the existing windows
+that hold it, creates its own left window (from the aggregate of the previous record's
+window when that record lies within ``d``), its right window (from the aggregate of the
+windows after it), and the previous record's right window when missing.
+
+The store is read newest first (Kafka's reverse-iteration path): from the record's right
+window down to the first window ending before the record, which holds the aggregate of
+the records preceding it. Records earlier than ``d`` (which would give negative starts)
+go into one combined window ``[0, d]`` (Kafka's ``processEarly``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from common.errors import StreamsError
+from statestores.api import Window
+from topology.api.record import ValueAndTimestamp
+from topology.api.windows import SlidingWindows
+from topology.processors.proc_table import TableParams
+from topology.processors.proc_window import AnyRecord, WindowedAggregating
+
+
+class SlidingWindowAggregateProcessor(WindowedAggregating):
+    """Aggregate over sliding windows of ``windows.time_difference_ms``."""
+
+    def __init__(
+        self,
+        name: str,
+        params: TableParams,
+        windows: SlidingWindows,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        super().__init__(name, params, initializer, aggregator)
+        self.windows = windows
+        self.diff = windows.time_difference_ms
+
+    def process(self, record: AnyRecord) -> None:
+        """Update and create the windows of the record (null keys and values dropped)."""
+        if record[0] is None or record[1] is None:
+            self.drop("null key or value", record)
+            return
+        ts = record[2]
+        self.observe(ts)
+        close_time = self.observed_stream_time - self.windows.grace_ms
+        if ts + 1 + self.diff <= close_time:
+            self.drop("expired window", record, Window(ts - self.diff, ts))
+            return
+        if ts < self.diff:
+            self._process_early(record, close_time)
+        else:
+            self._process_reverse(record, close_time)
+
+    def _window(self, start: int) -> Window:
+        return Window(start, start + self.diff)
+
+    def _process_reverse(self, record: AnyRecord, close_time: int) -> None:
+        key, ts, diff = record[0], record[2], self.diff
+        starts: set[int] = set()
+        left_agg: Any = None
+        right_agg: Any = None
+        left_created = right_created = False
+        previous_ts: int | None = None
+        for start, stored in self.store.backward_fetch(key, max(0, ts - 2 * diff), ts + 1):
+            starts.add(start)
+            end = start + diff
+            if start == ts + 1:
+                right_created = True
+            elif end > ts:
+                if right_agg is None:
+                    right_agg = stored
+                self._update(self._window(start), stored, record, close_time)
+            elif end == ts:
+                left_created = True
+                self._update(self._window(start), stored, record, close_time)
+                if stored[1] >= ts:
+                    return
+                previous_ts = stored[1]
+            else:  # end < ts: the window holding the records before this one
+                left_agg, previous_ts = stored, stored[1]
+                break
+        self._create_windows(
+            record, close_time, starts, right_agg, left_agg, left_created, right_created,
+            previous_ts,
+        )  # fmt: skip
+
+    def _process_early(self, record: AnyRecord, close_time: int) -> None:
+        key, ts = record[0], record[2]
+        combined: tuple[int, Any] | None = None
+        right_agg: Any = None
+        right_created = False
+        starts: set[int] = set()
+        previous_ts: int | None = None
+        for start, stored in self.store.fetch(key, 0, ts + 1):
+            starts.add(start)
+            if start == 0:
+                combined = (start, stored)
+                if stored[1] < ts:
+                    previous_ts = stored[1]
+            elif start <= ts:
+                right_agg = stored
+                self._update(self._window(start), stored, record, close_time)
+            elif start == ts + 1:
+                right_created = True
+            else:
+                raise StreamsError(
+                    f"processor {self.name}: unexpected window start {start} for a record at {ts}"
+                )
+        if right_agg is None and combined is not None and combined[1][1] > ts:
+            right_agg = combined[1]
+        if not right_created and right_agg is not None and right_agg[1] > ts:
+            self._create_right_window(record, right_agg)
+        if previous_ts is not None and previous_ts + 1 not in starts:
+            self._create_previous_right_window(previous_ts + 1, record, close_time)
+        if combined is None:
+            initial = ValueAndTimestamp(self.call(self.initializer), ts)
+            self._update(self._window(0), initial, record, close_time)
+        else:
+            self._update(self._window(0), combined[1], record, close_time)
+
+    def _create_windows(  # noqa: PLR0917 - Kafka's createWindows
+        self,
+        record: AnyRecord,
+        close_time: int,
+        starts: set[int],
+        right_agg: Any,
+        left_agg: Any,
+        left_created: bool,
+        right_created: bool,
+        previous_ts: int | None,
+    ) -> None:
+        ts, diff = record[2], self.diff
+        if previous_ts is not None:
+            previous_right = previous_ts + 1
+            if previous_right not in starts and previous_right + diff >= ts:
+                self._create_previous_right_window(previous_right, record, close_time)
+        if not left_created:
+            if previous_ts is not None and ts - diff <= previous_ts:
+                initial = ValueAndTimestamp(left_agg[0], ts)
+            else:
+                initial = ValueAndTimestamp(self.call(self.initializer), ts)
+            self._update(self._window(ts - diff), initial, record, close_time)
+        if not right_created and right_agg is not None and right_agg[1] > ts:
+            self._create_right_window(record, right_agg)
+
+    def _create_right_window(self, record: AnyRecord, right_agg: Any) -> None:
+        """Store the aggregate of the records after this one as its right window."""
+        window = self._window(record[2] + 1)
+        self.store.put(record[0], right_agg, window.start)
+        self.forward(record[0], window, right_agg[0], None, right_agg[1], record)
+
+    def _create_previous_right_window(self, start: int, record: AnyRecord, close: int) -> None:
+        initial = ValueAndTimestamp(self.call(self.initializer), record[2])
+        self._update(self._window(start), initial, record, close)
+
+    def _update(self, window: Window, stored: Any, record: AnyRecord, close_time: int) -> None:
+        """Fold the record into ``window`` (aggregate ``stored``) unless it is closed."""
+        if window.end < close_time:
+            self.drop("expired window", record, window)
+            return
+        key, ts = record[0], record[2]
+        old = None if stored is None else stored[0]
+        new = self.call(self.aggregator, key, record[1], old)
+        new_ts = ts if old is None else max(ts, stored[1])
+        self.store.put(key, ValueAndTimestamp(new, new_ts), window.start)
+        self.forward(key, window, new, old, new_ts, record)

@@ -1,0 +1,197 @@
+"""Processors of the stateless KStream operators (filter, map, flat_map, peek, branch, ...).
+
+Each calls its user function inside ``try`` so that a failure names the node and the
+function, and forwards through the pre-bound children of its context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from topology.api.processor import Processor
+from topology.api.record import Record
+from topology.engine.context import NodeContext
+from topology.engine.nodes import user_error
+
+_new = tuple.__new__
+AnyRecord = Record[Any, Any]
+
+
+class _Stateless(Processor[Any, Any, Any, Any]):
+    """Keeps the node name, the user function and the forward callable."""
+
+    def __init__(self, name: str, fn: Callable[..., Any]) -> None:
+        self.name = name
+        self.fn = fn
+
+    def init(self, context: Any) -> None:
+        """Bind ``forward``."""
+        self.context = context
+        self.forward = context.forward
+
+    def fail(self, exc: Exception) -> Exception:
+        """Return the error naming this node and its function."""
+        return user_error(self.name, self.fn, exc)
+
+
+class FilterProcessor(_Stateless):
+    """Forward records for which ``fn(key, value)`` is true (false with ``negate``)."""
+
+    def __init__(self, name: str, fn: Callable[[Any, Any], bool], negate: bool) -> None:
+        super().__init__(name, fn)
+        self.negate = negate
+
+    def process(self, record: AnyRecord) -> None:
+        """Test and forward."""
+        try:
+            keep = bool(self.fn(record[0], record[1]))
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        if keep is not self.negate:
+            self.forward(record)
+
+
+class MapProcessor(_Stateless):
+    """Forward ``fn(key, value) -> (new_key, new_value)``."""
+
+    def process(self, record: AnyRecord) -> None:
+        """Map and forward."""
+        try:
+            key, value = self.fn(record[0], record[1])
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        self.forward(_new(Record, (key, value, record[2], record[3])))
+
+
+class MapValuesProcessor(_Stateless):
+    """Forward ``fn(value)`` (or ``fn(key, value)`` with ``with_key``) as the value."""
+
+    def __init__(self, name: str, fn: Callable[..., Any], with_key: bool) -> None:
+        super().__init__(name, fn)
+        self.with_key = with_key
+
+    def process(self, record: AnyRecord) -> None:
+        """Map the value and forward."""
+        try:
+            value = self.fn(record[0], record[1]) if self.with_key else self.fn(record[1])
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        self.forward(_new(Record, (record[0], value, record[2], record[3])))
+
+
+class FlatMapProcessor(_Stateless):
+    """Forward each ``(key, value)`` pair of ``fn(key, value)``."""
+
+    def process(self, record: AnyRecord) -> None:
+        """Expand and forward."""
+        try:
+            pairs = list(self.fn(record[0], record[1]))
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        ts, headers, forward = record[2], record[3], self.forward
+        for key, value in pairs:
+            forward(_new(Record, (key, value, ts, headers)))
+
+
+class FlatMapValuesProcessor(_Stateless):
+    """Forward each value of ``fn(value)`` (or ``fn(key, value)``) under the same key."""
+
+    def __init__(self, name: str, fn: Callable[..., Iterable[Any]], with_key: bool) -> None:
+        super().__init__(name, fn)
+        self.with_key = with_key
+
+    def process(self, record: AnyRecord) -> None:
+        """Expand and forward."""
+        try:
+            values: Sequence[Any] = list(
+                self.fn(record[0], record[1]) if self.with_key else self.fn(record[1])
+            )
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        key, ts, headers, forward = record[0], record[2], record[3], self.forward
+        for value in values:
+            forward(_new(Record, (key, value, ts, headers)))
+
+
+class SelectKeyProcessor(_Stateless):
+    """Forward with key ``fn(key, value)``."""
+
+    def process(self, record: AnyRecord) -> None:
+        """Select the key and forward."""
+        try:
+            key = self.fn(record[0], record[1])
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        self.forward(_new(Record, (key, record[1], record[2], record[3])))
+
+
+class PeekProcessor(_Stateless):
+    """Call ``fn(key, value)`` and forward the record unchanged (``terminal``: do not)."""
+
+    def __init__(self, name: str, fn: Callable[[Any, Any], None], terminal: bool) -> None:
+        super().__init__(name, fn)
+        self.terminal = terminal
+
+    def process(self, record: AnyRecord) -> None:
+        """Call and forward."""
+        try:
+            self.fn(record[0], record[1])
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        if not self.terminal:
+            self.forward(record)
+
+
+class PassThroughProcessor(Processor[Any, Any, Any, Any]):
+    """Forward every record (merge, repartition filter, branch children)."""
+
+    def init(self, context: Any) -> None:
+        """Bind ``forward``."""
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: AnyRecord) -> None:
+        """Forward."""
+        self.forward(record)
+
+
+class BranchProcessor(Processor[Any, Any, Any, Any]):
+    """Send each record to the child of the first predicate it matches, else to the
+    default child (if any), else drop it."""
+
+    def __init__(
+        self,
+        name: str,
+        predicates: Sequence[Callable[[Any, Any], bool]],
+        children: Sequence[str],
+        default_child: str | None,
+    ) -> None:
+        self.name = name
+        self.predicates = list(predicates)
+        self.children = list(children)
+        self.default_child = default_child
+
+    def init(self, context: Any) -> None:
+        """Resolve the child callables once."""
+        self.context = context
+        assert isinstance(context, NodeContext)
+        self.routes = [
+            (p, context._child_map[c]) for p, c in zip(self.predicates, self.children, strict=True)
+        ]
+        self.default = (
+            context._child_map[self.default_child] if self.default_child is not None else None
+        )
+
+    def process(self, record: AnyRecord) -> None:
+        """Route the record."""
+        for predicate, child in self.routes:
+            try:
+                matched = predicate(record[0], record[1])
+            except Exception as exc:
+                raise user_error(self.name, predicate, exc) from exc
+            if matched:
+                child(record)
+                return
+        if self.default is not None:
+            self.default(record)

@@ -1,0 +1,214 @@
+"""Processors of KTables: source, filter, map_values, to_stream, group_by's re-keying, and
+the forwarder that emits table updates on cache flush (Kafka's
+``TimestampedTupleForwarder``).
+
+Table processors pass :class:`~topology.api.record.Change` values (new and, when a downstream
+operator asked for it, old). Stores hold :class:`~topology.api.record.ValueAndTimestamp`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from topology.api.processor import Processor
+from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.engine.nodes import user_error
+
+_LOG = logging.getLogger(__name__)
+_new = tuple.__new__
+AnyRecord = Record[Any, Any]
+
+
+@dataclass(slots=True)
+class TableParams:
+    """What a table node does, settled while the DSL is recorded: its store (``None``: not
+    materialized) and whether downstream needs old values. Shared with its supplier."""
+
+    store_name: str | None = None
+    send_old_values: bool = False
+
+
+class TupleForwarder:
+    """Forward table updates directly, or, when the store caches, on flush."""
+
+    def __init__(self, store: Any, context: Any, send_old_values: bool) -> None:
+        self.context = context
+        self.send_old_values = send_old_values
+        self.cached = bool(store.set_flush_listener(self._on_flush))
+
+    def maybe_forward(self, record: AnyRecord) -> None:
+        """Forward ``record`` (a Change value) unless the cache will forward it on flush."""
+        if not self.cached:
+            self.context.forward(record)
+
+    def _on_flush(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
+        value = Change(
+            None if new is None else new[0],
+            None if old is None or not self.send_old_values else old[0],
+        )
+        ts = new[1] if new is not None else timestamp
+        self.context.forward(_new(Record, (key, value, ts, ())))
+
+
+class TableSourceProcessor(Processor[Any, Any, Any, Any]):
+    """Turn a topic's records into table updates; materialize them when asked. Null keys
+    are dropped; a null value deletes the key (a tombstone)."""
+
+    def __init__(self, name: str, params: TableParams) -> None:
+        self.name = name
+        self.params = params
+        self.dropped = 0
+
+    def init(self, context: Any) -> None:
+        """Open the store when materialized."""
+        self.context = context
+        self.store: Any = None
+        if self.params.store_name is not None:
+            self.store = context.get_state_store(self.params.store_name)
+            self.forwarder = TupleForwarder(self.store, context, self.params.send_old_values)
+
+    def process(self, record: AnyRecord) -> None:
+        """Update the store and forward the change."""
+        key, value, ts = record[0], record[1], record[2]
+        if key is None:
+            self.dropped += 1
+            return
+        store = self.store
+        if store is None:
+            self.context.forward(_new(Record, (key, Change(value, None), ts, record[3])))
+            return
+        old = store.get(key)
+        if old is not None and ts < old[1]:
+            _LOG.debug("out-of-order KTable update node=%s key=%r", self.name, key)
+        store.put(key, None if value is None else ValueAndTimestamp(value, ts))
+        old_value = old[0] if old is not None and self.params.send_old_values else None
+        self.forwarder.maybe_forward(_new(Record, (key, Change(value, old_value), ts, record[3])))
+
+
+class _TableTransform(Processor[Any, Any, Any, Any]):
+    """A table operator computing its value from the parent's change, optionally
+    materialized into its own store."""
+
+    def __init__(self, name: str, fn: Callable[..., Any], params: TableParams) -> None:
+        self.name = name
+        self.fn = fn
+        self.params = params
+
+    def init(self, context: Any) -> None:
+        """Open the store when materialized."""
+        self.context = context
+        self.store: Any = None
+        if self.params.store_name is not None:
+            self.store = context.get_state_store(self.params.store_name)
+            self.forwarder = TupleForwarder(self.store, context, self.params.send_old_values)
+
+    def compute(self, key: Any, value: Any) -> Any:
+        """Return the new value for the parent's ``value`` (``None`` stays ``None``)."""
+        raise NotImplementedError
+
+    def process(self, record: AnyRecord) -> None:
+        """Transform the change, store it (when materialized) and forward it."""
+        key, change, ts = record[0], record[1], record[2]
+        try:
+            new = self.compute(key, change[0])
+            old = None
+            if self.params.send_old_values:
+                if self.store is not None:
+                    stored = self.store.get(key)
+                    old = None if stored is None else stored[0]
+                else:
+                    old = self.compute(key, change[1])
+        except Exception as exc:
+            raise user_error(self.name, self.fn, exc) from exc
+        if self.params.send_old_values and old is None and new is None:
+            return
+        out = _new(Record, (key, Change(new, old), ts, record[3]))
+        if self.store is not None:
+            self.store.put(key, None if new is None else ValueAndTimestamp(new, ts))
+            self.forwarder.maybe_forward(out)
+        else:
+            self.context.forward(out)
+
+
+class TableFilterProcessor(_TableTransform):
+    """Keep values for which ``fn(key, value)`` holds (``negate``: does not); a filtered
+    out update becomes a deletion, as Kafka's ``KTableFilter``."""
+
+    def __init__(
+        self, name: str, fn: Callable[[Any, Any], bool], params: TableParams, negate: bool
+    ) -> None:
+        super().__init__(name, fn, params)
+        self.negate = negate
+
+    def compute(self, key: Any, value: Any) -> Any:
+        """Return ``value`` if it passes, else ``None``."""
+        if value is None:
+            return None
+        return value if bool(self.fn(key, value)) is not self.negate else None
+
+
+class TableMapValuesProcessor(_TableTransform):
+    """Map each value with ``fn(value)`` (or ``fn(key, value)``)."""
+
+    def __init__(
+        self, name: str, fn: Callable[..., Any], params: TableParams, with_key: bool
+    ) -> None:
+        super().__init__(name, fn, params)
+        self.with_key = with_key
+
+    def compute(self, key: Any, value: Any) -> Any:
+        """Return the mapped value."""
+        if value is None:
+            return None
+        return self.fn(key, value) if self.with_key else self.fn(value)
+
+
+class TableToStreamProcessor(Processor[Any, Any, Any, Any]):
+    """Forward each update's new value as a stream record (a deletion as ``None``)."""
+
+    def init(self, context: Any) -> None:
+        """Bind ``forward``."""
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: AnyRecord) -> None:
+        """Unwrap the change."""
+        self.forward(_new(Record, (record[0], record[1][0], record[2], record[3])))
+
+
+class TableRepartitionMapProcessor(Processor[Any, Any, Any, Any]):
+    """Re-key a table update for ``group_by``: the old value goes to its old group as a
+    subtraction and the new value to its new group as an addition (one record when both
+    land in the same group), as Kafka's ``KTableRepartitionMap``."""
+
+    def __init__(self, name: str, fn: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        self.name = name
+        self.fn = fn
+
+    def init(self, context: Any) -> None:
+        """Bind ``forward``."""
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: AnyRecord) -> None:
+        """Select the new and old groups and forward."""
+        key, change, ts, headers = record
+        new: Any
+        old: Any
+        try:
+            new = self.fn(key, change[0]) if change[0] is not None else None
+            old = self.fn(key, change[1]) if change[1] is not None else None
+        except Exception as exc:
+            raise user_error(self.name, self.fn, exc) from exc
+        new_ok = new is not None and new[0] is not None and new[1] is not None
+        old_ok = old is not None and old[0] is not None and old[1] is not None
+        if new_ok and old_ok and new[0] == old[0]:
+            self.forward(_new(Record, (new[0], Change(new[1], old[1]), ts, headers)))
+            return
+        if old_ok:
+            self.forward(_new(Record, (old[0], Change(None, old[1]), ts, headers)))
+        if new_ok:
+            self.forward(_new(Record, (new[0], Change(new[1], None), ts, headers)))

@@ -1,0 +1,155 @@
+"""Processors of time-windowed aggregations (Kafka's ``KStreamWindowAggregate``) and what
+the windowed processors share: the window store, the forwarder, the observed stream time
+and the dropped-record count.
+
+Each processor keeps its own *observed stream time* (the largest timestamp it has seen, as
+Kafka's); a window closes at ``observed stream time - grace``. A record whose key is null,
+or that would only update closed windows, is dropped and counted in the task's
+``dropped_records`` (Kafka's ``dropped-records`` sensor).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from statestores.api import Window, Windowed
+from topology.api.processor import Processor
+from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.api.windows import FixedWindows
+from topology.engine.nodes import user_error
+from topology.processors.proc_table import TableParams, TupleForwarder
+
+_LOG = logging.getLogger(__name__)
+_new = tuple.__new__
+AnyRecord = Record[Any, Any]
+NO_TIME = -1
+
+
+def count_dropped(context: Any) -> None:
+    """Count one dropped record on the task (Kafka's task-level ``dropped-records``)."""
+    record_dropped = getattr(context, "record_dropped", None)
+    if record_dropped is not None:
+        record_dropped()
+
+
+class WindowedAggregating(Processor[Any, Any, Any, Any]):
+    """Holds the store, the forwarder and the observed stream time of a windowed
+    aggregation node."""
+
+    def __init__(
+        self,
+        name: str,
+        params: TableParams,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        self.name = name
+        self.params = params
+        self.initializer = initializer
+        self.aggregator = aggregator
+        self.observed_stream_time = NO_TIME
+        self.dropped = 0
+
+    def init(self, context: Any) -> None:
+        """Open the store and set up forwarding (on cache flush when caching is on)."""
+        self.context = context
+        assert self.params.store_name is not None
+        self.store: Any = context.get_state_store(self.params.store_name)
+        self.send_old = self.params.send_old_values
+        self.forwarder = self.make_forwarder()
+
+    def make_forwarder(self) -> Any:
+        """Return the forwarder of this node's updates."""
+        return TupleForwarder(self.store, self.context, self.send_old)
+
+    def drop(self, reason: str, record: AnyRecord, window: object = None) -> None:
+        """Count ``record`` as dropped and log why."""
+        self.dropped += 1
+        count_dropped(self.context)
+        _LOG.debug(
+            "[%s] skipping record reason=%s key=%r timestamp=%d window=%s stream_time=%d",
+            self.name,
+            reason,
+            record[0],
+            record[2],
+            window,
+            self.observed_stream_time,
+        )
+
+    def observe(self, timestamp: int) -> None:
+        """Advance the observed stream time to ``timestamp``."""
+        self.observed_stream_time = max(self.observed_stream_time, timestamp)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call a user function; name this node and the function if it raises."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise user_error(self.name, fn, exc) from exc
+
+    def forward(  # noqa: PLR0917 - hot path
+        self, key: Any, window: Window, new: Any, old: Any, ts: int, record: Any
+    ) -> None:
+        """Forward ``Change(new, old)`` of ``key`` in ``window`` (old only when asked)."""
+        change = Change(new, old if self.send_old else None)
+        self.forwarder.maybe_forward(_new(Record, (Windowed(key, window), change, ts, record[3])))
+
+
+class TimeWindowAggregateProcessor(WindowedAggregating):
+    """Fold each record into every time window holding it, while the window is open.
+
+    As Kafka's ``KStreamWindowAggregate``: a window ``[start, end)`` takes the record when
+    ``end > observed stream time - grace``; the aggregate's timestamp is the largest
+    record timestamp in the window.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        params: TableParams,
+        windows: FixedWindows,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        super().__init__(name, params, initializer, aggregator)
+        self.windows = windows
+
+    def process(self, record: AnyRecord) -> None:
+        """Update the record's open windows, drop it from the closed ones."""
+        key, value, ts = record[0], record[1], record[2]
+        if key is None:
+            self.drop("null key", record)
+            return
+        self.observe(ts)
+        close_time = self.observed_stream_time - self.windows.grace_ms
+        store = self.store
+        for start, window in self.windows.windows_for(ts).items():
+            if window.end <= close_time:
+                self.drop("expired window", record, window)
+                continue
+            stored = store.fetch_value(key, start)
+            if stored is None:
+                old, new_ts = self.call(self.initializer), ts
+            else:
+                old, new_ts = stored[0], max(ts, stored[1])
+            new = self.call(self.aggregator, key, value, old)
+            store.put(key, ValueAndTimestamp(new, new_ts), start)
+            self.forward(key, window, new, old, new_ts, record)
+
+
+def reducer_aggregator(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+    """Return Kafka's aggregator of a windowed reduce: the first value as is, then
+    ``reducer(aggregate, value)`` (the initializer gives ``None``)."""
+
+    def aggregate(key: Any, value: Any, agg: Any) -> Any:
+        return value if agg is None else reducer(agg, value)
+
+    aggregate.__qualname__ = getattr(reducer, "__qualname__", "reducer")
+    return aggregate
+
+
+def none_initializer() -> None:
+    """The initializer of a reduce: no aggregate yet."""
+    return None
