@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 
 from common.serdes import Serdes
@@ -22,6 +23,9 @@ from statestores.stores import Stores
 from streams.testing import TopologyTestDriver
 from tests.examples.harness import Outputs, assert_same_outputs, topic_outputs
 from topology import Consumed, Materialized, Processor, Record, StreamsBuilder, Topology
+
+#: Long Spark runs: the global-table join also runs in the default suite's parity cases.
+pytestmark = pytest.mark.slow
 
 S, L = Serdes.String(), Serdes.Long()
 OUT = "out"

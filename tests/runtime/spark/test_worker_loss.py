@@ -136,7 +136,7 @@ def run_with_kill(
     return latest, records, app.metrics()
 
 
-@pytest.mark.parametrize("victim", ["worker", "host"])
+@pytest.mark.parametrize("victim", ["worker", pytest.param("host", marks=pytest.mark.slow)])
 def test_a_killed_process_loses_nothing_and_doubles_nothing(
     spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path, victim: str
 ) -> None:
