@@ -5,9 +5,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from common.conf import DEFAULTS_FILE, LOG4J2_FILE
-
 import streams
+from common.conf import DEFAULTS_FILE, LOG4J2_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
