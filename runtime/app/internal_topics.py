@@ -103,6 +103,7 @@ def plan_topics(
                     runtime = topology.topic_name(spec.topic, application_id, internal=True)
                     if runtime not in internal_counts and sub.id in tasks:
                         internal_counts[runtime] = tasks[sub.id]
+        _copartition(topology, admin, application_id, internal_counts)
     outputs: dict[str, OutputTopic] = {}
     for sub in subs:
         for name in sub.nodes:
@@ -170,6 +171,41 @@ def _dead_letter_topic(admin: TopicAdmin, topic: str, partitions: int) -> Output
         admin.create(topic, partitions, if_not_exists=True)
         log.info("created dead-letter topic=%s partitions=%d", topic, partitions)
     return OutputTopic(admin.table_path(topic), admin.num_partitions(topic))
+
+
+def _copartition(
+    topology: Topology,
+    admin: TopicAdmin,
+    application_id: str,
+    counts: dict[str, int],
+) -> None:
+    """Give the repartition topics of a co-partition group the partition count of the
+    group's source topics (Kafka's ``CopartitionedTopicsEnforcer``): a foreign-key join's
+    subscription topic takes the foreign table's count, its response topic the primary
+    table's, whatever the sub-topology writing them reads."""
+    explicit = {
+        f"{application_id}-{name}"
+        for name, spec in topology.repartition_topics.items()
+        if spec.num_partitions is not None
+    }
+    for group in topology.copartition_groups:
+        external: list[int] = []
+        internal: list[str] = []
+        for name in group.source_nodes:
+            spec = topology.nodes.get(name)
+            if not isinstance(spec, SourceSpec):
+                continue
+            for topic in spec.topics:
+                runtime = topology.topic_name(topic, application_id, internal=spec.internal)
+                if spec.internal:
+                    internal.append(runtime)
+                elif admin.exists(runtime):
+                    external.append(admin.num_partitions(runtime))
+        if not external:
+            continue
+        for runtime in internal:
+            if runtime not in explicit:
+                counts[runtime] = max(external)
 
 
 def _partitions(admin: TopicAdmin, topic: str, role: str) -> int:
