@@ -175,13 +175,19 @@ def _ensure_host(directory: str, task_id: str) -> None:
             time.sleep(0.05)
 
 
+#: Host servers this worker started: polled, so one that has exited leaves no zombie.
+_servers: list[subprocess.Popen[bytes]] = []
+
+
 def _start_server(directory: str) -> None:
     os.makedirs(directory, exist_ok=True)
-    subprocess.Popen(
+    _servers[:] = [p for p in _servers if p.poll() is None]
+    server = subprocess.Popen(
         [sys.executable, "-m", "runtime.tasks.server", directory, str(os.getppid())],
         stdin=subprocess.DEVNULL,
         close_fds=True,  # in the job's process group: a kill of the job takes it too
     )
+    _servers.append(server)
 
 
 def shutdown_hosts(state_dir: str, application_id: str, timeout_s: float = 30.0) -> bool:
