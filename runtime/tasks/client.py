@@ -55,10 +55,17 @@ class TaskHostError(StreamsError):
     write the temporary directory (the hosts' sockets live there) and its stderr."""
 
 
-def run_on_host(
-    plan: Any, subtopology_id: int, partition: int, records: pa.Table | None, topics: list[str]
+def run_on_host(  # noqa: PLR0917 - one visit of one task
+    plan: Any,
+    subtopology_id: int,
+    partition: int,
+    records: pa.Table | None,
+    topics: list[str],
+    level: int = 0,
+    earlier: list[int] | None = None,
 ) -> list[pa.RecordBatch]:
-    """Run one batch of task ``<subtopology_id>_<partition>`` on its host; return its rows.
+    """Run the visit at ``level`` of task ``<subtopology_id>_<partition>`` in the batch on
+    its host (``earlier``: the levels of the batch it ran before); return its rows.
 
     Raises:
         the task's own exception, re-raised as the host sent it; or TaskHostError.
@@ -71,6 +78,8 @@ def run_on_host(
         "subtopology": subtopology_id,
         "partition": partition,
         "topics": topics,
+        "level": level,
+        "earlier": earlier or [],
         "static_key": plan.static_key,
         "plan": _dynamic(plan),
     }

@@ -95,7 +95,13 @@ def _handle(conn: socket.socket, manager: TaskManager, statics: dict[str, Any]) 
             statics[header["static_key"]] = static
         plan = BatchPlan(**static, **pickle.loads(header["plan"]))
         rows = manager.run(
-            plan, header["subtopology"], header["partition"], read_table(body), header["topics"]
+            plan,
+            header["subtopology"],
+            header["partition"],
+            read_table(body),
+            header["topics"],
+            header.get("level", 0),
+            header.get("earlier", []),
         )
     except (PeerGoneError, BrokenPipeError):
         return True

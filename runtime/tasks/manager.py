@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from common.errors import StreamsError
 from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.tasks.collector import StagingCollector
 from runtime.tasks.global_state import GlobalStores
@@ -37,8 +38,10 @@ from runtime.tasks.task_runner import (
     ROW_SCHEMA,
     WAKE,
     BatchPlan,
+    BatchRetryError,
     PlanOutcomes,
     file_row,
+    open_row,
     pack,
 )
 from statestores.api import StateStore
@@ -69,6 +72,13 @@ class LiveTask:
     prepared: tuple[str, int] | None = None
     #: The task's cumulative counters as last reported.
     reported: dict[str, int] = field(default_factory=dict)
+    #: A batch visiting the task at several levels: (owner, batch) and its last level run,
+    #: with what was consumed and held back so far (reported at its last visit).
+    open_batch: tuple[str, int] | None = None
+    open_level: int = 0
+    open_levels: list[int] = field(default_factory=list)
+    open_consumed: dict[tuple[str, int], int] = field(default_factory=dict)
+    open_held_back: int = 0
 
     @property
     def manager(self) -> ProcessorStateManager | None:
@@ -86,34 +96,126 @@ class TaskManager:
         self.counters: dict[str, int] = {}
         self._reported_counters: dict[str, int] = {}
 
-    def run(
+    def run(  # noqa: PLR0917 - one visit of one task
         self,
         plan: BatchPlan,
         subtopology_id: int,
         partition: int,
         records: pa.Table | None,
         topics: list[str],
+        level: int = 0,
+        earlier: list[int] | None = None,
     ) -> list[pa.RecordBatch]:
-        """Run one batch of task ``<subtopology_id>_<partition>``; return its result rows
-        (staged files, positions, counters, and records for the next level)."""
+        """Run the visit at ``level`` of task ``<subtopology_id>_<partition>`` in a batch;
+        return its result rows (staged files, positions, counters, and records for the next
+        level). A task runs its batch at its last level; a visit at an earlier one (a
+        foreign-key join's left side, before the responses come back) processes its
+        records and hands on what they repartition, and the batch stays open.
+
+        Raises:
+            BatchRetryError: the task ran ``earlier`` levels of this batch, but not in this
+                host (it was replaced meanwhile): the job must run again.
+        """
         task_id = f"{subtopology_id}_{partition}"
         self.outcomes.outcomes = plan.outcomes
         # the global stores of this process, brought up to the batch's planned ends
         global_stores = GlobalStores.for_plan(plan)
         live = self.live.get(task_id)
-        if live is not None and not self._settle(live, plan):
+        continuing = (
+            live is not None
+            and live.open_batch == (plan.owner, plan.batch)
+            and level > live.open_level
+            and set(earlier or ()) <= set(live.open_levels)
+        )
+        if live is not None and live.open_batch is not None and not continuing:
+            # a batch visited before did not reach its last level (a retried Spark job)
+            log.info("[task %s] an unfinished batch: rebuilding from committed state", task_id)
+            self.close(task_id, dirty=True)
             live = None
-        if live is None:
-            live = self._build(plan, subtopology_id, partition, global_stores)
-        own = plan.task_transactions.get(task_id)
-        transaction = (own[0], own[1]) if own is not None else plan.transaction
-        live.collector.begin(own[2] if own is not None else plan.staging_dir, plan.outputs)
+        if earlier and not continuing:
+            raise BatchRetryError(
+                f"[task {task_id}] what levels {earlier} of this batch did is gone (its task "
+                "host was replaced): the batch's Spark job runs again"
+            )
+        if not continuing:
+            if live is not None and not self._settle(live, plan):
+                live = None
+            if live is None:
+                live = self._build(plan, subtopology_id, partition, global_stores)
+            own = plan.task_transactions.get(task_id)
+            live.collector.begin(own[2] if own is not None else plan.staging_dir, plan.outputs)
+        assert live is not None
         try:
+            if level < plan.levels.get(subtopology_id, 0):
+                return self._visit(plan, live, partition, records, topics, level)
+            own = plan.task_transactions.get(task_id)
+            transaction = (own[0], own[1]) if own is not None else plan.transaction
             return self._run_batch(plan, live, partition, records, topics, transaction)
         except BaseException:
             live.collector.discard()
             self.close(task_id, dirty=True)
             raise
+
+    def _visit(  # noqa: PLR0917 - one visit of one task
+        self,
+        plan: BatchPlan,
+        live: LiveTask,
+        partition: int,
+        records: pa.Table | None,
+        topics: list[str],
+        level: int,
+    ) -> list[pa.RecordBatch]:
+        """A visit before the task's last level: process, flush the caches (what they
+        forward repartitions too), hand on the repartitioned records; commit nothing."""
+        if records is not None and records.num_rows:
+            consumed, held_back = self._process(plan, live, partition, records, topics)
+            live.open_consumed.update(consumed)
+            live.open_held_back += held_back
+        live.task.prepare_commit()
+        inline = self._drain(plan, live, level)
+        if live.open_batch != (plan.owner, plan.batch):
+            live.open_levels = []
+        live.open_batch, live.open_level = (plan.owner, plan.batch), level
+        live.open_levels.append(level)
+        task_id = live.task.task_id
+        out = [pa.RecordBatch.from_pylist([open_row(plan, task_id, partition, level)], ROW_SCHEMA)]
+        out.extend(
+            pack(plan, topic, target, partition, _placed(topic, target, chunk))
+            for topic, target, chunk in inline
+        )
+        return out
+
+    def _process(
+        self,
+        plan: BatchPlan,
+        live: LiveTask,
+        partition: int,
+        records: pa.Table,
+        topics: list[str],
+    ) -> tuple[dict[tuple[str, int], int], int]:
+        return process_records(
+            live.task,
+            partition,
+            records,
+            topics,
+            positions=plan.positions,
+            inline=plan.inline,
+            truncated=plan.truncated,
+            wait=plan.config.max_task_idle_ms >= 0,
+        )
+
+    def _drain(
+        self, plan: BatchPlan, live: LiveTask, level: int
+    ) -> list[tuple[str, int, pa.Table]]:
+        """The records the visit repartitioned inside the batch, to later levels only."""
+        inline = live.collector.drain(plan.inline)
+        late = sorted({topic for topic, _, _ in inline if plan.inline[topic] <= level})
+        if late:
+            raise StreamsError(
+                f"[task {live.task.task_id}] records for {late} were written at level {level} "
+                "of the batch, which their readers have passed; this is a bug"
+            )
+        return inline
 
     def _run_batch(  # noqa: PLR0917 - one batch of one task
         self,
@@ -127,22 +229,17 @@ class TaskManager:
         task, manager = live.task, live.manager
         if manager is not None and plan.snapshot:
             manager.snapshot()  # the committed state: this batch's writes are not in it
-        consumed: dict[tuple[str, int], int] = {}
-        held_back = 0
+        consumed: dict[tuple[str, int], int] = live.open_consumed
+        held_back = live.open_held_back
+        live.open_batch, live.open_consumed, live.open_held_back = None, {}, 0
+        live.open_levels = []
         if records is not None and records.num_rows:
-            consumed, held_back = process_records(
-                task,
-                partition,
-                records,
-                topics,
-                positions=plan.positions,
-                inline=plan.inline,
-                truncated=plan.truncated,
-                wait=plan.config.max_task_idle_ms >= 0,
-            )
+            more, held = self._process(plan, live, partition, records, topics)
+            consumed.update(more)
+            held_back += held
         punctuated = task.punctuate_wall_clock()
         task.prepare_commit()
-        inline = live.collector.drain(plan.inline)
+        inline = self._drain(plan, live, plan.levels.get(int(task.task_id.split("_")[0]), 0))
         files = live.collector.flush()
         pending = manager is not None and any(
             e.bottom.pending_changes() for e in manager.stores.values()

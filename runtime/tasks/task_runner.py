@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common.config import StreamsConfig
-from common.errors import StreamsProcessingError
+from common.errors import StreamsError, StreamsProcessingError
 from runtime.spark.source import TaskInput, TopicSlices, read_task_input
 from runtime.storage.records import HEADERS_TYPE
 from runtime.tasks.client import run_on_host
@@ -54,9 +54,10 @@ log = logging.getLogger(__name__)
 #: Row kinds: a staged file, a consumed position, a metric, records on their way to a
 #: later level (packed: see :func:`pack`), a task that prepared writes in the batch's
 #: transaction, when a task's next wall-clock punctuation is due (``timestamp``), and a
-#: task of a later level to visit even without records.
+#: task of a later level to visit even without records, and a task that ran an earlier
+#: level of the batch (``offset``) and must find it open at its last level (``count``).
 FILE, POSITION, METRIC, RECORD = "file", "position", "metric", "record"
-PREPARED, WAKE, VISIT = "prepared", "wake", "visit"
+PREPARED, WAKE, VISIT, OPEN = "prepared", "wake", "visit", "open"
 
 #: One row per staged file, consumed position, metric, or pack of records in flight
 #: between levels: ``value`` holds the records (an Arrow IPC stream), ``count`` how many,
@@ -145,10 +146,13 @@ class BatchPlan:
     visit: frozenset[str] = frozenset()
     static_key: str = ""
     globals: tuple[TopicSlices, ...] = ()
+    topic_levels: Mapping[str, int] = field(default_factory=dict)
+    batch: int = 0
 
     def level_of(self, topic: str) -> int:
-        """The level of the sub-topology reading ``topic``."""
-        return self.levels.get(self.sources[topic], 0)
+        """The level at which ``topic``'s records are processed."""
+        level = self.topic_levels.get(topic)
+        return level if level is not None else self.levels.get(self.sources[topic], 0)
 
 
 class PlanOutcomes:
@@ -167,6 +171,11 @@ class PlanOutcomes:
 _ERROR_TAG = "streams-task-error:"
 
 
+class BatchRetryError(StreamsError):
+    """A task's batch cannot go on in this attempt of the Spark job (the host that ran its
+    earlier levels is gone): the job runs again, untagged, as for a lost worker."""
+
+
 class TaskFailedError(Exception):
     """Carries a task's exception to the driver through Spark, which passes only text: the
     original exception pickled and base64-encoded behind a tag (see :func:`task_error`)."""
@@ -176,6 +185,8 @@ def guarded(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Yield ``rows``; turn an exception into a :class:`TaskFailedError` the driver decodes."""
     try:
         yield from rows
+    except BatchRetryError:
+        raise
     except Exception as exc:
         try:
             payload = base64.b64encode(pickle.dumps(exc)).decode()
@@ -296,12 +307,26 @@ def run_inner_level(
         False,
     )
     visit_mask = pc.fill_null(
-        pc.and_(pc.equal(kinds, VISIT), pc.equal(table.column("count"), level)), False
+        pc.and_(
+            pc.is_in(kinds, value_set=pa.array([VISIT, OPEN], pa.string())),
+            pc.equal(table.column("count"), level),
+        ),
+        False,
     )
     passing = table.filter(pc.invert(pc.or_(mine_mask, visit_mask)))
     if passing.num_rows:
         yield from passing.to_batches()
-    visited = table.filter(visit_mask).column("partition").to_pylist()
+    visits = table.filter(visit_mask)
+    visited = visits.column("partition").to_pylist()
+    earlier: dict[str, list[int]] = {}
+    for kind, task_id, at in zip(
+        visits.column("kind").to_pylist(),
+        visits.column("task").to_pylist(),
+        visits.column("offset").to_pylist(),
+        strict=True,
+    ):
+        if kind == OPEN:
+            earlier.setdefault(task_id, []).append(at)
     packs = table.filter(mine_mask).sort_by(
         [("partition", "ascending"), ("origin", "ascending"), ("topic", "ascending")]
     )
@@ -311,7 +336,7 @@ def run_inner_level(
         if packs.num_rows
         else None
     )
-    yield from _run_level(plan, level, records, partitions)
+    yield from _run_level(plan, level, records, partitions, earlier)
 
 
 def _visits_of_later_levels(plan: BatchPlan) -> Iterator[pa.RecordBatch]:
@@ -336,7 +361,11 @@ def _visits_of_later_levels(plan: BatchPlan) -> Iterator[pa.RecordBatch]:
 
 
 def _run_level(
-    plan: BatchPlan, level: int, records: pa.Table | None, partitions: list[int]
+    plan: BatchPlan,
+    level: int,
+    records: pa.Table | None,
+    partitions: list[int],
+    earlier: Mapping[str, list[int]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     tasks: dict[int, dict[int, list[str]]] = {}  # partition -> sub-topology -> its topics
     if records is not None and records.num_rows:
@@ -362,7 +391,15 @@ def _run_level(
         if records is not None and records.num_rows:
             rows_p = records.filter(pc.equal(records.column("partition"), partition))
         for sub_id, topics in sorted(tasks[partition].items()):
-            yield from run_on_host(plan, sub_id, partition, rows_p, sorted(topics))
+            yield from run_on_host(
+                plan,
+                sub_id,
+                partition,
+                rows_p,
+                sorted(topics),
+                level,
+                sorted((earlier or {}).get(f"{sub_id}_{partition}", ())),
+            )
 
 
 def _groups(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
@@ -418,6 +455,19 @@ def pack(
 
 def _unpack(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def open_row(plan: BatchPlan, task_id: str, partition: int, level: int) -> dict[str, Any]:
+    """The row telling the last level of task ``task_id`` that it ran ``level``."""
+    last = plan.levels.get(int(task_id.split("_", maxsplit=1)[0]), 0)
+    return {
+        "kind": OPEN,
+        "task": task_id,
+        "partition": partition,
+        "count": last,
+        "offset": level,
+        "shuffle": _shuffle_of(plan, last, partition),
+    }
 
 
 def _shuffle_of(plan: BatchPlan, level: int, partition: int) -> int:

@@ -1,22 +1,33 @@
 """How a batch runs its sub-topologies: in levels, a Spark shuffle between two levels for
-the repartitioned records (moved here from ``runtime.thread.stream_thread``), and the repartition
-topics that close a cycle between sub-topologies.
+the repartitioned records, and the repartition topics that go through storage instead.
 
-A batch shuffles repartitioned records to the next level inside the batch, which needs the
-sub-topologies in an order where every writer of a topic runs before its reader. A
-foreign-key join breaks that order: its left side writes the subscription topic read by
-the right side, which writes the response topic read by the left side. The topics of such
-a cycle go through storage instead, as in Kafka: a batch writes them, a later batch reads
-them (the stream thread wakes its source until the cycle has drained).
+A batch shuffles repartitioned records to the next level inside the batch, which needs an
+order where every record is written at a lower level than the one reading it. Levels are
+given to *topics*, not sub-topologies: a topic's records are processed at its level, and a
+repartition topic's level is one more than the level of every topic whose records reach
+its sink. A sub-topology whose topics have different levels is *visited* at each of them
+within the batch (its task keeps the batch open between visits and commits at the last).
+
+A foreign-key join is the case: its left side writes the subscription topic read by the
+right side, which writes the response topic read by the left side again. The left table's
+records (level 0) reach the subscription sink, the subscriptions (level 1) reach the
+response sink, and the responses (level 2) reach the join's result: the cycle between
+sub-topologies unrolls into three levels of one batch, and every update is answered in the
+batch that made it, as the test driver answers it at once. Only topics on a cycle of
+*records* (a topic whose records reach, through sub-topologies, a sink of that topic)
+still go through storage, as in Kafka: a batch writes them, a later batch reads them. So
+do the repartition topics a Processor-API sub-topology reads after its first level: its
+punctuators may forward anything at the end of a batch, which a lower level could not take.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from runtime.tasks.task_runner import shuffle_keys
-from topology.graph.graph import SinkSpec
+from topology.graph.graph import ProcessorSpec, SinkSpec, SourceSpec
 from topology.graph.topology import Topology
 
 
@@ -32,28 +43,57 @@ def repartition_writers(topology: Topology, application_id: str) -> dict[str, se
     return writers
 
 
+def topic_feeds(
+    topology: Topology, sources: Mapping[str, int], application_id: str
+) -> dict[str, set[str]]:
+    """Return each source topic -> the repartition topics its records can reach (through
+    the nodes of the sub-topology reading it). A topic no source node names (a pattern
+    source's match) reaches what any source of its sub-topology reaches."""
+    nodes_of: dict[str, list[str]] = {}
+    for sub in topology.task_subtopologies():
+        for name in sub.sources:
+            spec = topology.nodes[name]
+            assert isinstance(spec, SourceSpec)
+            for raw in spec.topics:
+                runtime = topology.topic_name(raw, application_id, internal=spec.internal)
+                nodes_of.setdefault(runtime, []).append(name)
+    subs = {sub.id: sub for sub in topology.task_subtopologies()}
+    feeds: dict[str, set[str]] = {}
+    for topic, sub_id in sources.items():
+        starts = nodes_of.get(topic) or (list(subs[sub_id].sources) if sub_id in subs else [])
+        feeds[topic] = _sinks_below(topology, starts, application_id)
+    return feeds
+
+
+def _sinks_below(topology: Topology, starts: list[str], application_id: str) -> set[str]:
+    found: set[str] = set()
+    seen: set[str] = set()
+    todo = list(starts)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        spec = topology.nodes[name]
+        if isinstance(spec, SinkSpec) and spec.internal and spec.topic is not None:
+            found.add(topology.topic_name(spec.topic, application_id, internal=True))
+        todo.extend(topology.children.get(name, ()))
+    return found
+
+
 def cyclic_topics(
     topology: Topology, sources: Mapping[str, int], application_id: str
 ) -> frozenset[str]:
-    """Return the repartition topics whose writer and reader lie on one cycle of
-    sub-topologies (a sub-topology reading a topic it writes included)."""
-    writers = repartition_writers(topology, application_id)
-    edges: dict[int, set[int]] = {}
-    for topic, subs in writers.items():
-        reader = sources.get(topic)
-        if reader is not None:
-            for writer in subs:
-                edges.setdefault(writer, set()).add(reader)
-    return frozenset(
-        topic
-        for topic, subs in writers.items()
-        if topic in sources and any(_reaches(edges, sources[topic], w) for w in subs)
-    )
+    """Return the repartition topics on a cycle of records: a topic whose records reach,
+    through sub-topologies, a sink of that topic."""
+    feeds = topic_feeds(topology, sources, application_id)
+    edges = {t: {u for u in targets if u in sources} for t, targets in feeds.items()}
+    return frozenset(t for t in edges if any(_reaches(edges, u, t) for u in edges[t]))
 
 
-def _reaches(edges: Mapping[int, set[int]], start: int, goal: int) -> bool:
+def _reaches(edges: Mapping[Any, set[Any]], start: Any, goal: Any) -> bool:
     """Whether ``goal`` can be reached from ``start`` (``start`` itself included)."""
-    seen: set[int] = set()
+    seen: set[Any] = set()
     todo = [start]
     while todo:
         node = todo.pop()
@@ -68,13 +108,17 @@ def _reaches(edges: Mapping[int, set[int]], start: int, goal: int) -> bool:
 @dataclass(frozen=True)
 class BatchLevels:
     """How a batch runs its sub-topologies: ``inline`` repartition topic -> the level
-    reading it, ``levels`` sub-topology -> level, ``partitions`` level -> its task count,
-    ``shuffle`` task count -> the shuffle value of each partition."""
+    reading it, ``levels`` sub-topology -> its last level, ``partitions`` level -> its
+    task count, ``shuffle`` task count -> the shuffle value of each partition, ``topics``
+    source topic -> the level its records are processed at (when not its sub-topology's
+    last), ``visits`` sub-topology -> every level it runs at (when more than one)."""
 
     inline: dict[str, int]
     levels: dict[int, int]
     partitions: dict[int, int]
     shuffle: dict[int, list[int]]
+    topics: dict[str, int] = field(default_factory=dict)
+    visits: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def depth(self) -> int:
@@ -90,34 +134,87 @@ def plan_levels(
     *,
     in_batch: bool,
 ) -> BatchLevels:
-    """Level each sub-topology: 0 when it reads no repartition topic, else one more than
-    the deepest sub-topology writing one it reads. Without ``in_batch`` every
-    sub-topology is level 0 and repartitions go through their topics; so do the
-    repartition topics of a cycle between sub-topologies (a foreign-key join's), with
-    ``in_batch`` too."""
+    """Level each source topic (see the module's doc): 0 for a topic read from storage,
+    unless its sub-topology reads later-level topics its records do not reach (then it
+    joins them, so a task takes all its records together in timestamp order); a
+    repartition topic one more than every topic whose records reach its sink. Without
+    ``in_batch`` every topic is level 0 and repartitions go through their topics."""
     inline_topics: set[str] = set()
     if in_batch:
-        inline_topics = set(topology.repartition_topic_names(application_id))
+        inline_topics = set(topology.repartition_topic_names(application_id)) & set(sources)
         inline_topics -= cyclic_topics(topology, sources, application_id)
-    writers = {
-        topic: subs
-        for topic, subs in repartition_writers(topology, application_id).items()
-        if topic in inline_topics
+    feeds = topic_feeds(topology, sources, application_id)
+    user = _processor_api_subtopologies(topology)
+    while True:
+        level = _topic_levels(sources, feeds, inline_topics)
+        visits: dict[int, set[int]] = {sub.id: set() for sub in topology.task_subtopologies()}
+        for topic, sub_id in sources.items():
+            visits.setdefault(sub_id, set()).add(level[topic])
+        # a Processor-API sub-topology runs once per batch: its punctuators may forward
+        # anything at the end of a batch, which a lower level could not take any more
+        later = {
+            t
+            for t in inline_topics
+            if sources[t] in user and len(visits[sources[t]]) > 1 and level[t] > 0
+        }
+        if not later:
+            break
+        inline_topics -= later
+    last = {sub_id: max(lv, default=0) for sub_id, lv in visits.items()}
+    inline = {t: level[t] for t in sources if t in inline_topics}
+    partitions: dict[int, int] = {}
+    for sub_id, lv in visits.items():
+        for each in lv or {0}:
+            partitions[each] = max(partitions.get(each, 0), tasks.get(sub_id, 0))
+    shuffle = {n: shuffle_keys(n) for n in set(partitions.values()) if n > 0}
+    return BatchLevels(
+        inline,
+        last,
+        partitions,
+        shuffle,
+        topics={t: lv for t, lv in level.items() if lv != last[sources[t]]},
+        visits={s: tuple(sorted(lv)) for s, lv in visits.items() if len(lv) > 1},
+    )
+
+
+def _processor_api_subtopologies(topology: Topology) -> set[int]:
+    return {
+        sub.id
+        for sub in topology.task_subtopologies()
+        if any(
+            isinstance(spec := topology.nodes[n], ProcessorSpec) and spec.user_code
+            for n in sub.nodes
+        )
     }
-    levels = {sub.id: 0 for sub in topology.task_subtopologies()}
-    for _ in range(len(levels) + 1):
+
+
+def _topic_levels(
+    sources: Mapping[str, int], feeds: Mapping[str, set[str]], inline_topics: set[str]
+) -> dict[str, int]:
+    edges = {t: {u for u in targets if u in sources} for t, targets in feeds.items()}
+    topics_of: dict[int, list[str]] = {}
+    for topic, sub_id in sources.items():
+        topics_of.setdefault(sub_id, []).append(topic)
+    level = dict.fromkeys(sources, 0)
+    for _ in range(2 * len(sources) + 2):
         changed = False
-        for topic, reader in sources.items():
+        for topic in sources:
             if topic in inline_topics:
-                want = 1 + max(levels[w] for w in writers.get(topic, {0}) if w in levels)
-                if levels.get(reader, 0) < want:
-                    levels[reader] = want
-                    changed = True
+                want = 1 + max(
+                    (level[w] for w, targets in feeds.items() if topic in targets), default=0
+                )
+            else:
+                want = max(
+                    (
+                        level[u]
+                        for u in topics_of[sources[topic]]
+                        if u != topic and not _reaches(edges, topic, u)
+                    ),
+                    default=0,
+                )
+            if want > level[topic]:
+                level[topic] = want
+                changed = True
         if not changed:
             break
-    inline = {t: levels[r] for t, r in sources.items() if t in inline_topics}
-    partitions: dict[int, int] = {}
-    for sub_id, level in levels.items():
-        partitions[level] = max(partitions.get(level, 0), tasks.get(sub_id, 0))
-    shuffle = {n: shuffle_keys(n) for n in set(partitions.values()) if n > 0}
-    return BatchLevels(inline, levels, partitions, shuffle)
+    return level

@@ -448,6 +448,8 @@ class StreamThread:
             task_transactions=dict(task_txns or {}),
             inline=self.levels.inline,
             levels=self.levels.levels,
+            topic_levels=self.levels.topics,
+            batch=self.batches,
             shuffle=self.levels.shuffle,
             level_partitions=self.levels.partitions,
             snapshot=self._snapshot_due(),

@@ -64,6 +64,8 @@ from streams.crash.stores import compare_store, local_store_dirs, restore_change
 
 RUN_DEFAULTS = {"commit.interval.ms": "100", "max.poll.records": "10"}
 DEFAULT_RUN_ESTIMATE_S = 30.0
+#: Random kills fall within this multiple of a run's time to its first commit.
+RANDOM_KILL_WINDOW = 1.5
 _POLL_S = 0.01
 
 __all__ = [
@@ -325,7 +327,9 @@ class CrashTest:
         if event is not None:
             self.kills.append(event)
         if proc.first_commit_s is not None:
-            self._typical_s = max(5.0, 2 * proc.first_commit_s)
+            # A random kill lands before the first commit (startup) or up to half that
+            # time after it, while the input lasts: long-lived tasks make batches short.
+            self._typical_s = max(5.0, RANDOM_KILL_WINDOW * proc.first_commit_s)
         if event is None and error is None:
             if not self._run_seconds:
                 self._ran_out = (proc.index, len(self.kills))

@@ -180,11 +180,6 @@ FK_JOIN = Case(
     outputs=("out",),
     max_poll_records=2,
     check=lambda s: "c2:pen+Bob" in s.values("out") and "c2:book+None" in s.values("out"),
-    xfail="FK joins run on Spark, but their subscription and response topics form a cycle "
-    "that goes through storage (read by later batches, as in Kafka), while the driver answers "
-    "each record at once: a response to a left value that changed meanwhile is stale and "
-    "dropped, so Spark emits fewer intermediate updates (key 'o1': 3 records on the driver, 1 "
-    "on Spark, first difference driver ('c1:book+Ann', 1), spark ('c2:book+None', 4))",
 )
 
 

@@ -140,12 +140,13 @@ def test_a_foreign_key_join_runs_with_the_default_configuration(
     produce(admin, "orders", FK_ORDERS)
     config = config_for("fk-app", root, tmp_path / "state", **{"max.poll.records": 5})
     app = run_app(spark, fk_topology(), config)
-    # the cycle between the sub-topologies went through its topics
+    # the round trip between the sub-topologies (subscriptions, then responses) ran
+    # inside each batch: nothing went through its topics
     cyclic = [t for t in admin.list() if "FK-JOIN" in t and t.endswith("-topic")]
     assert len(cyclic) == 2
-    assert all(sum(TopicReader(root).end_offsets(t).values()) for t in cyclic)
+    assert not any(sum(TopicReader(root).end_offsets(t).values()) for t in cyclic)
     first = read_topic(root, "enriched")
-    assert app.threads[0].batches > 1
+    assert app.threads[0].levels.visits, "the left side runs at two levels of a batch"
     inputs = [("products", raw(FK_PRODUCTS)), ("orders", raw(FK_ORDERS))]
     assert latest(first) == latest(driver_run(fk_topology(), config, inputs)["enriched"])
     produce(admin, "orders", FK_LATER)  # a restart carries on from the committed state
@@ -163,8 +164,12 @@ def test_a_foreign_key_join_runs_with_the_default_configuration(
     }
     # Spark may fold several updates of a key into one batch: the final record of each
     # key (value and timestamp) is the driver's
-    final = {k: r[-1] for k, r in per_key(got).items()}
-    assert final == {k: r[-1] for k, r in per_key(expected["enriched"]).items()}
+    # With the record cache on (the default), a product and the orders subscribing to it
+    # in one batch answer twice, as in Kafka: the subscription sees the cached product at
+    # once, and the cache forwards the product to its subscribers when it is flushed at
+    # the commit (so the last timestamp may be the product's). The driver commits after
+    # every record. Without the cache (the parity suite) every record is the driver's.
+    assert (b"o3", b"p1:5/apple", 3) in first
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:

@@ -152,3 +152,93 @@ def test_a_killed_process_loses_nothing_and_doubles_nothing(
 def test_socket_dir_is_short_enough_for_unix_sockets(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 200)
     assert len(os.path.join(socket_dir(str(deep), "a" * 200), "123_456.sock")) < 107
+
+
+def _fk_topology(tmp_path: Path) -> Any:
+    """A foreign-key join whose left side notes its host's pid (in the foreign-key
+    extractor) and whose right side sleeps 4 s once, at the value "slow"."""
+    left_pid, marker = tmp_path / "left-pid", tmp_path / "right-slow"
+
+    def foreign_key(value: str) -> str:
+        left_pid.write_text(str(os.getpid()))
+        return value.split(":", maxsplit=1)[0]
+
+    def right_value(value: str) -> str:
+        if value == "slow" and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            time.sleep(4)
+        return value
+
+    b = StreamsBuilder()
+    right = b.table("right").map_values(right_value)
+    b.table("left").join(right, foreign_key, lambda a, c: f"{a}+{c}").to_stream().to("out")
+    return b.build()
+
+
+def test_a_task_host_lost_between_the_levels_of_a_foreign_key_join_costs_a_retried_job(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """The left side of a foreign-key join runs twice in a batch (its updates, then the
+    responses). Its host killed in between: the new host cannot finish a batch whose first
+    half it never saw, so the whole job runs again; nothing is lost or doubled."""
+    for topic in ("left", "right", "out"):
+        admin.create(topic, 1)
+    config_cache = {"cache.max.bytes.buffering": 0}
+    inputs = [("right", "c1", "slow"), ("left", "o1", "c1:a"), ("left", "o2", "c1:b")]
+    inputs += [("right", "c1", "Ann"), ("left", "o3", "c1:c"), ("left", "o4", "c1:d")]
+    producer = Producer(admin)
+    for i, (topic, key, value) in enumerate(inputs):
+        producer.send(topic, key.encode(), value.encode(), timestamp=1000 + i)
+    producer.flush()
+    config = {
+        "application.id": "fk-host-loss",
+        "topics.root": root,
+        "state.dir": str(tmp_path / "state"),
+        "processing.guarantee": "exactly_once_v2",
+        "default.key.serde": "string",
+        "default.value.serde": "string",
+        "commit.interval.ms": 20,
+        "group.initial.rebalance.delay.ms": 0,
+        "max.poll.records": 5,
+        **config_cache,
+    }
+    killed: list[int] = []
+
+    def kill_left_host() -> None:
+        deadline = time.monotonic() + 120
+        marker = tmp_path / "right-slow"
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pid = int((tmp_path / "left-pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    killer = threading.Thread(target=kill_left_host, daemon=True)
+    killer.start()
+    app = StreamsApp(_fk_topology(tmp_path), config, spark=spark)
+    app.run_until_idle()
+    killer.join(5)
+    assert killed, "nothing was killed"
+    table = TopicReader(root).read("out", 0, 0)
+    records = list(
+        zip(
+            [k.decode() for k in table.column("key").to_pylist()],
+            [v.decode() for v in table.column("value").to_pylist()],
+            strict=True,
+        )
+    )
+    with TopologyTestDriver(_fk_topology(tmp_path / "driver"), config) as driver:
+        (tmp_path / "driver").mkdir()
+        topics = {t: driver.create_input_topic(t, S, S) for t in ("left", "right")}
+        for i, (topic, key, value) in enumerate(inputs):
+            topics[topic].pipe_input(key, value, timestamp=1000 + i)
+        expected = driver.create_output_topic("out", S, S).read_key_values_to_list()
+    by_key: dict[str, list[tuple[str, str]]] = {}
+    for key, value in records:
+        by_key.setdefault(key, []).append((key, value))
+    expected_by_key: dict[str, list[tuple[str, str]]] = {}
+    for key, value in expected:
+        expected_by_key.setdefault(str(key), []).append((str(key), str(value)))
+    assert by_key == expected_by_key
+    metrics = app.metrics()
+    assert metrics.get("job-retry-total", 0) >= 1, metrics
