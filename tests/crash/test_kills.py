@@ -25,7 +25,8 @@ GENERATE = {"wordcount": 300, "flash_sale": 300}
 QUICK = {**RUN_CONFIG, "max.poll.records": "2"}
 
 
-@pytest.mark.parametrize("name", ["wordcount", "flash_sale"])
+# the flash sale's 5 kills take as long as the word count's (3 minutes each): slow
+@pytest.mark.parametrize("name", ["wordcount", pytest.param("flash_sale", marks=pytest.mark.slow)])
 def test_five_kills_under_exactly_once_v2_leave_exactly_the_reference(
     name: str, tmp_path: Path
 ) -> None:
@@ -51,6 +52,7 @@ def test_five_kills_under_exactly_once_v2_leave_exactly_the_reference(
     assert saved["exactly_once"] is True and len(saved["kills"]) == 5
 
 
+@pytest.mark.slow
 def test_at_least_once_under_kills_reports_duplicates_never_losses(tmp_path: Path) -> None:
     """Kills after the outputs are committed, before the positions are (the fault point
     ``before_offsets_commit``): the batch is processed again. The command reports the

@@ -221,6 +221,7 @@ def test_two_instances_split_the_tasks_and_one_takes_over_after_a_kill(
     assert_exactly_once(root, expected)
 
 
+@pytest.mark.slow  # two instances and a minute of waiting for the session to expire
 def test_a_member_paused_past_its_session_cannot_commit(
     root: str, topics: TopicAdmin, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from statestores.stores import Stores
 from streams.testing import TopologyTestDriver
+from tests.runtime.spark.helpers import eos_config
 from topology import Materialized, Processor, Produced, PunctuationType, Record, StreamsBuilder
 
 S, L = Serdes.String(), Serdes.Long()
@@ -49,17 +50,7 @@ class KeyCounter(Processor[str, str, str, int]):
 
 
 def config(root: str, tmp_path: Path, **more: Any) -> dict[str, Any]:
-    return {
-        "application.id": "long-lived",
-        "topics.root": root,
-        "state.dir": str(tmp_path / "state"),
-        "processing.guarantee": "exactly_once_v2",
-        "default.key.serde": "string",
-        "default.value.serde": "string",
-        "commit.interval.ms": 20,
-        "group.initial.rebalance.delay.ms": 0,
-        **more,
-    }
+    return eos_config("long-lived", root, str(tmp_path / "state"), **more)
 
 
 def read_all(root: str, topic: str) -> list[tuple[str, int, int]]:

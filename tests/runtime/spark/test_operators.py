@@ -23,6 +23,7 @@ from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from streams.testing import TopologyTestDriver
+from tests.runtime.spark.helpers import eos_config
 from topology import Consumed, StreamsBuilder, Topology
 
 #: A raw record: key, value, timestamp.
@@ -31,18 +32,8 @@ Raw = tuple[bytes | None, bytes | None, int]
 
 def config_for(app_id: str, root: str, state: Path, **extra: Any) -> dict[str, Any]:
     """An exactly_once_v2 configuration with small batches, for one instance."""
-    return {
-        "application.id": app_id,
-        "processing.guarantee": "exactly_once_v2",
-        "default.key.serde": "string",
-        "default.value.serde": "string",
-        "topics.root": root,
-        "state.dir": str(state),
-        "commit.interval.ms": 50,
-        "group.initial.rebalance.delay.ms": 0,
-        "max.poll.records": 3,
-        **extra,
-    }
+    small = {"commit.interval.ms": 50, "max.poll.records": 3}
+    return eos_config(app_id, root, str(state), **{**small, **extra})
 
 
 def produce(admin: TopicAdmin, topic: str, records: list[tuple[str | None, str | None]]) -> None:

@@ -21,6 +21,7 @@ from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.protocol import socket_dir
 from streams.testing import TopologyTestDriver
+from tests.runtime.spark.helpers import eos_config
 from topology import Materialized, Produced, StreamsBuilder
 
 S, L = Serdes.String(), Serdes.Long()
@@ -50,6 +51,11 @@ def topology(marker: str) -> Any:
         .to("out", Produced.with_(S, L))
     )
     return b.build()
+
+
+def loss_config(application_id: str, root: str, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    state = str(tmp_path / "state")
+    return eos_config(application_id, root, state, **{"max.poll.records": 5, **extra})
 
 
 def _ppid(pid: int) -> int:
@@ -86,17 +92,7 @@ def run_with_kill(
     for i, value in enumerate(values):
         producer.send("in", f"k{i % 4}".encode(), value.encode(), timestamp=1000 + i)
     producer.flush()
-    config = {
-        "application.id": "worker-loss",
-        "topics.root": root,
-        "state.dir": str(tmp_path / "state"),
-        "processing.guarantee": "exactly_once_v2",
-        "default.key.serde": "string",
-        "default.value.serde": "string",
-        "commit.interval.ms": 20,
-        "group.initial.rebalance.delay.ms": 0,
-        "max.poll.records": 5,
-    }
+    config = loss_config("worker-loss", root, tmp_path)
     killed: list[int] = []
 
     def kill_when_slow() -> None:
@@ -183,25 +179,13 @@ def test_a_task_host_lost_between_the_levels_of_a_foreign_key_join_costs_a_retri
     half it never saw, so the whole job runs again; nothing is lost or doubled."""
     for topic in ("left", "right", "out"):
         admin.create(topic, 1)
-    config_cache = {"cache.max.bytes.buffering": 0}
     inputs = [("right", "c1", "slow"), ("left", "o1", "c1:a"), ("left", "o2", "c1:b")]
     inputs += [("right", "c1", "Ann"), ("left", "o3", "c1:c"), ("left", "o4", "c1:d")]
     producer = Producer(admin)
     for i, (topic, key, value) in enumerate(inputs):
         producer.send(topic, key.encode(), value.encode(), timestamp=1000 + i)
     producer.flush()
-    config = {
-        "application.id": "fk-host-loss",
-        "topics.root": root,
-        "state.dir": str(tmp_path / "state"),
-        "processing.guarantee": "exactly_once_v2",
-        "default.key.serde": "string",
-        "default.value.serde": "string",
-        "commit.interval.ms": 20,
-        "group.initial.rebalance.delay.ms": 0,
-        "max.poll.records": 5,
-        **config_cache,
-    }
+    config = loss_config("fk-host-loss", root, tmp_path, **{"cache.max.bytes.buffering": 0})
     killed: list[int] = []
 
     def kill_left_host() -> None:
