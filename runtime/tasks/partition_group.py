@@ -5,7 +5,10 @@ by timestamp: always the queue whose head record has the smallest timestamp next
 the earlier topic in sorted order), each queue in its own order. When a queue's partition
 has records beyond this batch and the queue runs dry, the rest waits for the next batch
 (``max.task.idle.ms``), so a stream record does not overtake a table update that was not
-read yet. Records go to the task column by column, in runs of one queue.
+read yet. Records shuffled inside the batch (a repartition topic read at a later level)
+cannot wait, as no later batch reads them again: they are all processed, in their place
+of the merged order (as Kafka's task processes once its idle time is up). Records go to
+the task column by column, in runs of one queue.
 """
 
 from __future__ import annotations
@@ -52,10 +55,11 @@ def process_records(
     elif queues:
         order = merged_order(queues)
         waits_for = [wait and (t, partition) in truncated for t, _ in queues]
-        taken = hold_back(order, [rows.num_rows for _, rows in queues], waits_for)
+        sizes = [rows.num_rows for _, rows in queues]
+        taken = hold_back(order, sizes, waits_for, [t in inline for t, _ in queues])
         if taken is not None:
             held_back = len(order) - sum(taken)
-            order = order[: sum(taken)]
+            order = [(q, i) for q, i in order if i < taken[q]]
             queues = [(t, rows.slice(0, n)) for (t, rows), n in zip(queues, taken, strict=True)]
         for topic, rows in interleave(queues, order):
             _process_run(task, partition, topic, rows)
@@ -79,14 +83,18 @@ def merged_order(queues: list[tuple[str, pa.Table]]) -> list[tuple[int, int]]:
 
 
 def hold_back(
-    order: list[tuple[int, int]], sizes: list[int], waits_for: list[bool]
+    order: list[tuple[int, int]],
+    sizes: list[int],
+    waits_for: list[bool],
+    must_take: list[bool] | None = None,
 ) -> list[int] | None:
     """Return how many records of each queue to process now, or None for all of them.
 
     Records are taken in ``order`` until a queue in ``waits_for`` (its partition has
     records beyond this batch) is drained; the rest wait for the next batch, which reads
     that partition further (Kafka's task waits the same way while a drained partition has
-    lag, ``max.task.idle.ms``).
+    lag, ``max.task.idle.ms``). The queues in ``must_take`` (records no later batch reads
+    again) are taken whole all the same.
     """
     if not any(waits_for):
         return None
@@ -94,6 +102,10 @@ def hold_back(
     for q, _i in order:
         taken[q] += 1
         if waits_for[q] and taken[q] == sizes[q]:
+            if must_take:
+                taken = [
+                    n if not m else size for n, m, size in zip(taken, must_take, sizes, strict=True)
+                ]
             return taken
     return None
 

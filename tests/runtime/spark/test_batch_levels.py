@@ -107,6 +107,14 @@ def test_records_after_a_drained_partition_with_more_to_read_wait() -> None:
     assert hold_back(order, [4, 3], [True, False]) == [4, 2]
     assert hold_back(order, [4, 3], [False, True]) == [4, 3]  # b drains last: all of it
     assert hold_back(order, [4, 3], [False, False]) is None
+    # b's records were shuffled inside the batch (no later batch reads them again): they
+    # are all taken, in their place of the order; a's wait
+    assert hold_back(order, [4, 3], [True, False], [False, True]) == [4, 3]
+    assert hold_back(order, [4, 3], [False, True], [True, False]) == [4, 3]
+    queues3 = [("a", rows([1, 5, 6, 20])), ("b", rows([2, 3, 30])), ("c", rows([4, 40]))]
+    order3 = merged_order(queues3)
+    # once a drains (at 20), b (shuffled inside the batch) is taken whole; c's 40 waits
+    assert hold_back(order3, [4, 3, 2], [True, False, False], [False, True, False]) == [4, 3, 1]
 
 
 def _fk_join_after_a_repartition() -> tuple[object, dict[str, int]]:

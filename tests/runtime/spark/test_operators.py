@@ -171,6 +171,32 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.3)
 
 
+def test_records_shuffled_inside_a_batch_never_wait_for_a_drained_table_partition(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """A stream re-keyed inside the batch joins a table read at the same level. The
+    table's partition has more records than a batch reads: once its slice is drained,
+    the table's later records wait for the next batch (max.task.idle.ms), but the
+    re-keyed stream records cannot (no later batch reads them again): every one of them
+    is joined, none lost."""
+    for topic in ("clicks", "users", "joined"):
+        admin.create(topic, 2)
+    produce(admin, "users", [(f"u{i}", f"name{i}") for i in range(30)])
+    produce(admin, "clicks", [(f"c{i}", f"u{i % 30}") for i in range(40)])
+    b = StreamsBuilder()
+    users = b.table("users")
+    b.stream("clicks").select_key(lambda k, v: v).left_join(
+        users, lambda click, name: f"{click}:{name}"
+    ).to("joined")
+    config = config_for("rekeyed-join", root, tmp_path / "state", **{"max.poll.records": 2})
+    app = run_app(spark, b.build(), config)
+    assert app.threads[0].levels.inline, "the re-keyed stream is shuffled inside the batch"
+    joined = read_topic(root, "joined")
+    assert sorted(v.split(b":")[0] for _, v, _ in joined) == sorted(
+        f"u{i % 30}".encode() for i in range(40)
+    )
+
+
 # -- 2. a pattern source: existing and new matching topics, never internal ones ---------
 
 
