@@ -72,10 +72,9 @@ class LiveTask:
     prepared: tuple[str, int] | None = None
     #: The task's cumulative counters as last reported.
     reported: dict[str, int] = field(default_factory=dict)
-    #: A batch visiting the task at several levels: (owner, batch) and its last level run,
-    #: with what was consumed and held back so far (reported at its last visit).
+    #: A batch visiting the task at several levels: (owner, batch) and the levels run so
+    #: far, with what was consumed and held back (reported at its last visit).
     open_batch: tuple[str, int] | None = None
-    open_level: int = 0
     open_levels: list[int] = field(default_factory=list)
     open_consumed: dict[tuple[str, int], int] = field(default_factory=dict)
     open_held_back: int = 0
@@ -124,7 +123,7 @@ class TaskManager:
         continuing = (
             live is not None
             and live.open_batch == (plan.owner, plan.batch)
-            and level > live.open_level
+            and level > max(live.open_levels, default=-1)
             and set(earlier or ()) <= set(live.open_levels)
         )
         if live is not None and live.open_batch is not None and not continuing:
@@ -175,7 +174,7 @@ class TaskManager:
         inline = self._drain(plan, live, level)
         if live.open_batch != (plan.owner, plan.batch):
             live.open_levels = []
-        live.open_batch, live.open_level = (plan.owner, plan.batch), level
+        live.open_batch = (plan.owner, plan.batch)
         live.open_levels.append(level)
         task_id = live.task.task_id
         out = [pa.RecordBatch.from_pylist([open_row(plan, task_id, partition, level)], ROW_SCHEMA)]
@@ -239,7 +238,7 @@ class TaskManager:
             held_back += held
         punctuated = task.punctuate_wall_clock()
         task.prepare_commit()
-        inline = self._drain(plan, live, plan.levels.get(int(task.task_id.split("_")[0]), 0))
+        inline = self._drain(plan, live, plan.levels.get(task.subtopology.id, 0))
         files = live.collector.flush()
         pending = manager is not None and any(
             e.bottom.pending_changes() for e in manager.stores.values()
