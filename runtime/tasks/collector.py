@@ -21,6 +21,7 @@ from common.errors import UnknownTopicError
 from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import StagedFile, write_file
 from runtime.storage.fs import StorageRoot
+from runtime.storage.records import FILE_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class StagingCollector:
             None, partition_counts={t: o.partitions for t, o in self.topics.items()}
         )
         self._append = self._acc.append
+        self._spilled: list[tuple[str, int, pa.Table]] = []
         self.sent = 0
 
     def send(  # noqa: PLR0917 - the RecordCollector protocol
@@ -88,6 +90,7 @@ class StagingCollector:
         """Start a batch of a long-lived task: its records go to ``staging_dir`` (the new
         transaction's) and it may write ``topics``."""
         self._acc.clear()
+        self._spilled.clear()
         self.staging_dir = staging_dir
         if topics.keys() != self.topics.keys():
             self.topics = dict(topics)
@@ -115,21 +118,35 @@ class StagingCollector:
             "as in Kafka"
         )
 
+    def spill(self, topic: str, partition: int, records: pa.Table) -> None:
+        """Write ``records`` (a repartition topic's, shuffled inside the batch, which wait
+        for the next batch) to ``partition`` of ``topic`` at :meth:`flush`, in order."""
+        if topic not in self.topics:
+            raise self._unknown(topic)
+        self._spilled.append((topic, partition, records))
+
     def flush(self) -> list[tuple[str, StagedFile]]:
-        """Write every buffered record as staged files; return ``(topic, file)`` pairs."""
+        """Write every buffered and spilled record as staged files; return ``(topic,
+        file)`` pairs."""
+        spilled: dict[tuple[str, int], list[pa.Table]] = {}
+        for topic, partition, records in self._spilled:
+            spilled.setdefault((topic, partition), []).append(
+                records.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+            )
+        self._spilled = []
+        chunks = [((t, p), pa.concat_tables(parts)) for (t, p), parts in spilled.items()]
+        chunks.extend(((t, p), c) for t in self._acc.topics() for p, c in self._acc.drain(t))
         out: list[tuple[str, StagedFile]] = []
-        for topic in self._acc.topics():
-            table_path = self.topics[topic].table_path
-            for partition, chunk in self._acc.drain(topic):
-                staged = write_file(
-                    self.root,
-                    table_path,
-                    self.staging_dir,
-                    partition,
-                    chunk,
-                    compression=self.compression,
-                )
-                out.append((topic, staged))
+        for (topic, partition), chunk in chunks:
+            staged = write_file(
+                self.root,
+                self.topics[topic].table_path,
+                self.staging_dir,
+                partition,
+                chunk,
+                compression=self.compression,
+            )
+            out.append((topic, staged))
         return out
 
     def drain(self, topics: Iterable[str]) -> list[tuple[str, int, pa.Table]]:
@@ -145,3 +162,4 @@ class StagingCollector:
     def discard(self) -> None:
         """Drop every buffered record (the task failed; its attempt is abandoned)."""
         self._acc.clear()
+        self._spilled.clear()

@@ -30,7 +30,7 @@ from common.errors import StreamsError
 from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.tasks.collector import StagingCollector
 from runtime.tasks.global_state import GlobalStores
-from runtime.tasks.partition_group import process_records
+from runtime.tasks.partition_group import Processed, process_records
 from runtime.tasks.task_runner import (
     METRIC,
     POSITION,
@@ -167,9 +167,9 @@ class TaskManager:
         """A visit before the task's last level: process, flush the caches (what they
         forward repartitions too), hand on the repartitioned records; commit nothing."""
         if records is not None and records.num_rows:
-            consumed, held_back = self._process(plan, live, partition, records, topics)
-            live.open_consumed.update(consumed)
-            live.open_held_back += held_back
+            done = self._process(plan, live, partition, records, topics)
+            live.open_consumed.update(done.consumed)
+            live.open_held_back += done.held_back
         live.task.prepare_commit()
         inline = self._drain(plan, live, level)
         if live.open_batch != (plan.owner, plan.batch):
@@ -191,17 +191,20 @@ class TaskManager:
         partition: int,
         records: pa.Table,
         topics: list[str],
-    ) -> tuple[dict[tuple[str, int], int], int]:
-        return process_records(
+    ) -> Processed:
+        """Process the records; spill the shuffled ones that wait to their topic."""
+        done = process_records(
             live.task,
             partition,
             records,
             topics,
             positions=plan.positions,
-            inline=plan.inline,
             truncated=plan.truncated,
             wait=plan.config.max_task_idle_ms >= 0,
         )
+        for topic, rows in done.spilled:
+            live.collector.spill(topic, partition, rows)
+        return done
 
     def _drain(
         self, plan: BatchPlan, live: LiveTask, level: int
@@ -233,9 +236,9 @@ class TaskManager:
         live.open_batch, live.open_consumed, live.open_held_back = None, {}, 0
         live.open_levels = []
         if records is not None and records.num_rows:
-            more, held = self._process(plan, live, partition, records, topics)
-            consumed.update(more)
-            held_back += held
+            done = self._process(plan, live, partition, records, topics)
+            consumed.update(done.consumed)
+            held_back += done.held_back
         punctuated = task.punctuate_wall_clock()
         task.prepare_commit()
         inline = self._drain(plan, live, plan.levels.get(task.subtopology.id, 0))
@@ -274,7 +277,6 @@ class TaskManager:
         rows.extend(
             {"kind": POSITION, "task": task_id, "topic": t, "partition": p, "offset": o}
             for (t, p), o in consumed.items()
-            if t not in plan.inline
         )
         counts = {
             "dropped-records-total": task.dropped_records,
@@ -420,12 +422,14 @@ LOCK_WAIT_MS = 30_000
 
 
 def _placed(topic: str, target: int, chunk: pa.Table) -> pa.Table:
+    """Records shuffled inside the batch, to ``target``: offset -1, as they have none in
+    their topic (unless they wait, and are spilled to it)."""
     n = chunk.num_rows
     return pa.table(
         {
             "topic": pa.array([topic] * n, pa.string()),
             "partition": pa.array([target] * n, pa.int32()),
-            "offset": pa.array(range(n), pa.int64()),
+            "offset": pa.array([-1] * n, pa.int64()),
             "key": chunk.column("key"),
             "value": chunk.column("value"),
             "timestamp": chunk.column("timestamp"),

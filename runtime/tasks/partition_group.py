@@ -5,21 +5,35 @@ by timestamp: always the queue whose head record has the smallest timestamp next
 the earlier topic in sorted order), each queue in its own order. When a queue's partition
 has records beyond this batch and the queue runs dry, the rest waits for the next batch
 (``max.task.idle.ms``), so a stream record does not overtake a table update that was not
-read yet. Records shuffled inside the batch (a repartition topic read at a later level)
-cannot wait, as no later batch reads them again: they are all processed, in their place
-of the merged order (as Kafka's task processes once its idle time is up). Records go to
-the task column by column, in runs of one queue.
+read yet. Records read from storage wait by not being consumed (the next batch reads them
+again). Records shuffled inside the batch (a repartition topic read at a later level, with
+offset -1) exist nowhere else: those that wait are *spilled*, returned to be written to
+their repartition topic in the batch's transaction, from where the next batch reads them
+after the topic's older records, as Kafka's task would find them in its topic. Records go
+to the task column by column, in runs of one queue.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from topology.engine.task import StreamTask
+
+
+@dataclass
+class Processed:
+    """What one call of :func:`process_records` did: the next position of each stored
+    partition it consumed, how many records wait, and the shuffled records that wait,
+    per topic (to be spilled to the topic)."""
+
+    consumed: dict[tuple[str, int], int] = field(default_factory=dict)
+    held_back: int = 0
+    spilled: list[tuple[str, pa.Table]] = field(default_factory=list)
 
 
 def process_records(
@@ -29,46 +43,56 @@ def process_records(
     topics: list[str],
     *,
     positions: Mapping[tuple[str, int], int],
-    inline: Collection[str],
     truncated: frozenset[tuple[str, int]],
     wait: bool,
-) -> tuple[dict[tuple[str, int], int], int]:
+) -> Processed:
     """Process the records of ``topics`` in ``table`` not yet consumed (``positions``;
-    records of the ``inline`` topics, shuffled inside the batch, all count), interleaved
-    by timestamp; return the next positions and how many records were held back.
+    records shuffled inside the batch, offset -1, all count), interleaved by timestamp.
 
     With ``wait`` (``max.task.idle.ms`` >= 0), once a queue whose partition has records
-    beyond this batch (``truncated``) is drained, the rest waits for the next batch.
+    beyond this batch (``truncated``) is drained, the rest waits for the next batch; a
+    shuffled record of a topic whose stored records are ``truncated`` always waits (it
+    comes after them).
     """
     topic_col = table.column("topic")
     queues: list[tuple[str, pa.Table]] = []
-    held_back = 0
+    spilled: list[tuple[str, pa.Table]] = []
     for topic in topics:
         rows = table.filter(pc.equal(topic_col, topic))
-        if topic not in inline:
-            start = positions.get((topic, partition), 0)
-            rows = rows.filter(pc.greater_equal(rows.column("offset"), start))
+        offsets = rows.column("offset")
+        start = positions.get((topic, partition), 0)
+        rows = rows.filter(pc.or_(pc.less(offsets, 0), pc.greater_equal(offsets, start)))
+        if wait and (topic, partition) in truncated:
+            shuffled = pc.less(rows.column("offset"), 0)
+            if pc.any(shuffled).as_py():
+                spilled.append((topic, rows.filter(shuffled)))
+                rows = rows.filter(pc.invert(shuffled))
         if rows.num_rows:
             queues.append((topic, rows))
+    offered = sum(rows.num_rows for _, rows in queues) + sum(t.num_rows for _, t in spilled)
     if len(queues) == 1:
         _process_run(task, partition, *queues[0])
     elif queues:
         order = merged_order(queues)
         waits_for = [wait and (t, partition) in truncated for t, _ in queues]
-        sizes = [rows.num_rows for _, rows in queues]
-        taken = hold_back(order, sizes, waits_for, [t in inline for t, _ in queues])
+        taken = hold_back(order, [rows.num_rows for _, rows in queues], waits_for)
         if taken is not None:
-            held_back = len(order) - sum(taken)
             order = [(q, i) for q, i in order if i < taken[q]]
+            for (topic, rows), n in zip(queues, taken, strict=True):
+                rest = rows.slice(n)
+                shuffled = rest.filter(pc.less(rest.column("offset"), 0))
+                if shuffled.num_rows:
+                    spilled.append((topic, shuffled))
             queues = [(t, rows.slice(0, n)) for (t, rows), n in zip(queues, taken, strict=True)]
         for topic, rows in interleave(queues, order):
             _process_run(task, partition, topic, rows)
-    consumed = {
-        (topic, partition): int(rows.column("offset")[-1].as_py()) + 1
-        for topic, rows in queues
-        if rows.num_rows and topic not in inline
-    }
-    return consumed, held_back
+    consumed: dict[tuple[str, int], int] = {}
+    for topic, rows in queues:
+        stored = rows.filter(pc.greater_equal(rows.column("offset"), 0))
+        if stored.num_rows:
+            consumed[(topic, partition)] = int(stored.column("offset")[-1].as_py()) + 1
+    processed = sum(rows.num_rows for _, rows in queues)
+    return Processed(consumed, offered - processed, spilled)
 
 
 def merged_order(queues: list[tuple[str, pa.Table]]) -> list[tuple[int, int]]:
@@ -83,18 +107,14 @@ def merged_order(queues: list[tuple[str, pa.Table]]) -> list[tuple[int, int]]:
 
 
 def hold_back(
-    order: list[tuple[int, int]],
-    sizes: list[int],
-    waits_for: list[bool],
-    must_take: list[bool] | None = None,
+    order: list[tuple[int, int]], sizes: list[int], waits_for: list[bool]
 ) -> list[int] | None:
     """Return how many records of each queue to process now, or None for all of them.
 
     Records are taken in ``order`` until a queue in ``waits_for`` (its partition has
     records beyond this batch) is drained; the rest wait for the next batch, which reads
     that partition further (Kafka's task waits the same way while a drained partition has
-    lag, ``max.task.idle.ms``). The queues in ``must_take`` (records no later batch reads
-    again) are taken whole all the same.
+    lag, ``max.task.idle.ms``).
     """
     if not any(waits_for):
         return None
@@ -102,10 +122,6 @@ def hold_back(
     for q, _i in order:
         taken[q] += 1
         if waits_for[q] and taken[q] == sizes[q]:
-            if must_take:
-                taken = [
-                    n if not m else size for n, m, size in zip(taken, must_take, sizes, strict=True)
-                ]
             return taken
     return None
 

@@ -4,7 +4,9 @@ The driver pickles a :class:`BatchPlan` into the ``mapInArrow`` functions of the
 Sub-topologies are run in *levels*: level 0 reads the source topics; a sub-topology that
 reads a repartition topic runs one level after every sub-topology writing it. Between two
 levels the repartitioned records travel as rows through a Spark shuffle, inside the same
-batch and the same transaction, never through storage (``BatchPlan.inline``). Each Spark
+batch and the same transaction, not through storage (``BatchPlan.inline``; those that must
+wait for a table's next records are spilled to their topic, see
+:mod:`runtime.tasks.partition_group`). Each Spark
 task receives the rows of one or more partition numbers and, for each sub-topology of its
 level with records of partition ``p``:
 

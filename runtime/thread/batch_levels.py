@@ -111,7 +111,10 @@ class BatchLevels:
     reading it, ``levels`` sub-topology -> its last level, ``partitions`` level -> its
     task count, ``shuffle`` task count -> the shuffle value of each partition, ``topics``
     source topic -> the level its records are processed at (when not its sub-topology's
-    last), ``visits`` sub-topology -> every level it runs at (when more than one)."""
+    last), ``visits`` sub-topology -> every level it runs at (when more than one),
+    ``spill`` the inline topics a task reads together with a topic read from storage: their
+    records may wait for that topic's next records, and are then spilled to their topic
+    (:mod:`runtime.tasks.partition_group`), which the batches therefore also read."""
 
     inline: dict[str, int]
     levels: dict[int, int]
@@ -119,6 +122,7 @@ class BatchLevels:
     shuffle: dict[int, list[int]]
     topics: dict[str, int] = field(default_factory=dict)
     visits: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    spill: frozenset[str] = frozenset()
 
     @property
     def depth(self) -> int:
@@ -162,6 +166,12 @@ def plan_levels(
         inline_topics -= later
     last = {sub_id: max(lv, default=0) for sub_id, lv in visits.items()}
     inline = {t: level[t] for t in sources if t in inline_topics}
+    spill = {
+        t
+        for t in inline
+        for u, sub_id in sources.items()
+        if sub_id == sources[t] and u not in inline and level[u] == level[t]
+    }
     partitions: dict[int, int] = {}
     for sub_id, lv in visits.items():
         for each in lv or {0}:
@@ -174,6 +184,7 @@ def plan_levels(
         shuffle,
         topics={t: lv for t, lv in level.items() if lv != last[sources[t]]},
         visits={s: tuple(sorted(lv)) for s, lv in visits.items() if len(lv) > 1},
+        spill=frozenset(spill),
     )
 
 

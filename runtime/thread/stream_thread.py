@@ -191,9 +191,10 @@ class StreamThread:
 
     @property
     def subscribed(self) -> list[str]:
-        """The topics this thread's source reads (not the repartition topics shuffled
-        inside the batch)."""
-        return sorted(t for t in self.sources if t not in self.levels.inline)
+        """The topics this thread's batches read from storage (not the repartition topics
+        shuffled inside the batch, unless their records may be spilled there)."""
+        shuffled = self.levels.inline.keys() - self.levels.spill
+        return sorted(t for t in self.sources if t not in shuffled)
 
     @property
     def written(self) -> list[str]:
@@ -339,7 +340,10 @@ class StreamThread:
         shuffle = self.shuffle_levels
         if shuffle is None or self.owned is None or self.task_ids() != self._all_tasks():
             return self.subscribed
-        unread = self.reads_planner.unread(sorted(shuffle.inline), self.positions)
+        # (spilled records are read at their level: they need no draining batch)
+        unread = self.reads_planner.unread(
+            sorted(shuffle.inline.keys() - shuffle.spill), self.positions
+        )
         if unread:
             self._draining = True  # the source topics wait: wake up for them afterwards
             return unread

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
 from common.serdes import Serdes
-from runtime.tasks.partition_group import hold_back, interleave, merged_order
+from runtime.tasks.partition_group import interleave
 from runtime.tasks.task_runner import shuffle_keys, spark_hash_int
 from runtime.thread.batch_levels import plan_levels
 from topology import Grouped, Processor, StreamsBuilder
@@ -94,29 +94,6 @@ def test_records_of_several_topics_are_taken_by_timestamp() -> None:
     ]
 
 
-def test_records_after_a_drained_partition_with_more_to_read_wait() -> None:
-    """``a``'s partition has records beyond the batch: once its last record here is taken,
-    the rest (``b``'s 30) waits for the next batch; nobody waiting takes everything."""
-
-    def rows(stamps: list[int]) -> pa.Table:
-        return pa.table({"timestamp": pa.array(stamps, pa.int64())})
-
-    queues = [("a", rows([1, 5, 6, 20])), ("b", rows([2, 3, 30]))]
-    order = merged_order(queues)
-    assert order == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2), (0, 3), (1, 2)]
-    assert hold_back(order, [4, 3], [True, False]) == [4, 2]
-    assert hold_back(order, [4, 3], [False, True]) == [4, 3]  # b drains last: all of it
-    assert hold_back(order, [4, 3], [False, False]) is None
-    # b's records were shuffled inside the batch (no later batch reads them again): they
-    # are all taken, in their place of the order; a's wait
-    assert hold_back(order, [4, 3], [True, False], [False, True]) == [4, 3]
-    assert hold_back(order, [4, 3], [False, True], [True, False]) == [4, 3]
-    queues3 = [("a", rows([1, 5, 6, 20])), ("b", rows([2, 3, 30])), ("c", rows([4, 40]))]
-    order3 = merged_order(queues3)
-    # once a drains (at 20), b (shuffled inside the batch) is taken whole; c's 40 waits
-    assert hold_back(order3, [4, 3, 2], [True, False, False], [False, True, False]) == [4, 3, 1]
-
-
 def _fk_join_after_a_repartition() -> tuple[object, dict[str, int]]:
     s = Serdes.String()
     b = StreamsBuilder()
@@ -153,6 +130,9 @@ def test_a_foreign_key_join_unrolls_into_levels_of_one_batch() -> None:
     assert levels.topics == {upstream: 1}  # read at level 1, before the left side's last
     assert levels.visits == {left: (1, 3)}
     assert levels.depth == 4
+    # the subscriptions are read with the right table (from storage): they may wait for
+    # its next records, spilled to their topic; the other two are read alone
+    assert levels.spill == {subscription}
     through = plan_levels(topology, sources, tasks, "app", in_batch=False)  # type: ignore[arg-type]
     assert through.inline == {} and through.depth == 1 and through.visits == {}
 

@@ -36,10 +36,12 @@ def config_for(app_id: str, root: str, state: Path, **extra: Any) -> dict[str, A
     return eos_config(app_id, root, str(state), **{**small, **extra})
 
 
-def produce(admin: TopicAdmin, topic: str, records: list[tuple[str | None, str | None]]) -> None:
-    """Append ``records`` to ``topic``, timestamps 1, 2, ... in order."""
+def produce(
+    admin: TopicAdmin, topic: str, records: list[tuple[str | None, str | None]], start: int = 1
+) -> None:
+    """Append ``records`` to ``topic``, timestamps ``start``, ``start`` + 1, ... in order."""
     producer = Producer(admin)
-    for ts, (key, value) in enumerate(records, start=1):
+    for ts, (key, value) in enumerate(records, start=start):
         producer.send(
             topic,
             None if key is None else key.encode(),
@@ -171,18 +173,19 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.3)
 
 
-def test_records_shuffled_inside_a_batch_never_wait_for_a_drained_table_partition(
+def test_records_shuffled_inside_a_batch_wait_for_a_table_partition_with_more_to_read(
     spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
 ) -> None:
     """A stream re-keyed inside the batch joins a table read at the same level. The
-    table's partition has more records than a batch reads: once its slice is drained,
-    the table's later records wait for the next batch (max.task.idle.ms), but the
-    re-keyed stream records cannot (no later batch reads them again): every one of them
-    is joined, none lost."""
+    table's partitions have more records than a batch reads: once a slice is drained,
+    the re-keyed records after it wait for the table's next records (max.task.idle.ms),
+    as in Kafka. They exist nowhere else, so those that wait are spilled to their
+    repartition topic in the batch's transaction and read from there by a later batch:
+    every click is joined once, with its user (all users come first in time)."""
     for topic in ("clicks", "users", "joined"):
         admin.create(topic, 2)
     produce(admin, "users", [(f"u{i}", f"name{i}") for i in range(30)])
-    produce(admin, "clicks", [(f"c{i}", f"u{i % 30}") for i in range(40)])
+    produce(admin, "clicks", [(f"c{i}", f"u{i % 30}") for i in range(40)], start=100)
     b = StreamsBuilder()
     users = b.table("users")
     b.stream("clicks").select_key(lambda k, v: v).left_join(
@@ -190,11 +193,14 @@ def test_records_shuffled_inside_a_batch_never_wait_for_a_drained_table_partitio
     ).to("joined")
     config = config_for("rekeyed-join", root, tmp_path / "state", **{"max.poll.records": 2})
     app = run_app(spark, b.build(), config)
-    assert app.threads[0].levels.inline, "the re-keyed stream is shuffled inside the batch"
-    joined = read_topic(root, "joined")
-    assert sorted(v.split(b":")[0] for _, v, _ in joined) == sorted(
-        f"u{i % 30}".encode() for i in range(40)
+    (rekeyed,) = app.threads[0].levels.inline
+    assert app.threads[0].levels.spill == {rekeyed}
+    assert sorted(v for _, v, _ in read_topic(root, "joined")) == sorted(
+        f"u{i % 30}:name{i % 30}".encode() for i in range(40)
     )
+    spilled = read_topic(root, rekeyed)
+    assert spilled, "some clicks waited for the users' next records"
+    assert app.metrics()["held-back-records-total"] >= len(spilled)
 
 
 # -- 2. a pattern source: existing and new matching topics, never internal ones ---------
