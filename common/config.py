@@ -59,6 +59,7 @@ BUILTIN_SERDES: Final = ("bytes", "string", "int", "long", "double", "json")
 ProcessingGuarantee: TypeAlias = Literal["at_least_once", "exactly_once", "exactly_once_v2"]
 AutoOffsetReset: TypeAlias = Literal["earliest", "latest", "none"]
 DslStore: TypeAlias = Literal["rocksDB", "in_memory"]
+ProcessingEngine: TypeAlias = Literal["columnar", "record"]
 _Source: TypeAlias = Mapping[str, object] | str | os.PathLike[str]
 
 _EOS: Final = frozenset({"exactly_once", "exactly_once_v2"})
@@ -219,6 +220,11 @@ class StreamsConfig(BaseModel):
         "auto.offset.reset", "earliest, latest, none", default="earliest"
     )
     default_dsl_store: DslStore = _key("default.dsl.store", "rocksDB, in_memory", default="rocksDB")
+    # columnar: a node takes a poll's records of one partition as a batch where that
+    # cannot change a result; record: every record through every node, one at a time
+    processing_engine: ProcessingEngine = _key(
+        "processing.engine", "columnar, record", default="columnar"
+    )
     default_timestamp_extractor: str = _key(
         "default.timestamp.extractor", _EXTRACTORS, default="fail_on_invalid", min_length=1
     )

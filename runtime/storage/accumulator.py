@@ -40,11 +40,11 @@ class _Buffer:
     def __len__(self) -> int:
         return len(self.keys) + sum(int(t.num_rows) for t in self.tables)
 
-    def to_table(self) -> pa.Table:
-        """Return every buffered record as one table (``FILE_SCHEMA`` + ``partition``)."""
-        tables = list(self.tables)
+    def seal(self) -> None:
+        """Move the records appended one by one into ``tables``, so that a batch appended
+        next comes after them (send order is kept)."""
         if self.keys:
-            tables.append(
+            self.tables.append(
                 pa.table(
                     {
                         "key": pa.array(self.keys, pa.binary()),
@@ -55,6 +55,13 @@ class _Buffer:
                     }
                 )
             )
+            self.keys, self.values, self.timestamps = [], [], []
+            self.headers, self.partitions = [], []
+
+    def to_table(self) -> pa.Table:
+        """Return every buffered record as one table (``FILE_SCHEMA`` + ``partition``)."""
+        self.seal()
+        tables = self.tables
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
@@ -160,6 +167,7 @@ class RecordAccumulator:
             }
         )
         buf = self._buffer(topic)
+        buf.seal()
         buf.tables.append(table)
         buf.bytes += key_arr.nbytes + vals.nbytes + 24 * n
         return buf.bytes

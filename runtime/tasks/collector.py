@@ -21,7 +21,7 @@ from common.errors import UnknownTopicError
 from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import StagedFile, write_file
 from runtime.storage.fs import StorageRoot
-from runtime.storage.records import FILE_SCHEMA
+from runtime.storage.records import FILE_SCHEMA, HEADERS_TYPE
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,32 @@ class StagingCollector:
             partition=partition,
         )
         self.sent += 1
+
+    def send_batch(
+        self,
+        topic: str,
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        timestamps: list[int],
+        headers: Sequence[Sequence[tuple[str, bytes | None]]] | None,
+    ) -> None:
+        """Buffer records partitioned by their keys' murmur2 hash, as columns (a sink's
+        batch, see :mod:`topology.engine.columnar`).
+
+        Raises:
+            UnknownTopicError: ``topic`` does not exist.
+        """
+        if topic not in self.topics:
+            raise self._unknown(topic)
+        header_array = None
+        if headers is not None:
+            header_array = pa.array(
+                [[{"key": k, "value": v} for k, v in hs] for hs in headers], HEADERS_TYPE
+            )
+        self._acc.append_batch(
+            topic, keys, values, timestamps=timestamps, partitions=None, headers=header_array
+        )
+        self.sent += len(keys)
 
     def begin(self, staging_dir: str, topics: Mapping[str, OutputTopic]) -> None:
         """Start a batch of a long-lived task: its records go to ``staging_dir`` (the new

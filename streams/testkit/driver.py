@@ -205,7 +205,11 @@ class TopologyTestDriver:
         offset = self._offsets.get(topic, 0)
         self._offsets[topic] = offset + 1
         try:
-            task.process(topic, key, value, timestamp, tuple(headers), offset, 0)
+            if task.columnar:  # a batch of one: the columnar engine's path
+                hs = [tuple(headers)] if headers else None
+                task.process_columns(topic, 0, [key], [value], [timestamp], [offset], hs)
+            else:
+                task.process(topic, key, value, timestamp, tuple(headers), offset, 0)
             task.commit()
         except BaseException:
             # as an aborted transaction: what the failed record produced (dead letters

@@ -69,6 +69,7 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "group.initial.rebalance.delay.ms": "3000",
         "auto.offset.reset": "earliest",
         "default.dsl.store": "rocksDB",
+        "processing.engine": "columnar",
         "default.timestamp.extractor": "fail_on_invalid",
         "cache.max.bytes.buffering": "10485760",
         "statestore.snapshot.interval": "100",

@@ -10,6 +10,8 @@ import pytest
 from common.serdes import Serdes
 from streams.testing import TopologyTestDriver
 from topology import Topology
+from topology.engine.columnar import ENGINES
+from topology.engine.task import StreamTask
 
 S = Serdes.String()
 L = Serdes.Long()
@@ -20,6 +22,14 @@ CONFIG = {
     "default.key.serde": "string",
     "default.value.serde": "string",
 }
+
+
+@pytest.fixture(autouse=True, params=ENGINES)
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every topology test runs under both engines (``processing.engine``): their outputs
+    must be the same."""
+    monkeypatch.setattr(StreamTask, "forced_engine", request.param)
+    return str(request.param)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from topology.api.processor import PunctuationType, Punctuator
 from topology.api.record import Headers, Record
 
 if TYPE_CHECKING:
+    from topology.engine.columnar import Batch, BatchForward
     from topology.engine.task import StreamTask
 
 Forward = Callable[[Record[Any, Any]], None]
@@ -56,7 +57,7 @@ class PunctuationSchedule:
 class NodeContext:
     """The :class:`~topology.api.processor.ProcessorContext` of one processor node."""
 
-    __slots__ = ("_child_map", "_children", "_stores", "_task", "name")
+    __slots__ = ("_batch_children", "_child_map", "_children", "_stores", "_task", "name")
 
     def __init__(self, task: StreamTask, name: str, stores: frozenset[str]) -> None:
         self._task = task
@@ -64,11 +65,27 @@ class NodeContext:
         self._stores = stores
         self._children: tuple[Forward, ...] = ()
         self._child_map: dict[str, Forward] = {}
+        self._batch_children: tuple[BatchForward, ...] = ()
 
     def bind_children(self, children: list[tuple[str, Forward]]) -> None:
         """Pre-bind the children's process callables (called once by the task)."""
         self._children = tuple(fn for _, fn in children)
         self._child_map = dict(children)
+
+    def bind_batch_children(self, children: tuple[BatchForward, ...]) -> None:
+        """Pre-bind the children's batch entries (columnar processing)."""
+        self._batch_children = children
+
+    def forward_batch(self, batch: Batch) -> None:
+        """Send ``batch`` to every child (columnar processing)."""
+        if len(batch.keys):
+            for fn in self._batch_children:
+                fn(batch)
+
+    def set_timestamp(self, timestamp: int) -> None:
+        """Make ``timestamp`` the current record's (what a store write is stamped with)
+        while a batch node writes a store on behalf of one of its records."""
+        self._task.current_timestamp = timestamp
 
     @property
     def application_id(self) -> str:

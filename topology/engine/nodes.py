@@ -9,13 +9,16 @@ from typing import Any
 
 from common.errors import SerializationError, StreamsError, StreamsProcessingError
 from common.handlers import Origin, ProducerRecord
-from common.serdes import Serde
+from common.serdes import Serde, serialize_many
 from topology.api.options import StreamPartitioner
 from topology.api.record import Record
 from topology.api.timestamps import TimestampExtractor
 from topology.engine.collector import RecordCollector
+from topology.engine.columnar import Batch
 from topology.engine.context import Forward, NodeContext
 from topology.graph.graph import TopicNameExtractor
+
+_new = tuple.__new__
 
 
 def describe_function(fn: object) -> str:
@@ -60,6 +63,7 @@ class SourceRuntime:
     """A source node in a task: deserializers, timestamp extractor, pre-bound children."""
 
     __slots__ = (
+        "batch_children",
         "children",
         "context",
         "extractor",
@@ -86,6 +90,8 @@ class SourceRuntime:
         self.extractor = extractor
         self.context = context
         self.children: tuple[Forward, ...] = ()
+        #: The children's batch entries when the source runs columnar (else None).
+        self.batch_children: tuple[Any, ...] | None = None
 
 
 #: The task's production error path: ``(node, record, exception, origin, error)``; it
@@ -99,11 +105,13 @@ class SinkProcessor:
 
     __slots__ = (
         "_extractor",
+        "_key_serde",
         "_key_serialize",
         "_on_error",
         "_partitioner",
         "_send",
         "_topic",
+        "_value_serde",
         "_value_serialize",
         "collector",
         "context",
@@ -126,6 +134,8 @@ class SinkProcessor:
         self.name = name
         self._topic = topic
         self._extractor = extractor
+        self._key_serde = key_serde
+        self._value_serde = value_serde
         self._key_serialize = key_serde.serialize
         self._value_serialize = value_serde.serialize
         self._partitioner = partitioner
@@ -152,12 +162,58 @@ class SinkProcessor:
         partition = None
         if self._partitioner is not None:
             partition = self._choose_partition(topic, record)
+        self._deliver(topic, key, value, record[2], record[3], partition)
+
+    @property
+    def batchable(self) -> bool:
+        """Whether a batch can be sent whole: one topic, the default partitioner."""
+        return self._topic is not None and self._partitioner is None
+
+    def process_batch(self, batch: Batch) -> None:
+        """Serialize the batch's keys and values in bulk and send them (a record that
+        cannot be serialized: the batch goes record by record, so the production handler
+        sees it as the record engine shows it)."""
+        topic = self._topic
+        assert topic is not None
         try:
-            self._send(topic, key, value, record[2], record[3], partition)
+            keys = serialize_many(self._key_serde, topic, batch.keys)
+            values = serialize_many(self._value_serde, topic, batch.values)
+        except Exception:
+            for i in range(len(batch.keys)):
+                self.process(
+                    _new(
+                        Record,
+                        (batch.keys[i], batch.values[i], batch.timestamps[i], batch.header(i)),
+                    )
+                )
+            return
+        send_batch = getattr(self.collector, "send_batch", None)
+        ts, hs = batch.timestamps, batch.headers
+        if send_batch is not None:
+            try:
+                send_batch(topic, keys, values, ts, hs)
+                return
+            except Exception:
+                if self._on_error is None:
+                    raise
+        for i in range(len(keys)):  # one by one: the production handler decides per record
+            self._deliver(topic, keys[i], values[i], ts[i], () if hs is None else hs[i], None)
+
+    def _deliver(  # noqa: PLR0917 - a serialized record
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Any,
+        partition: int | None,
+    ) -> None:
+        try:
+            self._send(topic, key, value, timestamp, headers, partition)
         except Exception as exc:
             if self._on_error is None:
                 raise
-            failed = ProducerRecord(topic, key, value, record[2], record[3], partition)
+            failed = ProducerRecord(topic, key, value, timestamp, headers, partition)
             self._on_error(self.name, failed, exc, None, exc)
 
     def _serialization_failed(

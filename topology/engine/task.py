@@ -24,10 +24,11 @@ the record at the failing node (its siblings still get it, as in Kafka's ``Proce
 
 from __future__ import annotations
 
+import bisect
 import enum
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from common.config import StreamsConfig
 from common.errors import SerializationError, StreamsError, TopologyError
@@ -39,6 +40,14 @@ from topology.api.processor import FixedKeyProcessor, PunctuationType, Punctuato
 from topology.api.record import ConsumedRecord, Headers, InputRecord, make_record
 from topology.api.timestamps import FailOnInvalidTimestamp, extractor_from_name, invalid_timestamp
 from topology.engine.collector import CollectorChangelog, RecordCollector
+from topology.engine.columnar import (
+    Batch,
+    BatchForward,
+    BatchInput,
+    batch_children,
+    columnar_source,
+    record_entry,
+)
 from topology.engine.context import (
     FixedKeyNodeContext,
     ManagedTaskStoreContext,
@@ -98,6 +107,10 @@ class StreamTask:
         store_context: the stores' context, when the runtime brings its own (its
             ``ProcessorStateManager``, which restores and commits the stores).
     """
+
+    #: The engine of every task whatever the configuration says (None: as configured);
+    #: how the test suite runs its topology tests under both engines.
+    forced_engine: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -160,6 +173,15 @@ class StreamTask:
         self._stream_punctuations: list[PunctuationSchedule] = []
         self._wall_punctuations: list[PunctuationSchedule] = []
         self._next_stream_punctuation = _NEVER
+        #: Columnar processing (``processing.engine``), unless an exception handler must
+        #: see each record where it fails.
+        handlers = self.errors.handlers
+        engine = StreamTask.forced_engine or config.processing_engine
+        self.columnar = engine == "columnar" and not (
+            handlers.resumes_processing or handlers.needs_raw_input
+        )
+        #: The input rows of the batch being processed (columnar processing).
+        self.batch_input: BatchInput | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -188,6 +210,7 @@ class StreamTask:
         forwards: dict[str, Callable[[Any], None]] = {}
         contexts: dict[str, NodeContext] = {}
         inits: list[tuple[str, Any, NodeContext]] = []
+        batch_nodes: dict[str, BatchForward] = {}
         for name in self.subtopology.nodes:
             spec = topology.nodes[name]
             stores = frozenset(spec.stores) if isinstance(spec, ProcessorSpec) else frozenset()
@@ -227,6 +250,8 @@ class StreamTask:
                     on_error=self.errors.production_failed,
                 )
                 forwards[name] = sink.process
+                if sink.batchable:
+                    batch_nodes[name] = sink.process_batch
             else:
                 processor = spec.supplier()
                 fixed = spec.fixed_key or isinstance(processor, FixedKeyProcessor)
@@ -236,6 +261,8 @@ class StreamTask:
                     forwards[name] = self.errors.guarded(name, forwards[name])
                 inits.append((name, processor, ctx))
                 self._processors.append((name, processor))
+                if not spec.user_code and hasattr(processor, "process_batch"):
+                    batch_nodes[name] = processor.process_batch
             contexts[name] = ctx
         for name, ctx in contexts.items():
             kids = [(kid, forwards[kid]) for kid in topology.children[name] if kid in forwards]
@@ -251,6 +278,32 @@ class StreamTask:
                 raise
             except Exception as exc:
                 raise user_error(name, processor.init, exc, "init of processor") from exc
+        if self.columnar:
+            self._bind_batches(forwards, contexts, batch_nodes)
+
+    def _bind_batches(
+        self,
+        forwards: Mapping[str, Callable[[Any], None]],
+        contexts: Mapping[str, NodeContext],
+        batch_nodes: Mapping[str, BatchForward],
+    ) -> None:
+        """Give every node its batch entry (its own, or record by record) and mark the
+        sources whose records run columnar (see :mod:`topology.engine.columnar`)."""
+        entries = {
+            name: batch_nodes.get(name) or record_entry(self, forward)
+            for name, forward in forwards.items()
+        }
+        children = self.topology.children
+        for name, ctx in contexts.items():
+            ctx.bind_batch_children(batch_children(children[name], entries))
+        for _, processor in self._processors:
+            bind = getattr(processor, "bind_batch_routes", None)
+            if bind is not None:
+                bind(entries)
+        nodes = self.subtopology.nodes
+        for source in [*self._sources.values(), *(s for _, s in self._pattern_sources)]:
+            if columnar_source(self.topology, source.name, nodes):
+                source.batch_children = source.context._batch_children
 
     def close(self) -> None:
         """Close every processor, then every store (idempotent)."""
@@ -363,22 +416,77 @@ class StreamTask:
                 hs = () if headers is None else tuple(headers[i])
                 self.process(topic, keys[i], values[i], timestamps[i], hs, offsets[i], partition)
             return len(keys)
-        run = self._run
-        no_headers: Headers = ()
-        for i in range(len(ks)):
-            run(
-                source,
-                topic,
-                partition,
-                ks[i],
-                vs[i],
-                timestamps[i],
-                no_headers if headers is None else tuple(headers[i]),
-                offsets[i],
-            )
+        if (
+            source.batch_children is not None
+            and source.extractor is None
+            and ks
+            and min(timestamps) >= 0
+        ):
+            self._process_batch(source, topic, partition, ks, vs, timestamps, offsets, headers)
+        else:
+            run = self._run
+            no_headers: Headers = ()
+            for i in range(len(ks)):
+                run(
+                    source,
+                    topic,
+                    partition,
+                    ks[i],
+                    vs[i],
+                    timestamps[i],
+                    no_headers if headers is None else tuple(headers[i]),
+                    offsets[i],
+                )
         if offsets:
             self.consumed_offsets[(topic, partition)] = offsets[-1] + 1
         return len(ks)
+
+    def _process_batch(  # noqa: PLR0917 - columns in record order
+        self,
+        source: SourceRuntime,
+        topic: str,
+        partition: int,
+        keys: list[Any],
+        values: list[Any],
+        timestamps: Sequence[int],
+        offsets: Sequence[int],
+        headers: Sequence[Headers] | None,
+    ) -> None:
+        """Run the records through the source's nodes as batches, cut where a stream-time
+        punctuator falls due (it fires after the record that brings stream time to it)."""
+        hs = None if headers is None else [tuple(h) for h in headers]
+        given = BatchInput(offsets, hs, timestamps, self.stream_time)
+        times, n, start = given.stream_times, len(keys), 0
+        self.current_topic, self.current_partition = topic, partition
+        ts = list(timestamps)
+        while start < n:
+            end = n
+            due = self._next_stream_punctuation
+            if times[-1] >= due:
+                end = bisect.bisect_left(times, due, start) + 1
+            whole = start == 0 and end == n
+            batch = Batch(
+                keys if whole else keys[start:end],
+                values if whole else values[start:end],
+                ts if whole else ts[start:end],
+                None if hs is None else hs[start:end],
+                list(range(start, end)),
+            )
+            last = end - 1
+            self.current_offset, self.current_timestamp = offsets[last], ts[last]
+            self.current_headers = () if hs is None else hs[last]
+            self.stream_time = times[last]
+            self.batch_input = given
+            try:
+                for child in source.batch_children or ():
+                    child(batch)
+            finally:
+                self.batch_input = None
+            if self.stream_time >= self._next_stream_punctuation:
+                self._punctuate(self._stream_punctuations, self.stream_time)
+                self._next_stream_punctuation = _next_time(self._stream_punctuations)
+                self.current_topic, self.current_partition = topic, partition
+            start = end
 
     def _run(  # noqa: PLR0917 - hot path
         self,

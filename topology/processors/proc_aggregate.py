@@ -14,6 +14,8 @@ from typing import Any
 from common.errors import StreamsProcessingError
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.engine.columnar import Batch
+from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 from topology.processors.proc_table import TableParams, TupleForwarder
 
@@ -23,6 +25,8 @@ AnyRecord = Record[Any, Any]
 
 class _Aggregating(Processor[Any, Any, Any, Any]):
     """Holds the store and the forwarder of an aggregation node."""
+
+    context: NodeContext
 
     def __init__(self, name: str, params: TableParams) -> None:
         self.name = name
@@ -41,6 +45,78 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
         self.store.put(key, None if new is None else ValueAndTimestamp(new, ts))
         change = Change(new, old if self.params.send_old_values else None)
         self.forwarder.maybe_forward(_new(Record, (key, change, ts, record[3])))
+
+    def step(
+        self, key: Any, value: Any, ts: int, current: Any, current_ts: int | None
+    ) -> tuple[Any, int]:
+        """Fold one record into ``current`` (the key's aggregate, None when there is none,
+        with its timestamp); return the new aggregate and its timestamp. Raises the user's
+        error."""
+        raise NotImplementedError
+
+    def fold(self, batch: Batch) -> None:
+        """Fold a batch per key: each distinct key read once and written once (in the
+        order of its last record, as the cache's dirty order of the record engine), the
+        user's function called once per record. Without a cache every update is forwarded,
+        in record order, as one batch; with one the cache forwards at its flush."""
+        ks, vs, ts = batch.keys, batch.values, batch.timestamps
+        try:
+            last = {k: i for i, k in enumerate(ks) if k is not None and vs[i] is not None}
+        except TypeError:  # an unhashable key: record by record
+            for i in range(len(ks)):
+                self.context.set_timestamp(ts[i])
+                self.process(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
+            return
+        forwarder = self.forwarder
+        store, send_old, cached = self.store, self.params.send_old_values, forwarder.buffered
+        step = self.step
+        aggs: dict[Any, Any] = {}  # key -> its aggregate so far (None: none)
+        stamps: dict[Any, int] = {}
+        out: list[int] = []
+        changes: list[Any] = []
+        out_ts: list[int] = []
+        for i in range(len(ks)):
+            key = ks[i]
+            if key not in last:
+                self.dropped += 1
+                continue
+            if key in aggs:
+                current = aggs[key]
+            else:
+                stored = store.get(key)
+                current = None if stored is None else stored[0]
+                if stored is not None:
+                    stamps[key] = stored[1]
+            new, stamp = step(key, vs[i], ts[i], current, stamps.get(key))
+            aggs[key] = new
+            stamps[key] = stamp
+            if not cached:
+                out.append(i)
+                changes.append(Change(new, current if send_old else None))
+                out_ts.append(stamp)
+        set_timestamp = self.context.set_timestamp
+        # a cache of size 0 hands on each put at once: those updates are forwarded below
+        forwarder.muted = not cached
+        try:
+            for key, i in sorted(last.items(), key=lambda item: item[1]):
+                set_timestamp(ts[i])
+                now = aggs[key]
+                store.put(key, None if now is None else ValueAndTimestamp(now, stamps[key]))
+        finally:
+            forwarder.muted = False
+        if out:
+            # what a cache forwards carries no headers; a direct forward the record's
+            hs = None if forwarder.cached else batch.headers
+            rows = batch.rows
+            self.context.forward_batch(
+                Batch(
+                    [ks[i] for i in out],
+                    changes,
+                    out_ts,
+                    None if hs is None else [hs[i] for i in out],
+                    [rows[i] for i in out],
+                )
+            )
 
 
 class StreamAggregateProcessor(_Aggregating):
@@ -77,6 +153,27 @@ class StreamAggregateProcessor(_Aggregating):
             raise user_error(self.name, fn, exc) from exc
         self.emit(key, new, None if stored is None else old, ts, record)
 
+    def step(
+        self, key: Any, value: Any, ts: int, current: Any, current_ts: int | None
+    ) -> tuple[Any, int]:
+        """``aggregator(key, value, agg or initializer())``, stamped with the later
+        timestamp."""
+        if current is None:
+            try:
+                current = self.initializer()
+            except Exception as exc:
+                raise user_error(self.name, self.initializer, exc) from exc
+        elif current_ts is not None and current_ts > ts:
+            ts = current_ts
+        try:
+            return self.aggregator(key, value, current), ts
+        except Exception as exc:
+            raise user_error(self.name, self.aggregator, exc) from exc
+
+    def process_batch(self, batch: Batch) -> None:
+        """Fold the batch per key."""
+        self.fold(batch)
+
 
 class StreamReduceProcessor(_Aggregating):
     """``agg = reducer(agg, value)``, the first value as is; null keys and values are
@@ -101,6 +198,22 @@ class StreamReduceProcessor(_Aggregating):
         except Exception as exc:
             raise user_error(self.name, self.reducer, exc) from exc
         self.emit(key, new, stored[0], max(ts, stored[1]), record)
+
+    def step(
+        self, key: Any, value: Any, ts: int, current: Any, current_ts: int | None
+    ) -> tuple[Any, int]:
+        """``reducer(agg, value)``, the first value as is."""
+        if current is None:
+            return value, ts
+        try:
+            new = self.reducer(current, value)
+        except Exception as exc:
+            raise user_error(self.name, self.reducer, exc) from exc
+        return new, ts if current_ts is None or ts >= current_ts else current_ts
+
+    def process_batch(self, batch: Batch) -> None:
+        """Fold the batch per key."""
+        self.fold(batch)
 
 
 class TableAggregateProcessor(_Aggregating):

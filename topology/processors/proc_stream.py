@@ -6,11 +6,12 @@ function, and forwards through the pre-bound children of its context.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from topology.api.processor import Processor
 from topology.api.record import Record
+from topology.engine.columnar import Batch, BatchForward
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 
@@ -20,6 +21,8 @@ AnyRecord = Record[Any, Any]
 
 class _Stateless(Processor[Any, Any, Any, Any]):
     """Keeps the node name, the user function and the forward callable."""
+
+    context: NodeContext
 
     def __init__(self, name: str, fn: Callable[..., Any]) -> None:
         self.name = name
@@ -51,6 +54,15 @@ class FilterProcessor(_Stateless):
         if keep is not self.negate:
             self.forward(record)
 
+    def process_batch(self, batch: Batch) -> None:
+        """Test each record; forward the batch of those kept."""
+        fn, ks, vs, negate = self.fn, batch.keys, batch.values, self.negate
+        try:
+            keep = [i for i in range(len(ks)) if bool(fn(ks[i], vs[i])) is not negate]
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        self.context.forward_batch(batch if len(keep) == len(ks) else batch.take(keep))
+
 
 class MapProcessor(_Stateless):
     """Forward ``fn(key, value) -> (new_key, new_value)``."""
@@ -62,6 +74,17 @@ class MapProcessor(_Stateless):
         except Exception as exc:
             raise self.fail(exc) from exc
         self.forward(_new(Record, (key, value, record[2], record[3])))
+
+    def process_batch(self, batch: Batch) -> None:
+        """Map each record; forward the batch."""
+        fn, vs = self.fn, batch.values
+        try:
+            pairs = [fn(k, vs[i]) for i, k in enumerate(batch.keys)]
+            keys = [k for k, _ in pairs]
+            values = [v for _, v in pairs]
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        self.context.forward_batch(Batch(keys, values, batch.timestamps, batch.headers, batch.rows))
 
 
 class MapValuesProcessor(_Stateless):
@@ -79,6 +102,19 @@ class MapValuesProcessor(_Stateless):
             raise self.fail(exc) from exc
         self.forward(_new(Record, (record[0], value, record[2], record[3])))
 
+    def process_batch(self, batch: Batch) -> None:
+        """Map each value; forward the batch."""
+        fn = self.fn
+        try:
+            if self.with_key:
+                ks = batch.keys
+                values = [fn(ks[i], v) for i, v in enumerate(batch.values)]
+            else:
+                values = [fn(v) for v in batch.values]
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        self.context.forward_batch(batch.with_values(values))
+
 
 class FlatMapProcessor(_Stateless):
     """Forward each ``(key, value)`` pair of ``fn(key, value)``."""
@@ -92,6 +128,22 @@ class FlatMapProcessor(_Stateless):
         ts, headers, forward = record[2], record[3], self.forward
         for key, value in pairs:
             forward(_new(Record, (key, value, ts, headers)))
+
+    def process_batch(self, batch: Batch) -> None:
+        """Expand each record; forward the batch of every pair, in order."""
+        fn, vs = self.fn, batch.values
+        keys: list[Any] = []
+        values: list[Any] = []
+        index: list[int] = []
+        try:
+            for i, k in enumerate(batch.keys):
+                for key, value in fn(k, vs[i]):
+                    keys.append(key)
+                    values.append(value)
+                    index.append(i)
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        self.context.forward_batch(_expanded(batch, keys, values, index))
 
 
 class FlatMapValuesProcessor(_Stateless):
@@ -113,6 +165,21 @@ class FlatMapValuesProcessor(_Stateless):
         for value in values:
             forward(_new(Record, (key, value, ts, headers)))
 
+    def process_batch(self, batch: Batch) -> None:
+        """Expand each value; forward the batch of every new value, in order."""
+        fn, ks = self.fn, batch.keys
+        values: list[Any] = []
+        index: list[int] = []
+        try:
+            for i, v in enumerate(batch.values):
+                got = fn(ks[i], v) if self.with_key else fn(v)
+                before = len(values)
+                values.extend(got)
+                index.extend([i] * (len(values) - before))
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        self.context.forward_batch(_expanded(batch, [ks[i] for i in index], values, index))
+
 
 class SelectKeyProcessor(_Stateless):
     """Forward with key ``fn(key, value)``."""
@@ -124,6 +191,15 @@ class SelectKeyProcessor(_Stateless):
         except Exception as exc:
             raise self.fail(exc) from exc
         self.forward(_new(Record, (key, record[1], record[2], record[3])))
+
+    def process_batch(self, batch: Batch) -> None:
+        """Select each key; forward the batch."""
+        fn, vs = self.fn, batch.values
+        try:
+            keys = [fn(k, vs[i]) for i, k in enumerate(batch.keys)]
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        self.context.forward_batch(batch.with_keys(keys))
 
 
 class PeekProcessor(_Stateless):
@@ -142,9 +218,22 @@ class PeekProcessor(_Stateless):
         if not self.terminal:
             self.forward(record)
 
+    def process_batch(self, batch: Batch) -> None:
+        """Call for each record; forward the batch."""
+        fn, vs = self.fn, batch.values
+        try:
+            for i, k in enumerate(batch.keys):
+                fn(k, vs[i])
+        except Exception as exc:
+            raise self.fail(exc) from exc
+        if not self.terminal:
+            self.context.forward_batch(batch)
+
 
 class PassThroughProcessor(Processor[Any, Any, Any, Any]):
     """Forward every record (merge, repartition filter, branch children)."""
+
+    context: NodeContext
 
     def init(self, context: Any) -> None:
         """Bind ``forward``."""
@@ -155,10 +244,16 @@ class PassThroughProcessor(Processor[Any, Any, Any, Any]):
         """Forward."""
         self.forward(record)
 
+    def process_batch(self, batch: Batch) -> None:
+        """Forward the batch."""
+        self.context.forward_batch(batch)
+
 
 class BranchProcessor(Processor[Any, Any, Any, Any]):
     """Send each record to the child of the first predicate it matches, else to the
     default child (if any), else drop it."""
+
+    context: NodeContext
 
     def __init__(
         self,
@@ -182,6 +277,13 @@ class BranchProcessor(Processor[Any, Any, Any, Any]):
         self.default = (
             context._child_map[self.default_child] if self.default_child is not None else None
         )
+        self.batch_routes: list[BatchForward] = []
+        self.batch_default: BatchForward | None = None
+
+    def bind_batch_routes(self, entries: Mapping[str, BatchForward]) -> None:
+        """Resolve the children's batch entries (columnar processing)."""
+        self.batch_routes = [entries[c] for c in self.children]
+        self.batch_default = None if self.default_child is None else entries[self.default_child]
 
     def process(self, record: AnyRecord) -> None:
         """Route the record."""
@@ -195,3 +297,37 @@ class BranchProcessor(Processor[Any, Any, Any, Any]):
                 return
         if self.default is not None:
             self.default(record)
+
+    def process_batch(self, batch: Batch) -> None:
+        """Route each record; send each child the batch of its records."""
+        ks, vs = batch.keys, batch.values
+        routes: list[list[int]] = [[] for _ in self.predicates]
+        rest: list[int] = []
+        for i in range(len(ks)):
+            for r, predicate in enumerate(self.predicates):
+                try:
+                    matched = predicate(ks[i], vs[i])
+                except Exception as exc:
+                    raise user_error(self.name, predicate, exc) from exc
+                if matched:
+                    routes[r].append(i)
+                    break
+            else:
+                rest.append(i)
+        for child, index in zip(self.batch_routes, routes, strict=True):
+            if index:
+                child(batch.take(index))
+        if self.batch_default is not None and rest:
+            self.batch_default(batch.take(rest))
+
+
+def _expanded(batch: Batch, keys: list[Any], values: list[Any], index: list[int]) -> Batch:
+    """The batch of ``keys``/``values`` expanded from the records at ``index``."""
+    ts, hs, rows = batch.timestamps, batch.headers, batch.rows
+    return Batch(
+        keys,
+        values,
+        [ts[i] for i in index],
+        None if hs is None else [hs[i] for i in index],
+        [rows[i] for i in index],
+    )

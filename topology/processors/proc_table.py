@@ -13,8 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from statestores.caching import CACHE_MAX_BYTES_KEY, DEFAULT_CACHE_MAX_BYTES
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.engine.columnar import Batch
+from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 
 _LOG = logging.getLogger(__name__)
@@ -38,6 +41,13 @@ class TupleForwarder:
         self.context = context
         self.send_old_values = send_old_values
         self.cached = bool(store.set_flush_listener(self._on_flush))
+        #: Whether updates wait in the cache (one of size 0 forwards each write at once).
+        self.buffered = (
+            self.cached
+            and int(context.app_config.get(CACHE_MAX_BYTES_KEY, DEFAULT_CACHE_MAX_BYTES)) > 0
+        )
+        #: While set, what the cache hands on is not forwarded (a batch node forwarded it).
+        self.muted = False
 
     def maybe_forward(self, record: AnyRecord) -> None:
         """Forward ``record`` (a Change value) unless the cache will forward it on flush."""
@@ -45,6 +55,8 @@ class TupleForwarder:
             self.context.forward(record)
 
     def _on_flush(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
+        if self.muted:
+            return
         value = Change(
             None if new is None else new[0],
             None if old is None or not self.send_old_values else old[0],
@@ -169,6 +181,8 @@ class TableMapValuesProcessor(_TableTransform):
 class TableToStreamProcessor(Processor[Any, Any, Any, Any]):
     """Forward each update's new value as a stream record (a deletion as ``None``)."""
 
+    context: NodeContext
+
     def init(self, context: Any) -> None:
         """Bind ``forward``."""
         self.context = context
@@ -177,6 +191,10 @@ class TableToStreamProcessor(Processor[Any, Any, Any, Any]):
     def process(self, record: AnyRecord) -> None:
         """Unwrap the change."""
         self.forward(_new(Record, (record[0], record[1][0], record[2], record[3])))
+
+    def process_batch(self, batch: Batch) -> None:
+        """Unwrap every change."""
+        self.context.forward_batch(batch.with_values([c[0] for c in batch.values]))
 
 
 class TableRepartitionMapProcessor(Processor[Any, Any, Any, Any]):

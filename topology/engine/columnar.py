@@ -1,0 +1,185 @@
+"""Columnar processing: a node receives a batch of records as columns and hands a batch on.
+
+A task processes one topic-partition's records of a poll (``StreamTask.process_columns``)
+as a :class:`Batch`: keys, values, timestamps and headers as lists, plus each record's
+input row. A node that can take a batch whole (the stateless DSL operators, the stream
+aggregations, sinks) has a ``process_batch``: the user's function is called once per
+record and nothing else is. Any other node (a Processor-API node, a windowed or joining
+operator) gets a batch through :func:`record_entry`, which feeds it record by record with
+the record context a record-at-a-time run gives it (the input record's offset and headers,
+the stream time up to that record), so it behaves exactly as in the record engine.
+
+Batches change the order in which *different* nodes see records (one node takes the whole
+batch before its child does), never the order within one node, so a source runs columnar
+only where that cannot change a result (:func:`columnar_source`, decided when the task is
+built): every node below it is reached by one path, no two of those nodes share a store,
+and no two of its sinks write one topic. Stream-time punctuators fire between the records
+where the record engine fires them: the batch is cut there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any
+
+from topology.api.record import Headers, Record
+from topology.graph.graph import ProcessorSpec, SinkSpec
+
+if TYPE_CHECKING:
+    from topology.engine.task import StreamTask
+    from topology.graph.topology import Topology
+
+_new = tuple.__new__
+_NO_HEADERS: Headers = ()
+
+#: ``processing.engine``: how a task feeds records to its nodes.
+ENGINES = ("columnar", "record")
+
+
+class Batch:
+    """Records as columns: ``headers`` None when no record has any; ``rows`` the input row
+    each record came from (for the record context of nodes fed record by record)."""
+
+    __slots__ = ("headers", "keys", "rows", "timestamps", "values")
+
+    def __init__(
+        self,
+        keys: list[Any],
+        values: list[Any],
+        timestamps: list[int],
+        headers: list[Headers] | None,
+        rows: list[int],
+    ) -> None:
+        self.keys = keys
+        self.values = values
+        self.timestamps = timestamps
+        self.headers = headers
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def take(self, index: Sequence[int]) -> Batch:
+        """The records at ``index``, in that order."""
+        ks, vs, ts, rows = self.keys, self.values, self.timestamps, self.rows
+        hs = self.headers
+        return Batch(
+            [ks[i] for i in index],
+            [vs[i] for i in index],
+            [ts[i] for i in index],
+            None if hs is None else [hs[i] for i in index],
+            [rows[i] for i in index],
+        )
+
+    def with_keys(self, keys: list[Any]) -> Batch:
+        """The same records with new keys."""
+        return Batch(keys, self.values, self.timestamps, self.headers, self.rows)
+
+    def with_values(self, values: list[Any]) -> Batch:
+        """The same records with new values."""
+        return Batch(self.keys, values, self.timestamps, self.headers, self.rows)
+
+    def header(self, i: int) -> Headers:
+        """The headers of record ``i``."""
+        hs = self.headers
+        return _NO_HEADERS if hs is None else hs[i]
+
+
+#: A node's batch entry.
+BatchForward = Callable[[Batch], None]
+
+
+class BatchInput:
+    """The input rows of the batch being processed: what a node fed record by record
+    reads as its record context."""
+
+    __slots__ = ("headers", "offsets", "stream_times")
+
+    def __init__(
+        self,
+        offsets: Sequence[int],
+        headers: Sequence[Headers] | None,
+        timestamps: Sequence[int],
+        stream_time: int,
+    ) -> None:
+        self.offsets = offsets
+        self.headers = headers
+        #: the task's stream time once each row is taken (the record engine's)
+        self.stream_times = list(accumulate(timestamps, max, initial=stream_time))[1:]
+
+
+def record_entry(task: StreamTask, forward: Callable[[Record[Any, Any]], None]) -> BatchForward:
+    """Feed a batch to ``forward`` (a node's per-record entry) record by record, each with
+    the record context the record engine gives it."""
+
+    def run(batch: Batch) -> None:
+        given = task.batch_input
+        if given is None:  # a batch outside process_columns (a cache flush): no row context
+            for i in range(len(batch.keys)):
+                task.current_timestamp = batch.timestamps[i]
+                forward(
+                    _new(
+                        Record,
+                        (batch.keys[i], batch.values[i], batch.timestamps[i], batch.header(i)),
+                    )
+                )
+            return
+        offsets, in_headers, times = given.offsets, given.headers, given.stream_times
+        ks, vs, ts, hs, rows = batch.keys, batch.values, batch.timestamps, batch.headers, batch.rows
+        after = task.stream_time  # where the batch being run leaves it
+        try:
+            for i in range(len(ks)):
+                row = rows[i]
+                task.current_offset = offsets[row]
+                task.current_headers = _NO_HEADERS if in_headers is None else in_headers[row]
+                task.stream_time = times[row]
+                task.current_timestamp = ts[i]
+                forward(_new(Record, (ks[i], vs[i], ts[i], _NO_HEADERS if hs is None else hs[i])))
+        finally:
+            task.stream_time = after
+
+    return run
+
+
+def columnar_source(topology: Topology, source: str, subtopology_nodes: Sequence[str]) -> bool:
+    """Whether the records of ``source`` may run columnar: below it every node is reached by
+    one path, no two nodes share a store, and no two sinks write one topic (or any sink
+    names its topic per record while another sink exists), so taking a batch node by node
+    gives each node, store and topic-partition the record engine's order."""
+    inside = set(subtopology_nodes)
+    seen: set[str] = set()
+    stores: set[str] = set()
+    topics: set[str | None] = set()
+    sinks = 0
+    todo = [source]
+    while todo:
+        name = todo.pop()
+        for kid in topology.children.get(name, ()):
+            if kid not in inside:
+                continue
+            if kid in seen:
+                return False  # reached twice (a merge of two paths from this source)
+            seen.add(kid)
+            spec = topology.nodes[kid]
+            if isinstance(spec, ProcessorSpec):
+                if stores & set(spec.stores):
+                    return False
+                stores.update(spec.stores)
+            elif isinstance(spec, SinkSpec):
+                sinks += 1
+                topic = spec.topic if spec.topic_extractor is None else None
+                if topic in topics or (None in topics and sinks > 1):
+                    return False
+                if topic is None and sinks > 1:
+                    return False
+                topics.add(topic)
+            todo.append(kid)
+    return True
+
+
+def batch_children(
+    names: Sequence[str], entries: Mapping[str, BatchForward]
+) -> tuple[BatchForward, ...]:
+    """The batch entries of the children ``names`` (those inside the task)."""
+    return tuple(entries[n] for n in names if n in entries)
