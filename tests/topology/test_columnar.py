@@ -188,7 +188,9 @@ def aggregates(b: StreamsBuilder, materialized: Materialized) -> None:
     grouped.reduce(lambda a, v: a + "|" + v if len(a) < 60 else v, materialized).to_stream().to(
         "reduced"
     )
-    b.stream("other").group_by_key(Grouped.with_(S, S)).aggregate(
+    b.stream("other").map_values(lambda v: None if v.startswith("fig") else v).group_by_key(
+        Grouped.with_(S, S)
+    ).aggregate(
         lambda: 0,
         lambda k, v, agg: agg + len(v),
         Materialized.as_("lengths").with_value_serde(L),

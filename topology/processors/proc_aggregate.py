@@ -76,8 +76,8 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
         changes: list[Any] = []
         out_ts: list[int] = []
         for i in range(len(ks)):
-            key = ks[i]
-            if key not in last:
+            key, value = ks[i], vs[i]
+            if key is None or value is None:
                 self.dropped += 1
                 continue
             if key in aggs:
@@ -87,7 +87,7 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
                 current = None if stored is None else stored[0]
                 if stored is not None:
                     stamps[key] = stored[1]
-            new, stamp = step(key, vs[i], ts[i], current, stamps.get(key))
+            new, stamp = step(key, value, ts[i], current, stamps.get(key))
             aggs[key] = new
             stamps[key] = stamp
             if not cached:
@@ -104,19 +104,7 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
                 store.put(key, None if now is None else ValueAndTimestamp(now, stamps[key]))
         finally:
             forwarder.muted = False
-        if out:
-            # what a cache forwards carries no headers; a direct forward the record's
-            hs = None if forwarder.cached else batch.headers
-            rows = batch.rows
-            self.context.forward_batch(
-                Batch(
-                    [ks[i] for i in out],
-                    changes,
-                    out_ts,
-                    None if hs is None else [hs[i] for i in out],
-                    [rows[i] for i in out],
-                )
-            )
+        forwarder.forward_folded(batch, out, [ks[i] for i in out], changes, out_ts)
 
 
 class StreamAggregateProcessor(_Aggregating):

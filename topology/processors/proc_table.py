@@ -54,6 +54,30 @@ class TupleForwarder:
         if not self.cached:
             self.context.forward(record)
 
+    def forward_folded(
+        self,
+        batch: Batch,
+        index: list[int],
+        keys: list[Any],
+        changes: list[Any],
+        stamps: list[int],
+    ) -> None:
+        """Forward the updates a batch node folded, one per record at ``index`` of
+        ``batch``, as one batch (a cache of size 0 forwards them without headers)."""
+        if not index:
+            return
+        hs = None if self.cached else batch.headers
+        rows = batch.rows
+        self.context.forward_batch(
+            Batch(
+                keys,
+                changes,
+                stamps,
+                None if hs is None else [hs[i] for i in index],
+                [rows[i] for i in index],
+            )
+        )
+
     def _on_flush(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         if self.muted:
             return

@@ -18,6 +18,8 @@ from statestores.api import Window, Windowed
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
 from topology.api.windows import FixedWindows
+from topology.engine.columnar import Batch
+from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 from topology.processors.proc_table import TableParams, TupleForwarder
 
@@ -37,6 +39,8 @@ def count_dropped(context: Any) -> None:
 class WindowedAggregating(Processor[Any, Any, Any, Any]):
     """Holds the store, the forwarder and the observed stream time of a windowed
     aggregation node."""
+
+    context: NodeContext
 
     def __init__(
         self,
@@ -137,6 +141,65 @@ class TimeWindowAggregateProcessor(WindowedAggregating):
             new = self.call(self.aggregator, key, value, old)
             store.put(key, ValueAndTimestamp(new, new_ts), start)
             self.forward(key, window, new, old, new_ts, record)
+
+    def process_batch(self, batch: Batch) -> None:
+        """Fold a batch per key and window: each (key, window) read once and written once,
+        in the order of its last update (the cache's dirty order of the record engine);
+        the aggregator called once per record and window; the observed stream time, the
+        closed windows and the drops decided record by record, as :meth:`process` does.
+        Without a cache every update is forwarded, in order, as one batch."""
+        ks, vs, ts = batch.keys, batch.values, batch.timestamps
+        try:
+            set(ks)
+        except TypeError:  # an unhashable key: record by record
+            for i in range(len(ks)):
+                self.context.set_timestamp(ts[i])
+                self.process(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
+            return
+        windows_for, grace = self.windows.windows_for, self.windows.grace_ms
+        store, forwarder, send_old = self.store, self.forwarder, self.send_old
+        buffered = forwarder.buffered
+        aggs: dict[tuple[Any, int], Any] = {}  # (key, start) -> ValueAndTimestamp | None
+        last: dict[tuple[Any, int], int] = {}  # -> the record of its last update
+        out: list[int] = []
+        out_keys: list[Any] = []
+        changes: list[Any] = []
+        out_ts: list[int] = []
+        for i in range(len(ks)):
+            key, t = ks[i], ts[i]
+            if key is None:
+                self.drop("null key", _new(Record, (key, vs[i], t, batch.header(i))))
+                continue
+            self.observe(t)
+            close_time = self.observed_stream_time - grace
+            for start, window in windows_for(t).items():
+                if window.end <= close_time:
+                    self.drop("expired window", _new(Record, (key, vs[i], t, ())), window)
+                    continue
+                slot = (key, start)
+                stored = aggs[slot] if slot in aggs else store.fetch_value(key, start)
+                if stored is None:
+                    old, new_ts = self.call(self.initializer), t
+                else:
+                    old, new_ts = stored[0], max(t, stored[1])
+                new = self.call(self.aggregator, key, vs[i], old)
+                aggs[slot] = ValueAndTimestamp(new, new_ts)
+                last.pop(slot, None)
+                last[slot] = i
+                if not buffered:
+                    out.append(i)
+                    out_keys.append(Windowed(key, window))
+                    changes.append(Change(new, old if send_old else None))
+                    out_ts.append(new_ts)
+        set_timestamp = self.context.set_timestamp
+        forwarder.muted = not buffered  # a cache of size 0 hands on each put: see below
+        try:
+            for (key, start), i in last.items():
+                set_timestamp(ts[i])
+                store.put(key, aggs[(key, start)], start)
+        finally:
+            forwarder.muted = False
+        forwarder.forward_folded(batch, out, out_keys, changes, out_ts)
 
 
 def reducer_aggregator(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
