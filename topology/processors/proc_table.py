@@ -93,6 +93,8 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
     """Turn a topic's records into table updates; materialize them when asked. Null keys
     are dropped; a null value deletes the key (a tombstone)."""
 
+    context: NodeContext
+
     def __init__(self, name: str, params: TableParams) -> None:
         self.name = name
         self.params = params
@@ -122,6 +124,46 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
         store.put(key, None if value is None else ValueAndTimestamp(value, ts))
         old_value = old[0] if old is not None and self.params.send_old_values else None
         self.forwarder.maybe_forward(_new(Record, (key, Change(value, old_value), ts, record[3])))
+
+    def process_batch(self, batch: Batch) -> None:
+        """Apply a batch of updates: each distinct key read once and written once (in the
+        order of its last update), every update forwarded in order without a cache."""
+        ks, vs, ts = batch.keys, batch.values, batch.timestamps
+        keep = [i for i in range(len(ks)) if ks[i] is not None]
+        self.dropped += len(ks) - len(keep)
+        if self.store is None:
+            part = batch if len(keep) == len(ks) else batch.take(keep)
+            self.context.forward_batch(part.with_values([Change(v, None) for v in part.values]))
+            return
+        try:
+            last = {ks[i]: i for i in keep}
+        except TypeError:  # an unhashable key: record by record
+            for i in range(len(ks)):
+                self.context.set_timestamp(ts[i])
+                self.process(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
+            return
+        store, forwarder, send_old = self.store, self.forwarder, self.params.send_old_values
+        buffered = forwarder.buffered
+        state: dict[Any, Any] = {}
+        changes: list[Any] = []
+        for i in keep:
+            key, value = ks[i], vs[i]
+            old = state[key] if key in state else store.get(key)
+            state[key] = None if value is None else ValueAndTimestamp(value, ts[i])
+            if not buffered:
+                changes.append(Change(value, old[0] if old is not None and send_old else None))
+        set_timestamp = self.context.set_timestamp
+        forwarder.muted = not buffered  # a cache of size 0 hands on each put: see below
+        try:
+            for key, i in sorted(last.items(), key=lambda item: item[1]):
+                set_timestamp(ts[i])
+                store.put(key, state[key])
+        finally:
+            forwarder.muted = False
+        if not buffered:
+            forwarder.forward_folded(
+                batch, keep, [ks[i] for i in keep], changes, [ts[i] for i in keep]
+            )
 
 
 class _TableTransform(Processor[Any, Any, Any, Any]):
