@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -45,7 +44,8 @@ from pyspark.sql.types import StructType
 from common.errors import ConfigError, OffsetOutOfRangeError
 from runtime.spark.source_topics import PatternWatch, patterns_from_json
 from runtime.storage.fs import StorageRoot
-from runtime.storage.reader import FileSlice, TopicReader, read_slices
+from runtime.storage.reader import TopicReader
+from runtime.storage.slices import TopicSlices, read_topic_slices
 
 SOURCE_NAME = "streams-topic"
 
@@ -63,17 +63,6 @@ Offsets = dict[str, dict[str, int]]
 
 #: The offsets entry of the wake token (not a topic name: "~" is not allowed in one).
 WAKE_KEY = "~wake"
-
-
-@dataclass(frozen=True)
-class TopicSlices:
-    """The planned records of one topic partition: offsets ``[start, end)``."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-    slices: tuple[FileSlice, ...]
 
 
 class TaskInput(InputPartition):
@@ -235,12 +224,7 @@ class TopicStreamReader(DataSourceStreamReader):
 
 def read_task_input(task_input: TaskInput) -> Iterator[pa.RecordBatch]:
     """Yield the records of a task input as Arrow batches of ``SOURCE_SCHEMA`` (executor)."""
-    root = StorageRoot(task_input.root)
-    for item in task_input.topics:
-        table = read_slices(root, item.topic, item.partition, list(item.slices))
-        topic = pa.array([item.topic] * table.num_rows, pa.string())
-        table = table.add_column(0, pa.field("topic", pa.string()), topic)
-        yield from table.to_batches()
+    return read_topic_slices(task_input.root, task_input.topics)
 
 
 class TopicSource(DataSource):

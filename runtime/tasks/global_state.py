@@ -57,9 +57,9 @@ import pyarrow.compute as pc
 
 from common.config import StreamsConfig
 from common.errors import StreamsError
-from runtime.spark.source import TopicSlices
 from runtime.storage.fs import StorageRoot
 from runtime.storage.reader import FileSlice, TopicReader, read_slices
+from runtime.storage.slices import TopicSlices
 from statestores.api import StateStore
 from statestores.state_directory import StateDirectory, TaskDirectoryLockedError
 from topology.engine.read_only_stores import read_only

@@ -43,6 +43,18 @@ class _StopError(Exception):
     """SIGTERM: close the task and exit."""
 
 
+def warm_up() -> None:
+    """Import what the task engine imports on first use (Arrow's compute functions load
+    pandas when first called; a task's topology is unpickled with Spark's cloudpickle), so
+    that every host forked afterwards has it already."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark import cloudpickle  # noqa: F401 - unpickling a topology needs it
+
+    column = pa.array(["warm"], pa.string())
+    pc.filter(column, pc.equal(column, "warm"))
+
+
 def serve(listener: socket.socket, server_pid: int, task_id: str) -> None:
     """Serve requests on ``listener`` until the server is gone, a stop, or idleness."""
     manager = TaskManager()

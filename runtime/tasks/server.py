@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import logging
 import os
 import signal
@@ -24,7 +25,6 @@ import socket
 import sys
 import time
 
-from runtime.tasks import host
 from runtime.tasks.protocol import (
     SERVER_LOCK,
     SERVER_SOCKET,
@@ -108,6 +108,8 @@ class HostServer:
             try:
                 if self.listener is not None:
                     self.listener.close()
+                from runtime.tasks import host  # imported by main() already
+
                 host.serve(listener, server_pid, task_id)
             except BaseException:
                 log.exception("[task host %s] failed", task_id)
@@ -183,6 +185,12 @@ def main(argv: list[str]) -> int:
                 return 0
             time.sleep(0.05)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # the task engine, imported once this process is the executor's server (a worker that
+    # lost the race above pays nothing), before any host is forked from it. Spark puts
+    # its zipped pyspark first on the path, which is compiled at every import (a zip holds
+    # no bytecode cache): an installed pyspark, when there is one, comes first instead.
+    sys.path.sort(key=lambda entry: entry.endswith(".zip"))
+    importlib.import_module("runtime.tasks.host").warm_up()
     HostServer(directory, watch_pid).serve()
     return 0
 

@@ -45,8 +45,8 @@ import pyarrow.compute as pc
 
 from common.config import StreamsConfig
 from common.errors import StreamsError, StreamsProcessingError
-from runtime.spark.source import TaskInput, TopicSlices, read_task_input
 from runtime.storage.records import HEADERS_TYPE
+from runtime.storage.slices import TopicSlices, read_topic_slices
 from runtime.tasks.client import run_on_host
 from runtime.tasks.collector import OutputTopic
 from topology.graph.topology import Topology
@@ -270,16 +270,17 @@ def run_source_level(
     records: pa.Table | None = None
     if "task_input" in table.column_names:
         if plan.inputs is not None:  # the driver planned the reads
-            wanted = [
-                TaskInput(plan.root, p, plan.inputs[p]) for p in partitions if plan.inputs.get(p)
-            ]
-        else:
-            wanted = [pickle.loads(blob) for blob in table.column("task_input").to_pylist()]
+            wanted = [(plan.root, plan.inputs[p]) for p in partitions if plan.inputs.get(p)]
+        else:  # the source's own plans (a TaskInput each)
+            items = [pickle.loads(blob) for blob in table.column("task_input").to_pylist()]
+            wanted = [(item.root, item.topics) for item in items]
         if wanted:
             records = pa.concat_tables(
                 [
-                    pa.Table.from_batches(list(read_task_input(item)), schema=_SOURCE_ARROW)
-                    for item in wanted
+                    pa.Table.from_batches(
+                        list(read_topic_slices(root, topics)), schema=_SOURCE_ARROW
+                    )
+                    for root, topics in wanted
                 ]
             )
     else:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from common.config import StreamsConfig
 from common.errors import OffsetOutOfRangeError
-from runtime.spark.source import TopicSlices
 from runtime.storage.reader import TopicReader
+from runtime.storage.slices import TopicSlices
 
 Positions = dict[tuple[str, int], int]
 #: Whether the thread runs a task: (task id, partition number) -> bool.

@@ -32,10 +32,10 @@ from pyspark.sql import DataFrame
 
 from common.config import StreamsConfig
 from common.errors import ProducerFencedError, StreamsError
-from runtime.spark.source import TopicSlices
 from runtime.spark.source_topics import PatternFollower
 from runtime.state.changelog_compaction import ChangelogCompactor
 from runtime.storage.reader import TopicReader
+from runtime.storage.slices import TopicSlices
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.client import static_key
 from runtime.tasks.collector import OutputTopic

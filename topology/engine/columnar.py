@@ -94,7 +94,7 @@ class BatchInput:
     """The input rows of the batch being processed: what a node fed record by record
     reads as its record context."""
 
-    __slots__ = ("headers", "offsets", "stream_times")
+    __slots__ = ("_stream_time", "_stream_times", "_timestamps", "headers", "offsets")
 
     def __init__(
         self,
@@ -105,8 +105,18 @@ class BatchInput:
     ) -> None:
         self.offsets = offsets
         self.headers = headers
-        #: the task's stream time once each row is taken (the record engine's)
-        self.stream_times = list(accumulate(timestamps, max, initial=stream_time))[1:]
+        self._timestamps = timestamps
+        self._stream_time = stream_time
+        self._stream_times: list[int] | None = None
+
+    @property
+    def stream_times(self) -> list[int]:
+        """The task's stream time once each row is taken (the record engine's)."""
+        if self._stream_times is None:
+            self._stream_times = list(accumulate(self._timestamps, max, initial=self._stream_time))[
+                1:
+            ]
+        return self._stream_times
 
 
 def record_entry(task: StreamTask, forward: Callable[[Record[Any, Any]], None]) -> BatchForward:

@@ -456,14 +456,16 @@ class StreamTask:
         punctuator falls due (it fires after the record that brings stream time to it)."""
         hs = None if headers is None else [tuple(h) for h in headers]
         given = BatchInput(offsets, hs, timestamps, self.stream_time)
-        times, n, start = given.stream_times, len(keys), 0
+        n, start = len(keys), 0
+        final_time = max(timestamps)
+        final_time = max(final_time, self.stream_time)
         self.current_topic, self.current_partition = topic, partition
         ts = list(timestamps)
         while start < n:
             end = n
             due = self._next_stream_punctuation
-            if times[-1] >= due:
-                end = bisect.bisect_left(times, due, start) + 1
+            if final_time >= due:  # cut after the record that brings stream time to it
+                end = bisect.bisect_left(given.stream_times, due, start) + 1
             whole = start == 0 and end == n
             batch = Batch(
                 keys if whole else keys[start:end],
@@ -475,7 +477,7 @@ class StreamTask:
             last = end - 1
             self.current_offset, self.current_timestamp = offsets[last], ts[last]
             self.current_headers = () if hs is None else hs[last]
-            self.stream_time = times[last]
+            self.stream_time = final_time if end == n else given.stream_times[last]
             self.batch_input = given
             try:
                 for child in source.batch_children or ():
