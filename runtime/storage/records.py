@@ -11,8 +11,10 @@ be committed unchanged after a lost compare-and-swap.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
 HEADERS_TYPE = pa.list_(HEADER_TYPE)
@@ -93,3 +95,14 @@ def records_from_table(topic: str, table: pa.Table) -> list[ConsumerRecord]:
             strict=True,
         )
     ]
+
+
+def rows_where(records: pa.Table, column: str, value: Any) -> pa.Table:
+    """The rows of ``records`` whose ``column`` is ``value``: the table itself (no copy)
+    when every row's is, the usual case, else a filtered copy."""
+    values = records.column(column)
+    if records.num_rows:
+        low, high = pc.min_max(values).values()
+        if low.as_py() == high.as_py():
+            return records if low.as_py() == value else records.slice(0, 0)
+    return records.filter(pc.equal(values, value))

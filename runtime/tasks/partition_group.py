@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runtime.storage.records import rows_where
 from topology.engine.task import StreamTask
 
 
@@ -54,14 +55,14 @@ def process_records(
     shuffled record of a topic whose stored records are ``truncated`` always waits (it
     comes after them).
     """
-    topic_col = table.column("topic")
     queues: list[tuple[str, pa.Table]] = []
     spilled: list[tuple[str, pa.Table]] = []
     for topic in topics:
-        rows = table.filter(pc.equal(topic_col, topic))
-        offsets = rows.column("offset")
+        rows = rows_where(table, "topic", topic)
         start = positions.get((topic, partition), 0)
-        rows = rows.filter(pc.or_(pc.less(offsets, 0), pc.greater_equal(offsets, start)))
+        if rows.num_rows and _below(rows.column("offset"), start):
+            offsets = rows.column("offset")
+            rows = rows.filter(pc.or_(pc.less(offsets, 0), pc.greater_equal(offsets, start)))
         if wait and (topic, partition) in truncated:
             shuffled = pc.less(rows.column("offset"), 0)
             if pc.any(shuffled).as_py():
@@ -93,6 +94,15 @@ def process_records(
             consumed[(topic, partition)] = int(stored.column("offset")[-1].as_py()) + 1
     processed = sum(rows.num_rows for _, rows in queues)
     return Processed(consumed, offered - processed, spilled)
+
+
+def _below(offsets: pa.ChunkedArray, start: int) -> bool:
+    """Whether some stored offset (>= 0) is below ``start`` (processed by an earlier
+    batch already)."""
+    stored = pc.filter(offsets, pc.greater_equal(offsets, 0)) if start > 0 else offsets
+    if start <= 0 or len(stored) == 0:
+        return False
+    return bool(pc.min(stored).as_py() < start)
 
 
 def merged_order(queues: list[tuple[str, pa.Table]]) -> list[tuple[int, int]]:

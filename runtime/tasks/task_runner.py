@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 
 from common.config import StreamsConfig
 from common.errors import StreamsError, StreamsProcessingError
-from runtime.storage.records import HEADERS_TYPE
+from runtime.storage.records import HEADERS_TYPE, rows_where
 from runtime.storage.slices import TopicSlices, read_topic_slices
 from runtime.tasks.client import run_on_host
 from runtime.tasks.collector import OutputTopic
@@ -392,7 +392,7 @@ def _run_level(
     for partition in sorted(tasks):
         rows_p = None
         if records is not None and records.num_rows:
-            rows_p = records.filter(pc.equal(records.column("partition"), partition))
+            rows_p = rows_where(records, "partition", partition)
         for sub_id, topics in sorted(tasks[partition].items()):
             yield from run_on_host(
                 plan,
@@ -407,12 +407,10 @@ def _run_level(
 
 def _groups(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
     """Yield the records of each (topic, partition), in their order."""
-    topics = records.column("topic")
-    for topic in sorted(pc.unique(topics).to_pylist()):
-        of_topic = records.filter(pc.equal(topics, topic))
-        parts = of_topic.column("partition")
-        for partition in sorted(pc.unique(parts).to_pylist()):
-            yield topic, partition, of_topic.filter(pc.equal(parts, partition))
+    for topic in sorted(pc.unique(records.column("topic")).to_pylist()):
+        of_topic = rows_where(records, "topic", topic)
+        for partition in sorted(pc.unique(of_topic.column("partition")).to_pylist()):
+            yield topic, partition, rows_where(of_topic, "partition", partition)
 
 
 _SOURCE_ARROW = pa.schema(
