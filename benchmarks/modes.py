@@ -49,9 +49,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def produce(admin: TopicAdmin, wc: Any, records: int) -> None:
+def produce(admin: TopicAdmin, wc: Any, records: int, chunk: int = 100_000) -> None:
+    """Write ``records`` lines, flushed every ``chunk`` lines (one file per partition each)."""
     producer = Producer(admin)
-    chunk = 100_000
     for start in range(0, records, chunk):
         for key, line in wc.generate(min(chunk, records - start), seed=start):
             producer.send(wc.INPUT, key.encode(), line.encode(), timestamp=1)

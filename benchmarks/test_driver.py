@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any
 
+import pyarrow as pa
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import machine
 
@@ -85,16 +87,35 @@ def through_driver(lines: list[str], topology: Topology | None = None) -> float:
 
 
 class _Buffer:
+    """Collects what the sinks send: record by record, or as Arrow columns in batches."""
+
     def __init__(self) -> None:
         self.records: list[tuple[str, Any, Any, int]] = []
+        self.columns: list[tuple[pa.Array, pa.Array, list[int]]] = []
 
     def send(self, topic: str, key: Any, value: Any, ts: int, headers: Any, part: Any) -> None:  # noqa: PLR0917
         self.records.append((topic, key, value, ts))
 
     def send_batch(
-        self, topic: str, keys: list[Any], values: list[Any], ts: list[int], headers: Any
+        self, topic: str, keys: pa.Array, values: pa.Array, ts: list[int], headers: Any
     ) -> None:
-        self.records.extend(zip([topic] * len(keys), keys, values, ts, strict=True))
+        self.topic = topic
+        self.columns.append((keys, values, ts))
+
+    def take(self) -> tuple[Any, Any, list[int]]:
+        """Everything sent since the last take, as columns (keys, values, timestamps)."""
+        keys = [k for k, _, _ in self.columns] + [pa.array([r[1] for r in self.records])]
+        values = [v for _, v, _ in self.columns] + [pa.array([r[2] for r in self.records])]
+        ts = [t for _, _, c in self.columns for t in c] + [r[3] for r in self.records]
+        if self.records:
+            self.topic = self.records[0][0]
+        self.columns, self.records = [], []
+        as_binary = [c.cast(pa.binary()) for c in keys if len(c)]
+        return (
+            pa.chunked_array(as_binary, pa.binary()),
+            pa.chunked_array([c.cast(pa.binary()) for c in values if len(c)], pa.binary()),
+            ts,
+        )
 
     def partitions_for(self, topic: str) -> int:
         return 1
@@ -124,19 +145,10 @@ def through_tasks(
             "lines", 0, [None] * n, chunk, list(range(lo, lo + n)), list(range(lo, lo + n))
         )
         up.commit()
-        recs = up_out.records
-        up_out.records = []
-        topic = recs[0][0]
-        down.process_columns(
-            topic,
-            0,
-            [r[1] for r in recs],
-            [r[2] for r in recs],
-            [r[3] for r in recs],
-            list(range(len(recs))),
-        )
+        keys, values, ts = up_out.take()
+        down.process_columns(up_out.topic, 0, keys, values, ts, list(range(len(ts))))
         down.commit()
-        down_out.records = []
+        down_out.take()
     elapsed = time.perf_counter() - start
     up.close()
     down.close()

@@ -1,6 +1,11 @@
 """The word count in this library against the same job in Spark's own stateful operators.
 
 One input of --records lines in --partitions partitions is produced once, as a topic.
+``--job windowed`` counts words per hopping window instead (--window-ms wide, advancing
+by --advance-ms, --grace-ms of grace; the lines' timestamps --step-ms apart): this
+library's ``windowed_by(TimeWindows...).count()`` against Spark's
+``withWatermark(...).groupBy(window(...), word).count()`` (watermark delay = grace), both
+checked against the counts computed from the input (no record is late for either).
 
 * **streams**: ``examples/wordcount.py`` under exactly_once_v2 (RocksDB store, changelog,
   transactions), reading ``max.poll.records`` lines per partition per batch, until idle.
@@ -17,6 +22,7 @@ against the input. Printed: input lines/s, batches, batch latency p50/p99, and t
 streams / spark (the project's goal: above 1).
 
     python benchmarks/vs_spark.py [--records 1000000] [--partitions 8] [--rounds 2]
+    python benchmarks/vs_spark.py --job windowed [--window-ms 10000] [--advance-ms 5000]
 """
 
 from __future__ import annotations
@@ -37,9 +43,11 @@ from modes import load_wordcount, percentile, produce, run_mode
 from produce_consume import machine
 
 from runtime.spark.session import get_or_create_session
+from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from streams.serdes import Serdes
+from topology import Materialized, Produced, StreamsBuilder, TimeWindows, Topology
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 INPUT_SCHEMA = (
@@ -48,14 +56,85 @@ INPUT_SCHEMA = (
 )
 
 
-def expected_counts(wc: Any, records: int) -> Counter[str]:
-    """The final count of every word of the input (as :func:`modes.produce` made it)."""
+def expected_counts(wc: Any, args: Any) -> Counter[str]:
+    """The final count of every word (per window: ``word@start``) of the input."""
     counts: Counter[str] = Counter()
-    chunk = 100_000
-    for start in range(0, records, chunk):
-        for _key, line in wc.generate(min(chunk, records - start), seed=start):
-            counts.update(w for w in re.split(r"\W+", line.lower()) if w)
+    chunk = chunk_of(args)
+    for start in range(0, args.records, chunk):
+        lines = wc.generate(min(chunk, args.records - start), seed=start)
+        for i, (_key, line) in enumerate(lines, start):
+            words = [w for w in re.split(r"\W+", line.lower()) if w]
+            if args.job == "wordcount":
+                counts.update(words)
+                continue
+            for window in windows_of(timestamp_of(i, args), args):
+                counts.update(f"{w}@{window}" for w in words)
     return counts
+
+
+def chunk_of(args: Any) -> int:
+    """Lines generated (one seed) and flushed (one file per partition) at a time: a batch's
+    worth at most, so that Spark's file source can read batches of the same size."""
+    return min(100_000, args.max_poll_records * args.partitions)
+
+
+def timestamp_of(i: int, args: Any) -> int:
+    """The timestamp of line ``i``: 1 for the word count, else ``BASE_MS + i * step_ms``
+    (late enough that no window starts before 0: Spark's would, Kafka's do not)."""
+    return 1 if args.job == "wordcount" else BASE_MS + i * args.step_ms
+
+
+#: The windowed job's first timestamp (2023-11-14T22:13:20Z).
+BASE_MS = 1_700_000_000_000
+
+
+def windows_of(ts: int, args: Any) -> list[int]:
+    """The start of every hopping window holding ``ts``."""
+    first = max(0, (ts - args.window_ms) // args.advance_ms + 1) * args.advance_ms
+    return list(range(first, ts + 1, args.advance_ms))
+
+
+def produce_input(admin: TopicAdmin, wc: Any, args: Any) -> None:
+    """Write the input lines (timestamped for the windowed job), :func:`chunk_of` at a
+    time."""
+    chunk = chunk_of(args)
+    if args.job == "wordcount":
+        produce(admin, wc, args.records, chunk)
+        return
+    producer = Producer(admin)
+    for start in range(0, args.records, chunk):
+        lines = wc.generate(min(chunk, args.records - start), seed=start)
+        for i, (key, line) in enumerate(lines, start):
+            producer.send(wc.INPUT, key.encode(), line.encode(), timestamp=timestamp_of(i, args))
+        producer.flush()
+
+
+class WindowedJob:
+    """The windowed word count, shaped like an example module (``run_mode`` runs it)."""
+
+    def __init__(self, wc: Any, args: Any) -> None:
+        self.CONFIG = wc.CONFIG
+        self.wc = wc
+        self.args = args
+
+    def build_topology(self) -> Topology:
+        args = self.args
+        windows = TimeWindows.of_size_and_grace(args.window_ms, args.grace_ms).advance_by(
+            args.advance_ms
+        )
+        split = self.wc.NON_WORD.split
+        b = StreamsBuilder()
+        (
+            b.stream(self.wc.INPUT)
+            .flat_map_values(lambda line: [w for w in split(line.lower()) if w])
+            .group_by(lambda _key, word: word)
+            .windowed_by(windows)
+            .count(Materialized.as_("windowed-counts"))
+            .to_stream()
+            .map(lambda wk, n: (f"{wk.key}@{wk.window.start}", n))
+            .to(self.wc.OUTPUT, Produced.with_(Serdes.String(), Serdes.Long()))
+        )
+        return b.build()
 
 
 def streams_counts(root: str, topic: str) -> Counter[str]:
@@ -91,9 +170,26 @@ def run_spark(spark: Any, work: str, input_dir: str, *, turn: int, args: Any) ->
         .parquet(input_dir)
     )
     words = lines.select(
-        fn.explode(fn.split(fn.lower(fn.col("value").cast("string")), r"\W+")).alias("word")
+        fn.explode(fn.split(fn.lower(fn.col("value").cast("string")), r"\W+")).alias("word"),
+        fn.timestamp_millis(fn.col("timestamp")).alias("ts"),
     ).where(fn.col("word") != "")
-    counts = words.groupBy("word").count()
+    if args.job == "wordcount":
+        counts = words.groupBy("word").count()
+    else:
+        windowed = (
+            words.withWatermark("ts", f"{args.grace_ms} milliseconds")
+            .groupBy(
+                fn.window(
+                    "ts", f"{args.window_ms} milliseconds", f"{args.advance_ms} milliseconds"
+                ),
+                "word",
+            )
+            .count()
+        )
+        start_ms = (fn.unix_millis(fn.col("window.start"))).cast("string")
+        counts = windowed.select(
+            fn.concat(fn.col("word"), fn.lit("@"), start_ms).alias("word"), "count"
+        )
     out = os.path.join(work, f"spark-out-{turn}")
 
     def sink(batch: Any, _batch_id: int) -> None:
@@ -126,6 +222,23 @@ def run_spark(spark: Any, work: str, input_dir: str, *, turn: int, args: Any) ->
     }
 
 
+def report(best: dict[str, dict[str, Any]]) -> None:
+    """Print each system's best round and the ratios of throughput and batch latency."""
+    print(f"\nspark's file source: maxFilesPerTrigger={best['spark']['files_per_trigger']}")
+    print("best round per system:")
+    print(f"{'system':<10}{'lines/s':>10}{'batches':>9}{'p50 s':>8}{'p99 s':>8}")
+    for system in ("streams", "spark"):
+        got = best[system]
+        print(
+            f"{system:<10}{got['rate']:>10,.0f}{got['batches']:>9}"
+            f"{got['p50']:>8.2f}{got['p99']:>8.2f}"
+        )
+    ratio = best["streams"]["rate"] / best["spark"]["rate"]
+    print(f"\nstreams (exactly_once_v2) / spark = {ratio:.2f} (goal: > 1)")
+    latency = best["streams"]["p50"] / best["spark"]["p50"]
+    print(f"batch latency p50, streams / spark = {latency:.2f} (goal: <= 1)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -133,13 +246,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-poll-records", type=int, default=25_000)
     parser.add_argument("--commit-interval-ms", type=int, default=100)
+    parser.add_argument("--job", choices=("wordcount", "windowed"), default="wordcount")
+    parser.add_argument("--window-ms", type=int, default=10_000)
+    parser.add_argument("--advance-ms", type=int, default=5_000)
+    parser.add_argument("--grace-ms", type=int, default=600_000)
+    parser.add_argument("--step-ms", type=int, default=1)
     args = parser.parse_args()
     print(machine())
+    job = (
+        "word count"
+        if args.job == "wordcount"
+        else (
+            f"windowed word count ({args.window_ms} ms windows advancing by {args.advance_ms} ms, "
+            f"grace {args.grace_ms} ms, lines {args.step_ms} ms apart)"
+        )
+    )
     print(
-        f"word count, {args.records:,} lines in {args.partitions} partitions, about "
+        f"{job}, {args.records:,} lines in {args.partitions} partitions, about "
         f"{args.max_poll_records:,} lines per partition per batch, {args.rounds} rounds"
     )
     wc = load_wordcount()
+    job_module = wc if args.job == "wordcount" else WindowedJob(wc, args)
     work = tempfile.mkdtemp(prefix="vs-spark-")
     try:
         root = os.path.join(work, "root")
@@ -147,16 +274,16 @@ def main() -> None:
         admin.create(wc.INPUT, args.partitions)
         admin.create(wc.OUTPUT, args.partitions)
         started = time.perf_counter()
-        produce(admin, wc, args.records)
+        produce_input(admin, wc, args)
         print(f"input produced in {time.perf_counter() - started:.1f} s")
-        expected = expected_counts(wc, args.records)
+        expected = expected_counts(wc, args)
         spark = get_or_create_session("benchmark-vs-spark", master="local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         best: dict[str, dict[str, Any]] = {}
         for turn in range(args.rounds):
             for system in ("streams", "spark") if turn % 2 == 0 else ("spark", "streams"):
                 if system == "streams":
-                    got = run_mode(spark, wc, work, "exactly_once_v2", turn=turn, args=args)
+                    got = run_mode(spark, job_module, work, "exactly_once_v2", turn=turn, args=args)
                     # Rounds append to one output topic; a word's newest count is this
                     # round's (a word stays in one partition).
                     got["counts"] = streams_counts(root, wc.OUTPUT)
@@ -171,17 +298,7 @@ def main() -> None:
                 )
                 if system not in best or got["rate"] > best[system]["rate"]:
                     best[system] = got
-        print(f"\nspark's file source: maxFilesPerTrigger={best['spark']['files_per_trigger']}")
-        print("best round per system:")
-        print(f"{'system':<10}{'lines/s':>10}{'batches':>9}{'p50 s':>8}{'p99 s':>8}")
-        for system in ("streams", "spark"):
-            got = best[system]
-            print(
-                f"{system:<10}{got['rate']:>10,.0f}{got['batches']:>9}"
-                f"{got['p50']:>8.2f}{got['p99']:>8.2f}"
-            )
-        ratio = best["streams"]["rate"] / best["spark"]["rate"]
-        print(f"\nstreams (exactly_once_v2) / spark = {ratio:.2f} (goal: > 1)")
+        report(best)
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -17,6 +17,7 @@ import re
 from streams.serdes import Serdes
 from topology import Materialized, Produced, StreamsBuilder, Topology
 
+NON_WORD = re.compile(r"\W+")
 INPUT = "text-lines"
 OUTPUT = "word-counts-out"
 STORE = "word-counts"
@@ -61,7 +62,7 @@ def build_topology() -> Topology:
     builder = StreamsBuilder()
     (
         builder.stream(INPUT)
-        .flat_map_values(lambda line: [w for w in re.split(r"\W+", line.lower()) if w])
+        .flat_map_values(lambda line: [w for w in NON_WORD.split(line.lower()) if w])
         .group_by(lambda _key, word: word)
         .count(Materialized.as_(STORE))
         .to_stream()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -104,12 +105,31 @@ def murmur2_array(keys: pa.BinaryArray | pa.LargeBinaryArray) -> np.ndarray:
 def partitions_for_keys(
     keys: pa.BinaryArray | pa.LargeBinaryArray, num_partitions: int
 ) -> np.ndarray:
-    """Return Kafka's default partition for every key (entries for null keys are -1)."""
-    hashes = murmur2_array(keys).astype(np.int64) & 0x7FFFFFFF
+    """Return Kafka's default partition for every key (entries for null keys are -1).
+    Keys that repeat (a word count's words) are hashed once each."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    hashes = _repeated_hashes(keys)
+    if hashes is None:
+        hashes = murmur2_array(keys)
+    hashes = hashes.astype(np.int64) & 0x7FFFFFFF
     parts = (hashes % num_partitions).astype(np.int32)
     if keys.null_count:
         parts[np.asarray(keys.is_null(), dtype=bool)] = -1
     return parts
+
+
+def _repeated_hashes(keys: pa.BinaryArray | pa.LargeBinaryArray) -> np.ndarray | None:
+    """murmur2 of every key through its distinct values, when at most half are distinct
+    (None otherwise); null keys get an arbitrary hash (their partition is decided apart)."""
+    if len(keys) < 64:
+        return None
+    encoded = pc.dictionary_encode(keys)
+    if 2 * len(encoded.dictionary) > len(keys):
+        return None
+    indices = pc.fill_null(encoded.indices, 0).to_numpy()
+    distinct = murmur2_array(encoded.dictionary)
+    return distinct[indices] if len(distinct) else np.zeros(len(keys), np.uint32)
 
 
 class StickyPartitioner:

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -31,13 +32,14 @@ from pyspark import cloudpickle
 from common.errors import StreamsError
 from runtime.tasks.protocol import (
     SERVER_SOCKET,
+    InputPiece,
     PeerGoneError,
+    encode_inputs,
     host_socket,
     read_table,
     recv_frame,
     send_frame,
     socket_dir,
-    table_bytes,
 )
 
 log = logging.getLogger(__name__)
@@ -59,13 +61,14 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
     plan: Any,
     subtopology_id: int,
     partition: int,
-    records: pa.Table | None,
+    pieces: Sequence[InputPiece],
     topics: list[str],
     level: int = 0,
     earlier: list[int] | None = None,
 ) -> list[pa.RecordBatch]:
     """Run the visit at ``level`` of task ``<subtopology_id>_<partition>`` in the batch on
-    its host (``earlier``: the levels of the batch it ran before); return its rows.
+    its host (``earlier``: the levels of the batch it ran before) over its input
+    ``pieces`` (see :func:`~runtime.tasks.protocol.encode_inputs`); return its rows.
 
     Raises:
         the task's own exception, re-raised as the host sent it; or TaskHostError.
@@ -73,8 +76,10 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
     config = plan.config
     directory = socket_dir(config.state_dir, config.application_id)
     task_id = f"{subtopology_id}_{partition}"
+    items, body = encode_inputs(pieces)
     header: dict[str, Any] = {
         "op": "run",
+        "inputs": items,
         "subtopology": subtopology_id,
         "partition": partition,
         "topics": topics,
@@ -83,7 +88,6 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
         "static_key": plan.static_key,
         "plan": _dynamic(plan),
     }
-    body = table_bytes(records)
     last: BaseException | None = None
     for attempt in range(ATTEMPTS):
         try:
@@ -96,7 +100,7 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
     raise TaskHostError(f"[task {task_id}] the task host could not be reached: {last}")
 
 
-def _request(path: str, header: dict[str, Any], plan: Any, body: bytes) -> list[pa.RecordBatch]:
+def _request(path: str, header: dict[str, Any], plan: Any, body: list[Any]) -> list[pa.RecordBatch]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(path)
         send_frame(sock, header, body)

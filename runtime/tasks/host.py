@@ -27,7 +27,7 @@ from runtime.tasks.manager import TaskManager
 from runtime.tasks.protocol import (
     PeerGoneError,
     batches_bytes,
-    read_table,
+    decode_inputs,
     recv_frame,
     send_frame,
 )
@@ -110,7 +110,7 @@ def _handle(conn: socket.socket, manager: TaskManager, statics: dict[str, Any]) 
             plan,
             header["subtopology"],
             header["partition"],
-            read_table(body),
+            decode_inputs(plan.root, header.get("inputs", ()), body),
             header["topics"],
             header.get("level", 0),
             header.get("earlier", []),

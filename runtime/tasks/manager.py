@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from common.errors import StreamsError
@@ -100,7 +101,7 @@ class TaskManager:
         plan: BatchPlan,
         subtopology_id: int,
         partition: int,
-        records: pa.Table | None,
+        records: Mapping[str, pa.Table],
         topics: list[str],
         level: int = 0,
         earlier: list[int] | None = None,
@@ -160,13 +161,13 @@ class TaskManager:
         plan: BatchPlan,
         live: LiveTask,
         partition: int,
-        records: pa.Table | None,
+        records: Mapping[str, pa.Table],
         topics: list[str],
         level: int,
     ) -> list[pa.RecordBatch]:
         """A visit before the task's last level: process, flush the caches (what they
         forward repartitions too), hand on the repartitioned records; commit nothing."""
-        if records is not None and records.num_rows:
+        if any(t.num_rows for t in records.values()):
             done = self._process(plan, live, partition, records, topics)
             live.open_consumed.update(done.consumed)
             live.open_held_back += done.held_back
@@ -189,7 +190,7 @@ class TaskManager:
         plan: BatchPlan,
         live: LiveTask,
         partition: int,
-        records: pa.Table,
+        records: Mapping[str, pa.Table],
         topics: list[str],
     ) -> Processed:
         """Process the records; spill the shuffled ones that wait to their topic."""
@@ -224,7 +225,7 @@ class TaskManager:
         plan: BatchPlan,
         live: LiveTask,
         partition: int,
-        records: pa.Table | None,
+        records: Mapping[str, pa.Table],
         topics: list[str],
         transaction: tuple[str, int] | None,
     ) -> list[pa.RecordBatch]:
@@ -235,7 +236,7 @@ class TaskManager:
         held_back = live.open_held_back
         live.open_batch, live.open_consumed, live.open_held_back = None, {}, 0
         live.open_levels = []
-        if records is not None and records.num_rows:
+        if any(t.num_rows for t in records.values()):
             done = self._process(plan, live, partition, records, topics)
             consumed.update(done.consumed)
             held_back += done.held_back
@@ -422,17 +423,8 @@ LOCK_WAIT_MS = 30_000
 
 
 def _placed(topic: str, target: int, chunk: pa.Table) -> pa.Table:
-    """Records shuffled inside the batch, to ``target``: offset -1, as they have none in
-    their topic (unless they wait, and are spilled to it)."""
-    n = chunk.num_rows
-    return pa.table(
-        {
-            "topic": pa.array([topic] * n, pa.string()),
-            "partition": pa.array([target] * n, pa.int32()),
-            "offset": pa.array([-1] * n, pa.int64()),
-            "key": chunk.column("key"),
-            "value": chunk.column("value"),
-            "timestamp": chunk.column("timestamp"),
-            "headers": chunk.column("headers"),
-        }
-    )
+    """Records shuffled inside the batch, to ``target`` of ``topic`` (which their pack
+    names): offset -1, as they have none in their topic (unless they wait, and are
+    spilled to it)."""
+    offsets = pa.array(np.full(chunk.num_rows, -1, dtype=np.int64))
+    return chunk.select(["key", "value", "timestamp", "headers"]).add_column(0, "offset", offsets)

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runtime.storage.records import rows_where
 from topology.engine.task import StreamTask
 
 
@@ -40,15 +39,16 @@ class Processed:
 def process_records(
     task: StreamTask,
     partition: int,
-    table: pa.Table,
+    inputs: Mapping[str, pa.Table],
     topics: list[str],
     *,
     positions: Mapping[tuple[str, int], int],
     truncated: frozenset[tuple[str, int]],
     wait: bool,
 ) -> Processed:
-    """Process the records of ``topics`` in ``table`` not yet consumed (``positions``;
-    records shuffled inside the batch, offset -1, all count), interleaved by timestamp.
+    """Process the records of ``topics`` in ``inputs`` (topic -> its records, with their
+    offsets) not yet consumed (``positions``; records shuffled inside the batch, offset
+    -1, all count), interleaved by timestamp.
 
     With ``wait`` (``max.task.idle.ms`` >= 0), once a queue whose partition has records
     beyond this batch (``truncated``) is drained, the rest waits for the next batch; a
@@ -58,7 +58,9 @@ def process_records(
     queues: list[tuple[str, pa.Table]] = []
     spilled: list[tuple[str, pa.Table]] = []
     for topic in topics:
-        rows = rows_where(table, "topic", topic)
+        rows = inputs.get(topic)
+        if rows is None:
+            continue
         start = positions.get((topic, partition), 0)
         if rows.num_rows and _below(rows.column("offset"), start):
             offsets = rows.column("offset")
@@ -162,10 +164,10 @@ def _process_run(task: StreamTask, partition: int, topic: str, rows: pa.Table) -
     task.process_columns(
         topic,
         partition,
-        rows.column("key").to_pylist(),
-        rows.column("value").to_pylist(),
-        rows.column("timestamp").to_pylist(),
-        rows.column("offset").to_pylist(),
+        rows.column("key"),
+        rows.column("value"),
+        rows.column("timestamp"),
+        rows.column("offset"),
         _headers(rows.column("headers")),
     )
 

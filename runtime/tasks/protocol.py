@@ -13,9 +13,14 @@ import pickle
 import socket
 import struct
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+
+from runtime.storage.fs import StorageRoot
+from runtime.storage.reader import read_slices
+from runtime.storage.slices import TopicSlices
 
 _LENGTHS = struct.Struct(">QQ")
 
@@ -40,12 +45,18 @@ class PeerGoneError(ConnectionError):
     """The other end closed the connection before a whole frame arrived (it died)."""
 
 
-def send_frame(sock: socket.socket, header: dict[str, Any], body: bytes = b"") -> None:
-    """Send one frame."""
+def send_frame(
+    sock: socket.socket, header: dict[str, Any], body: bytes | Sequence[Any] = b""
+) -> None:
+    """Send one frame; ``body`` is bytes or a sequence of buffers sent one after another
+    (Arrow buffers need no copy)."""
     head = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_LENGTHS.pack(len(head), len(body)) + head)
-    if body:
-        sock.sendall(body)
+    parts = [body] if isinstance(body, bytes) else list(body)
+    size = sum(memoryview(part).nbytes for part in parts)
+    sock.sendall(_LENGTHS.pack(len(head), size) + head)
+    for part in parts:
+        if memoryview(part).nbytes:
+            sock.sendall(part)
 
 
 def recv_frame(sock: socket.socket) -> tuple[dict[str, Any], bytes]:
@@ -97,3 +108,48 @@ def read_table(body: bytes) -> pa.Table | None:
     if not body:
         return None
     return pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+
+
+# -- a task's input records ---------------------------------------------------------------
+
+#: The columns of a task's input records, per topic.
+INPUT_COLUMNS = ("offset", "key", "value", "timestamp", "headers")
+
+#: One piece of a task's input: a topic and its records as file slices to read (the host
+#: reads them itself), an Arrow table, or an Arrow IPC stream (a pack shuffled from an
+#: earlier level, handed on as it arrived).
+InputPiece = tuple[str, Any]
+
+
+def encode_inputs(pieces: Sequence[InputPiece]) -> tuple[list[tuple[str, str, Any]], list[Any]]:
+    """Return the frame header's description of ``pieces`` and the buffers of the body."""
+    items: list[tuple[str, str, Any]] = []
+    bodies: list[Any] = []
+    for topic, piece in pieces:
+        if isinstance(piece, TopicSlices):
+            items.append(("slices", topic, piece))
+            continue
+        data = table_bytes(piece) if isinstance(piece, pa.Table) else piece
+        items.append(("ipc", topic, memoryview(data).nbytes))
+        bodies.append(data)
+    return items, bodies
+
+
+def decode_inputs(
+    root: str, items: Sequence[tuple[str, str, Any]], body: bytes
+) -> dict[str, pa.Table]:
+    """Return each topic's records (``INPUT_COLUMNS``, in the pieces' order) from a frame
+    made by :func:`encode_inputs`; file slices are read here."""
+    chunks: dict[str, list[pa.Table]] = {}
+    view = memoryview(body)
+    at = 0
+    storage = None
+    for kind, topic, payload in items:
+        if kind == "slices":
+            storage = storage or StorageRoot(root)
+            table = read_slices(storage, topic, payload.partition, list(payload.slices))
+        else:
+            table = pa.ipc.open_stream(pa.py_buffer(view[at : at + payload])).read_all()
+            at += payload
+        chunks.setdefault(topic, []).append(table.select(list(INPUT_COLUMNS)))
+    return {t: pa.concat_tables(c) if len(c) > 1 else c[0] for t, c in chunks.items()}

@@ -49,6 +49,7 @@ from runtime.storage.records import HEADERS_TYPE, rows_where
 from runtime.storage.slices import TopicSlices, read_topic_slices
 from runtime.tasks.client import run_on_host
 from runtime.tasks.collector import OutputTopic
+from runtime.tasks.protocol import INPUT_COLUMNS, InputPiece
 from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -258,88 +259,91 @@ def run_source_level(
     """Level 0: run the tasks of the partition numbers of one Spark partition.
 
     The input is either the records themselves or (the source's ``plan_only`` option)
-    one row per partition number naming the file slices to read, which are then read
-    here, straight into Arrow. Every task of ``plan.visit`` at level 0 runs, with or
-    without records; the Spark partition of partition number 0 also sends a visit to each
-    task of a later level.
+    one row per partition number naming the file slices to read: each task's host reads
+    its own slices (the records never pass through this worker); a topic read at a later
+    level (a co-partitioned source of a later sub-topology) is read here and packed for
+    it. Every task of ``plan.visit`` at level 0 runs, with or without records; the Spark
+    partition of partition number 0 also sends a visit to each task of a later level.
     """
     table = _collect(batches)
     if table is None:
         return
     partitions = sorted(set(table.column("partition").to_pylist()))
-    records: pa.Table | None = None
+    inputs: dict[int, list[InputPiece]] = {}
+    later: list[tuple[str, TopicSlices]] = []
     if "task_input" in table.column_names:
         if plan.inputs is not None:  # the driver planned the reads
             wanted = [(plan.root, plan.inputs[p]) for p in partitions if plan.inputs.get(p)]
         else:  # the source's own plans (a TaskInput each)
             items = [pickle.loads(blob) for blob in table.column("task_input").to_pylist()]
             wanted = [(item.root, item.topics) for item in items]
-        if wanted:
-            records = pa.concat_tables(
-                [
-                    pa.Table.from_batches(
-                        list(read_topic_slices(root, topics)), schema=_SOURCE_ARROW
-                    )
-                    for root, topics in wanted
-                ]
-            )
-    else:
-        records = table.select(
-            ["topic", "partition", "offset", "key", "value", "timestamp", "headers"]
+        for root, slices in wanted:
+            for piece in slices:
+                if not piece.slices:
+                    continue
+                if plan.level_of(piece.topic) != 0 or root != plan.root:
+                    later.append((root, piece))
+                else:
+                    inputs.setdefault(piece.partition, []).append((piece.topic, piece))
+        records = pa.concat_tables(
+            [
+                pa.Table.from_batches(list(read_topic_slices(root, [piece])), schema=_SOURCE_ARROW)
+                for root, piece in later
+            ]
+            or [_SOURCE_ARROW.empty_table()]
         )
+    else:
+        records = table.select(_SOURCE_ARROW.names)
+    for topic, partition, chunk in _groups(records):
+        if plan.level_of(topic) != 0:
+            # for a later sub-topology's co-partitioned source topic: shuffled to its level
+            yield pack(plan, topic, partition, -1, chunk)
+        else:
+            inputs.setdefault(partition, []).append((topic, chunk))
     if 0 in partitions:
         yield from _visits_of_later_levels(plan)
-    yield from _run_level(plan, 0, records, partitions)
+    yield from _run_level(plan, 0, inputs, partitions)
 
 
 def run_inner_level(
     plan: BatchPlan, level: int, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """Level ``level`` > 0: run the tasks over the records shuffled to this Spark task
-    (and the tasks visited without records); pass every other row through."""
+    """Level ``level`` > 0: run the tasks over the packs of records shuffled to this Spark
+    task, handed to their hosts as they arrived (and the tasks visited without records);
+    pass every other row through."""
     table = _collect(batches)
     if table is None:
         return
-    mine_topics = [t for t in plan.sources if plan.level_of(t) == level]
-    kinds = table.column("kind")
-    mine_mask = pc.fill_null(
-        pc.and_(
-            pc.equal(kinds, RECORD),
-            pc.is_in(table.column("topic"), value_set=pa.array(mine_topics, pa.string())),
-        ),
-        False,
-    )
-    visit_mask = pc.fill_null(
-        pc.and_(
-            pc.is_in(kinds, value_set=pa.array([VISIT, OPEN], pa.string())),
-            pc.equal(table.column("count"), level),
-        ),
-        False,
-    )
-    passing = table.filter(pc.invert(pc.or_(mine_mask, visit_mask)))
-    if passing.num_rows:
-        yield from passing.to_batches()
-    visits = table.filter(visit_mask)
-    visited = visits.column("partition").to_pylist()
+    mine_topics = {t for t in plan.sources if plan.level_of(t) == level}
+    kinds = table.column("kind").to_pylist()
+    topics = table.column("topic").to_pylist()
+    levels = table.column("count").to_pylist()
+    mine: list[int] = []
+    visits: list[int] = []
+    passing: list[int] = []
+    for i, kind in enumerate(kinds):
+        if kind == RECORD and topics[i] in mine_topics:
+            mine.append(i)
+        elif kind in (VISIT, OPEN) and levels[i] == level:
+            visits.append(i)
+        else:
+            passing.append(i)
+    if passing:
+        yield from table.take(passing).to_batches()
+    parts = table.column("partition").to_pylist()
+    tasks = table.column("task").to_pylist()
+    offsets = table.column("offset").to_pylist()
+    origins = table.column("origin").to_pylist()
     earlier: dict[str, list[int]] = {}
-    for kind, task_id, at in zip(
-        visits.column("kind").to_pylist(),
-        visits.column("task").to_pylist(),
-        visits.column("offset").to_pylist(),
-        strict=True,
-    ):
-        if kind == OPEN:
-            earlier.setdefault(task_id, []).append(at)
-    packs = table.filter(mine_mask).sort_by(
-        [("partition", "ascending"), ("origin", "ascending"), ("topic", "ascending")]
-    )
-    partitions = sorted(set(visited) | set(packs.column("partition").to_pylist()))
-    records = (
-        pa.concat_tables([_unpack(blob) for blob in packs.column("value").to_pylist()])
-        if packs.num_rows
-        else None
-    )
-    yield from _run_level(plan, level, records, partitions, earlier)
+    for i in visits:
+        if kinds[i] == OPEN:
+            earlier.setdefault(tasks[i], []).append(offsets[i])
+    blobs = table.column("value")
+    inputs: dict[int, list[InputPiece]] = {}
+    for i in sorted(mine, key=lambda i: (parts[i], origins[i], topics[i])):
+        inputs.setdefault(parts[i], []).append((topics[i], blobs[i].as_buffer()))
+    partitions = sorted({parts[i] for i in visits} | set(inputs))
+    yield from _run_level(plan, level, inputs, partitions, earlier)
 
 
 def _visits_of_later_levels(plan: BatchPlan) -> Iterator[pa.RecordBatch]:
@@ -366,39 +370,29 @@ def _visits_of_later_levels(plan: BatchPlan) -> Iterator[pa.RecordBatch]:
 def _run_level(
     plan: BatchPlan,
     level: int,
-    records: pa.Table | None,
+    inputs: Mapping[int, list[InputPiece]],
     partitions: list[int],
     earlier: Mapping[str, list[int]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    tasks: dict[int, dict[int, list[str]]] = {}  # partition -> sub-topology -> its topics
-    if records is not None and records.num_rows:
-        # Records of other levels (a later sub-topology's co-partitioned source topic)
-        # pass on to be shuffled with the rows of that level.
-        topic_col = records.column("topic")
-        later = sorted(t for t in pc.unique(topic_col).to_pylist() if plan.level_of(t) != level)
-        if later:
-            mask = pc.is_in(topic_col, value_set=pa.array(later, pa.string()))
-            moving = records.filter(mask)
-            records = records.filter(pc.invert(mask))
-            for topic, partition, chunk in _groups(moving):
-                yield pack(plan, topic, partition, -1, chunk)
-        for topic, partition, _chunk in _groups(records):
-            tasks.setdefault(partition, {}).setdefault(plan.sources[topic], []).append(topic)
+    """Run each task of ``level`` that has input pieces here (partition -> its pieces of
+    every topic, in order) or is visited in every batch."""
+    tasks: dict[int, dict[int, set[str]]] = {}  # partition -> sub-topology -> its topics
+    for partition, pieces in inputs.items():
+        for topic, _piece in pieces:
+            tasks.setdefault(partition, {}).setdefault(plan.sources[topic], set()).add(topic)
     wanted = set(partitions)
     for task_id in plan.visit:
         sub, partition = (int(x) for x in task_id.split("_"))
         if partition in wanted and plan.levels.get(sub, 0) == level:
-            tasks.setdefault(partition, {}).setdefault(sub, [])
+            tasks.setdefault(partition, {}).setdefault(sub, set())
     for partition in sorted(tasks):
-        rows_p = None
-        if records is not None and records.num_rows:
-            rows_p = rows_where(records, "partition", partition)
+        pieces = inputs.get(partition, [])
         for sub_id, topics in sorted(tasks[partition].items()):
             yield from run_on_host(
                 plan,
                 sub_id,
                 partition,
-                rows_p,
+                [(topic, piece) for topic, piece in pieces if topic in topics],
                 sorted(topics),
                 level,
                 sorted((earlier or {}).get(f"{sub_id}_{partition}", ())),
@@ -425,8 +419,13 @@ _SOURCE_ARROW = pa.schema(
     ]
 )
 
-#: The records inside one packed row (an Arrow IPC stream in its ``value``).
-PACKED_SCHEMA = _SOURCE_ARROW
+#: Packs are LZ4-compressed: shuffled records repeat (timestamps, offsets -1, keys), and
+#: every copy between the Python workers and the JVM's shuffle shrinks with them.
+_PACK_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+#: The records inside one packed row (an Arrow IPC stream in its ``value``; the row
+#: names their topic and partition).
+PACKED_SCHEMA = pa.schema([f for f in _SOURCE_ARROW if f.name in INPUT_COLUMNS])
 
 
 def pack(
@@ -440,7 +439,7 @@ def pack(
     """
     sink = pa.BufferOutputStream()
     table = records.select(PACKED_SCHEMA.names).cast(PACKED_SCHEMA)
-    with pa.ipc.new_stream(sink, PACKED_SCHEMA) as writer:
+    with pa.ipc.new_stream(sink, PACKED_SCHEMA, options=_PACK_OPTIONS) as writer:
         writer.write_table(table)
     row = {
         "kind": RECORD,
@@ -452,10 +451,6 @@ def pack(
         "value": sink.getvalue().to_pybytes(),
     }
     return pa.RecordBatch.from_pylist([row], schema=ROW_SCHEMA)
-
-
-def _unpack(blob: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
 
 
 def open_row(plan: BatchPlan, task_id: str, partition: int, level: int) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from common.config import StreamsConfig
 from runtime.storage.records import HEADERS_TYPE
@@ -77,10 +78,14 @@ def _merge(
     collector = ListCollector()
     task = StreamTask(b.build(), 0, 0, CONFIG, collector)
     task.initialize()
+    by_topic = {
+        topic: table.filter(pc.equal(table.column("topic"), topic))
+        for topic in set(table.column("topic").to_pylist())
+    }
     done = process_records(
         task,
         0,
-        table,
+        by_topic,
         ["shuffled", "stored"],
         positions={(position[0], 0): position[1]},
         truncated=frozenset({(truncated, 0)}),

@@ -80,3 +80,17 @@ def test_sticky_partitioner_switches_after_batch_size_bytes() -> None:
 def test_sticky_partitioner_spreads_evenly() -> None:
     parts = StickyPartitioner(batch_size=1000, start=0).assign(np.full(8000, 10), 8)
     assert np.bincount(parts, minlength=8).tolist() == [1000] * 8
+
+
+def test_repeated_keys_are_partitioned_as_one_by_one() -> None:
+    """Keys that repeat (hashed once per distinct key) land where each alone would."""
+    rng = random.Random(3)
+    words: list[bytes | None] = [b"w%d" % rng.randrange(40) for _ in range(3000)]
+    words[5] = None
+    for arr in (pa.array(words, pa.binary()), pa.chunked_array([words[:1000], words[1000:]])):
+        got = partitions_for_keys(arr, 6).tolist()
+        assert got == [-1 if k is None else partition_for_key(k, 6) for k in words]
+    sliced = pa.array(words, pa.binary()).slice(100, 2000)
+    assert partitions_for_keys(sliced, 9).tolist() == [
+        -1 if k is None else partition_for_key(k, 9) for k in words[100:2100]
+    ]

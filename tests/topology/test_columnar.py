@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from common.config import StreamsConfig
@@ -66,9 +67,12 @@ def run(
     batches: list[list[tuple[str, str | None, str, int]]],
     engine: str,
     config: dict[str, Any],
+    *,
+    arrow: bool = False,
 ) -> tuple[dict[str, list[Sent]], dict[str, list[Any]]]:
     """Run every sub-topology's task 0 over ``batches`` of ``(topic, key, value, ts)``
-    (one commit after each), records written to a topic a task reads handed to it as the
+    (one commit after each; keys and values as Arrow columns with ``arrow``, as the Spark
+    runtime gives them), records written to a topic a task reads handed to it as the
     next batch; return the records per topic (changelogs left out: the columnar engine
     writes one change per key and batch) and every store's final content."""
     settings = StreamsConfig.from_dict({**BASE, **config, "processing.engine": engine})
@@ -89,13 +93,16 @@ def run(
                 continue
             start = offsets.get(topic, 0)
             offsets[topic] = start + len(rows)
+            keys, values = [r[0] for r in rows], [r[1] for r in rows]
             task.process_columns(
                 topic,
                 0,
-                [r[0] for r in rows],
-                [r[1] for r in rows],
-                [r[2] for r in rows],
-                list(range(start, start + len(rows))),
+                pa.array(keys, pa.binary()) if arrow else keys,
+                pa.array(values, pa.binary()) if arrow else values,
+                pa.array([r[2] for r in rows], pa.int64()) if arrow else [r[2] for r in rows],
+                pa.array(range(start, start + len(rows)), pa.int64())
+                if arrow
+                else list(range(start, start + len(rows))),
             )
 
     out: dict[str, list[Sent]] = {}
@@ -268,13 +275,14 @@ def test_both_engines_give_the_same_records_and_stores(name: str, caching: bool,
 
     config = {} if caching else {"cache.max.bytes.buffering": 0}
     batches = random_batches(seed, ["in", "other"])
-    columnar = run(build(), batches, "columnar", config)
     record = run(build(), batches, "record", config)
-    assert columnar[0].keys() == record[0].keys()
-    for topic in record[0]:
-        assert columnar[0][topic] == record[0][topic], topic
-    assert columnar[1] == record[1]
-    assert any(columnar[0].values())
+    for arrow in (False, True):
+        columnar = run(build(), batches, "columnar", config, arrow=arrow)
+        assert columnar[0].keys() == record[0].keys()
+        for topic in record[0]:
+            assert columnar[0][topic] == record[0][topic], (topic, arrow)
+        assert columnar[1] == record[1]
+        assert any(columnar[0].values())
 
 
 def test_a_source_with_two_branches_into_one_topic_runs_record_by_record() -> None:

@@ -30,6 +30,7 @@ from topology.graph.naming import (
 from topology.graph.stores import ChangeSerde, StoreFactory
 from topology.processors.proc_aggregate import (
     StreamAggregateProcessor,
+    StreamCountProcessor,
     StreamReduceProcessor,
     TableAggregateProcessor,
 )
@@ -143,7 +144,7 @@ class KGroupedStream(Generic[K, V]):
             AGGREGATE,
             materialized=materialized,
             named=named,
-            make_processor=lambda n, p: StreamAggregateProcessor(n, p, _count_init, _count_add),
+            make_processor=StreamCountProcessor,
             make_store=self._kv_store(serde),
             value_serde=serde,
         )

@@ -49,7 +49,7 @@ class Batch:
         values: list[Any],
         timestamps: list[int],
         headers: list[Headers] | None,
-        rows: list[int],
+        rows: Sequence[int],
     ) -> None:
         self.keys = keys
         self.values = values
@@ -88,6 +88,11 @@ class Batch:
 
 #: A node's batch entry.
 BatchForward = Callable[[Batch], None]
+
+#: A node's entry for a source's raw columns: ``(topic, keys, values, timestamps,
+#: key_serde, value_serde)`` with keys and values Arrow binary columns as read; returns
+#: whether the node took them (False: the batch goes the usual way, nothing done).
+ArrowEntry = Callable[[str, Any, Any, Sequence[int], Any, Any], bool]
 
 
 class BatchInput:
@@ -193,3 +198,13 @@ def batch_children(
 ) -> tuple[BatchForward, ...]:
     """The batch entries of the children ``names`` (those inside the task)."""
     return tuple(entries[n] for n in names if n in entries)
+
+
+def arrow_entry(children: Sequence[Any]) -> ArrowEntry | None:
+    """The raw-column entry of a source whose only child takes raw columns (a count, which
+    reads no value but its nullness: its keys are grouped inside Arrow, and only distinct
+    keys are deserialized), else None."""
+    if len(children) != 1:
+        return None
+    entry: ArrowEntry | None = getattr(children[0], "process_arrow", None)
+    return entry

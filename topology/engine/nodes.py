@@ -3,18 +3,28 @@ user code errors (naming the processor and the function, keeping the cause)."""
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Callable
 from typing import Any
 
+from common.columns import serialize_column
 from common.errors import SerializationError, StreamsError, StreamsProcessingError
 from common.handlers import Origin, ProducerRecord
-from common.serdes import Serde, serialize_many
+from common.serdes import (
+    BytesSerde,
+    DoubleSerde,
+    IntegerSerde,
+    LongSerde,
+    Serde,
+    StringSerde,
+    serialize_many,
+)
 from topology.api.options import StreamPartitioner
 from topology.api.record import Record
 from topology.api.timestamps import TimestampExtractor
 from topology.engine.collector import RecordCollector
-from topology.engine.columnar import Batch
+from topology.engine.columnar import ArrowEntry, Batch
 from topology.engine.context import Forward, NodeContext
 from topology.graph.graph import TopicNameExtractor
 
@@ -63,6 +73,7 @@ class SourceRuntime:
     """A source node in a task: deserializers, timestamp extractor, pre-bound children."""
 
     __slots__ = (
+        "arrow_child",
         "batch_children",
         "children",
         "context",
@@ -92,11 +103,15 @@ class SourceRuntime:
         self.children: tuple[Forward, ...] = ()
         #: The children's batch entries when the source runs columnar (else None).
         self.batch_children: tuple[Any, ...] | None = None
+        self.arrow_child: ArrowEntry | None = None
 
 
 #: The task's production error path: ``(node, record, exception, origin, error)``; it
 #: returns to drop the output record (RESUME) or raises ``error``.
 ProductionErrorCallback = Callable[[str, ProducerRecord, Exception, Origin | None, Exception], None]
+
+
+_PLAIN_SERDES = (StringSerde, LongSerde, IntegerSerde, DoubleSerde, BytesSerde)
 
 
 class SinkProcessor:
@@ -109,6 +124,7 @@ class SinkProcessor:
         "_key_serialize",
         "_on_error",
         "_partitioner",
+        "_same_serde",
         "_send",
         "_topic",
         "_value_serde",
@@ -136,6 +152,7 @@ class SinkProcessor:
         self._extractor = extractor
         self._key_serde = key_serde
         self._value_serde = value_serde
+        self._same_serde = _equal_serdes(key_serde, value_serde)
         self._key_serialize = key_serde.serialize
         self._value_serialize = value_serde.serialize
         self._partitioner = partitioner
@@ -175,9 +192,18 @@ class SinkProcessor:
         sees it as the record engine shows it)."""
         topic = self._topic
         assert topic is not None
+        send_batch = getattr(self.collector, "send_batch", None)
         try:
-            keys = serialize_many(self._key_serde, topic, batch.keys)
-            values = serialize_many(self._value_serde, topic, batch.values)
+            if send_batch is None:
+                keys: Any = serialize_many(self._key_serde, topic, batch.keys)
+                values: Any = serialize_many(self._value_serde, topic, batch.values)
+            else:  # as Arrow columns: no bytes object per record
+                keys = serialize_column(self._key_serde, topic, batch.keys)
+                values = (
+                    keys  # the values are the keys (a grouping by value): serialized once
+                    if self._same_serde and _same_items(batch.keys, batch.values)
+                    else serialize_column(self._value_serde, topic, batch.values)
+                )
         except Exception:
             for i in range(len(batch.keys)):
                 self.process(
@@ -187,7 +213,6 @@ class SinkProcessor:
                     )
                 )
             return
-        send_batch = getattr(self.collector, "send_batch", None)
         ts, hs = batch.timestamps, batch.headers
         if send_batch is not None:
             try:
@@ -196,6 +221,7 @@ class SinkProcessor:
             except Exception:
                 if self._on_error is None:
                     raise
+            keys, values = keys.to_pylist(), values.to_pylist()
         for i in range(len(keys)):  # one by one: the production handler decides per record
             self._deliver(topic, keys[i], values[i], ts[i], () if hs is None else hs[i], None)
 
@@ -256,3 +282,15 @@ class SinkProcessor:
 
 #: A deserializer function: ``(topic, data) -> value``.
 Deserialize = Callable[[str, bytes | None], Any]
+
+
+def _equal_serdes(a: Any, b: Any) -> bool:
+    """Whether two serdes write the same bytes for the same value as key and as value: two
+    equal built-in serdes (a user's serde may write keys and values differently, as a
+    schema registry's does)."""
+    return type(a) in _PLAIN_SERDES and type(a) is type(b) and bool(a == b)
+
+
+def _same_items(a: list[Any], b: list[Any]) -> bool:
+    """Whether two lists hold the very same objects (by identity: no ``__eq__`` runs)."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))

@@ -30,10 +30,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from common.columns import deserialize_column, int_list
 from common.config import StreamsConfig
 from common.errors import SerializationError, StreamsError, TopologyError
 from common.handlers import RawRecord
-from common.serdes import deserialize_many
 from statestores.api import ChangelogCollector, StateStore, StateStoreContext
 from statestores.state_manager import ProcessorStateManager
 from topology.api.processor import FixedKeyProcessor, PunctuationType, Punctuator
@@ -44,6 +47,7 @@ from topology.engine.columnar import (
     Batch,
     BatchForward,
     BatchInput,
+    arrow_entry,
     batch_children,
     columnar_source,
     record_entry,
@@ -301,9 +305,13 @@ class StreamTask:
             if bind is not None:
                 bind(entries)
         nodes = self.subtopology.nodes
+        processors = dict(self._processors)
         for source in [*self._sources.values(), *(s for _, s in self._pattern_sources)]:
             if columnar_source(self.topology, source.name, nodes):
                 source.batch_children = source.context._batch_children
+                source.arrow_child = arrow_entry(
+                    [processors.get(k) for k in children.get(source.name, ()) if k in nodes]
+                )
 
     def close(self) -> None:
         """Close every processor, then every store (idempotent)."""
@@ -397,21 +405,29 @@ class StreamTask:
         self,
         topic: str,
         partition: int,
-        keys: Sequence[bytes | None],
-        values: Sequence[bytes | None],
-        timestamps: Sequence[int],
-        offsets: Sequence[int],
+        keys: Any,
+        values: Any,
+        timestamps: Any,
+        offsets: Any,
         headers: Sequence[Headers] | None = None,
     ) -> int:
-        """Process one topic-partition's records given as columns (e.g. Arrow
-        ``to_pylist()``); keys and values are deserialized in bulk. Return the count."""
+        """Process one topic-partition's records given as columns (Arrow columns, or
+        sequences: bytes for keys and values, ints for timestamps and offsets); keys and
+        values are deserialized in bulk. Return the count."""
         source = self.source_for(topic)
+        if source.arrow_child is not None and self._process_arrow(
+            source, topic, partition, keys, values, timestamps, offsets, headers
+        ):
+            return len(timestamps)
+        timestamps, offsets = int_list(timestamps), int_list(offsets)
         self.raw_columns = (topic, offsets, keys, values)
         try:
-            ks = deserialize_many(source.key_serde, topic, keys)
-            vs = deserialize_many(source.value_serde, topic, values)
+            ks = deserialize_column(source.key_serde, topic, keys)
+            vs = deserialize_column(source.value_serde, topic, values)
         except SerializationError:
             # one record at a time: the deserialization handler decides about the bad ones
+            keys, values = _pylist(keys), _pylist(values)
+            self.raw_columns = (topic, offsets, keys, values)
             for i in range(len(keys)):
                 hs = () if headers is None else tuple(headers[i])
                 self.process(topic, keys[i], values[i], timestamps[i], hs, offsets[i], partition)
@@ -441,6 +457,49 @@ class StreamTask:
             self.consumed_offsets[(topic, partition)] = offsets[-1] + 1
         return len(ks)
 
+    def _process_arrow(  # noqa: PLR0917 - columns in record order
+        self,
+        source: SourceRuntime,
+        topic: str,
+        partition: int,
+        keys: Any,
+        values: Any,
+        timestamps: Any,
+        offsets: Any,
+        headers: Sequence[Headers] | None,
+    ) -> bool:
+        """Hand the raw Arrow columns to the source's only child (a node that takes them
+        whole, :func:`~topology.engine.columnar.arrow_entry`) when nothing cuts the batch:
+        no timestamp extractor, no headers, no stream-time punctuation due. Return whether
+        the node took them (else the records go the usual way)."""
+        if (
+            not hasattr(keys, "cast")
+            or not hasattr(values, "cast")
+            or source.extractor is not None
+            or headers is not None
+            or not len(timestamps)
+        ):
+            return False
+        ts = timestamps if hasattr(timestamps, "cast") else pa.array(timestamps, pa.int64())
+        low, high = (v.as_py() for v in pc.min_max(ts).values())
+        if low is None or low < 0:
+            return False
+        before = self.stream_time
+        final = max(high, before)
+        if final >= self._next_stream_punctuation:
+            return False
+        last_offset = _last(offsets)
+        self.current_topic, self.current_partition = topic, partition
+        self.current_offset, self.current_timestamp = last_offset, _last(ts)
+        self.current_headers = ()
+        self.stream_time = final
+        assert source.arrow_child is not None
+        if not source.arrow_child(topic, keys, values, ts, source.key_serde, source.value_serde):
+            self.stream_time = before
+            return False
+        self.consumed_offsets[(topic, partition)] = last_offset + 1
+        return True
+
     def _process_batch(  # noqa: PLR0917 - columns in record order
         self,
         source: SourceRuntime,
@@ -460,7 +519,7 @@ class StreamTask:
         final_time = max(timestamps)
         final_time = max(final_time, self.stream_time)
         self.current_topic, self.current_partition = topic, partition
-        ts = list(timestamps)
+        ts = timestamps if type(timestamps) is list else list(timestamps)
         while start < n:
             end = n
             due = self._next_stream_punctuation
@@ -472,7 +531,7 @@ class StreamTask:
                 values if whole else values[start:end],
                 ts if whole else ts[start:end],
                 None if hs is None else hs[start:end],
-                list(range(start, end)),
+                range(start, end),
             )
             last = end - 1
             self.current_offset, self.current_timestamp = offsets[last], ts[last]
@@ -647,3 +706,16 @@ def _next_time(schedules: list[PunctuationSchedule]) -> int:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _pylist(column: Any) -> Sequence[Any]:
+    """A column as a Python sequence (Arrow columns converted)."""
+    to_pylist = getattr(column, "to_pylist", None)
+    items: Sequence[Any] = column if to_pylist is None else to_pylist()
+    return items
+
+
+def _last(column: Any) -> int:
+    """The last element of an int column (Arrow or a sequence)."""
+    item = column[len(column) - 1]
+    return int(item.as_py() if hasattr(item, "as_py") else item)

@@ -168,7 +168,7 @@ class TaskErrorPaths:
             offsets = columns[1]
             i = bisect_left(offsets, offset)
             if i < len(offsets) and offsets[i] == offset:
-                return columns[2][i], columns[3][i]
+                return _raw(columns[2][i]), _raw(columns[3][i])
         return None, None
 
     def send_dead_letters(self, response: Response) -> None:
@@ -184,3 +184,10 @@ class TaskErrorPaths:
                     f"{rec.topic} ({type(exc).__name__}: {exc}); a dead letter must go to "
                     "errors.dead.letter.queue.topic.name or to a sink topic of the topology"
                 ) from exc
+
+
+def _raw(item: Any) -> bytes | None:
+    """An element of a raw column (an Arrow scalar when the column is Arrow's)."""
+    as_py = getattr(item, "as_py", None)
+    raw: bytes | None = item if as_py is None else as_py()
+    return raw

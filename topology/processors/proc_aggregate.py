@@ -8,10 +8,18 @@ downstream operator asked for old values), directly or on cache flush.
 
 from __future__ import annotations
 
+import operator
+from collections import Counter
 from collections.abc import Callable
+from itertools import islice, repeat
 from typing import Any
 
-from common.errors import StreamsProcessingError
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from common.columns import column_decodes, deserialize_column
+from common.errors import SerializationError, StreamsProcessingError
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
 from topology.engine.columnar import Batch
@@ -46,12 +54,12 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
         change = Change(new, old if self.params.send_old_values else None)
         self.forwarder.maybe_forward(_new(Record, (key, change, ts, record[3])))
 
-    def step(
-        self, key: Any, value: Any, ts: int, current: Any, current_ts: int | None
-    ) -> tuple[Any, int]:
-        """Fold one record into ``current`` (the key's aggregate, None when there is none,
-        with its timestamp); return the new aggregate and its timestamp. Raises the user's
-        error."""
+    def scan(
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool
+    ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
+        """Fold the records in order: return each key's aggregate (None: deleted) and its
+        timestamp, and without a cache every update (record index, change, timestamp).
+        Null keys and values are dropped. Raises the user's error."""
         raise NotImplementedError
 
     def fold(self, batch: Batch) -> None:
@@ -61,50 +69,44 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
         in record order, as one batch; with one the cache forwards at its flush."""
         ks, vs, ts = batch.keys, batch.values, batch.timestamps
         try:
-            last = {k: i for i, k in enumerate(ks) if k is not None and vs[i] is not None}
+            # hashes every key before any record is folded
+            last = dict(zip(ks, range(len(ks)), strict=True))
         except TypeError:  # an unhashable key: record by record
             for i in range(len(ks)):
                 self.context.set_timestamp(ts[i])
                 self.process(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
             return
         forwarder = self.forwarder
-        store, send_old, cached = self.store, self.params.send_old_values, forwarder.buffered
-        step = self.step
-        aggs: dict[Any, Any] = {}  # key -> its aggregate so far (None: none)
-        stamps: dict[Any, int] = {}
-        out: list[int] = []
-        changes: list[Any] = []
-        out_ts: list[int] = []
-        for i in range(len(ks)):
-            key, value = ks[i], vs[i]
-            if key is None or value is None:
-                self.dropped += 1
-                continue
-            if key in aggs:
-                current = aggs[key]
-            else:
-                stored = store.get(key)
-                current = None if stored is None else stored[0]
-                if stored is not None:
-                    stamps[key] = stored[1]
-            new, stamp = step(key, value, ts[i], current, stamps.get(key))
-            aggs[key] = new
-            stamps[key] = stamp
-            if not cached:
-                out.append(i)
-                changes.append(Change(new, current if send_old else None))
-                out_ts.append(stamp)
+        cached = forwarder.buffered
+        aggs, stamps, out, changes, out_ts = self.scan(ks, vs, ts, cached)
+        if None in last or _has_none(vs):  # dropped records are not a key's last
+            valid = [k is not None and v is not None for k, v in zip(ks, vs, strict=True)]
+            last = {k: i for i, (k, ok) in enumerate(zip(ks, valid, strict=True)) if ok}
+            self.dropped += valid.count(False)
+        store = self.store
         set_timestamp = self.context.set_timestamp
         # a cache of size 0 hands on each put at once: those updates are forwarded below
         forwarder.muted = not cached
         try:
-            for key, i in sorted(last.items(), key=lambda item: item[1]):
+            for key, i in sorted(last.items(), key=_second):
                 set_timestamp(ts[i])
                 now = aggs[key]
                 store.put(key, None if now is None else ValueAndTimestamp(now, stamps[key]))
         finally:
             forwarder.muted = False
         forwarder.forward_folded(batch, out, [ks[i] for i in out], changes, out_ts)
+
+
+def _second(item: tuple[Any, int]) -> int:
+    return item[1]
+
+
+def _has_none(items: list[Any]) -> bool:
+    """Whether an element is None (by identity: a value's ``__eq__`` is never called)."""
+    return any(map(operator.is_, items, repeat(None)))
+
+
+_MISSING = object()
 
 
 class StreamAggregateProcessor(_Aggregating):
@@ -141,26 +143,149 @@ class StreamAggregateProcessor(_Aggregating):
             raise user_error(self.name, fn, exc) from exc
         self.emit(key, new, None if stored is None else old, ts, record)
 
-    def step(
-        self, key: Any, value: Any, ts: int, current: Any, current_ts: int | None
-    ) -> tuple[Any, int]:
-        """``aggregator(key, value, agg or initializer())``, stamped with the later
-        timestamp."""
-        if current is None:
-            try:
-                current = self.initializer()
-            except Exception as exc:
-                raise user_error(self.name, self.initializer, exc) from exc
-        elif current_ts is not None and current_ts > ts:
-            ts = current_ts
+    def scan(
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool
+    ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
+        """``aggregator(key, value, agg or initializer())`` per record, stamped with the
+        later timestamp."""
+        store, send_old = self.store, self.params.send_old_values
+        init, aggregator = self.initializer, self.aggregator
+        aggs: dict[Any, Any] = {}
+        stamps: dict[Any, int] = {}
+        out: list[int] = []
+        changes: list[Any] = []
+        out_ts: list[int] = []
+        get = aggs.get
+        fn: Any = aggregator
         try:
-            return self.aggregator(key, value, current), ts
+            for i, key, value, t in zip(range(len(ks)), ks, vs, ts, strict=True):
+                if key is None or value is None:
+                    continue
+                current = get(key, _MISSING)
+                if current is _MISSING:
+                    stored = store.get(key)
+                    if stored is not None:
+                        current, stamps[key] = stored[0], stored[1]
+                    else:
+                        current = None
+                if current is None:  # none yet (or deleted): start from the initializer
+                    fn = init
+                    old, stamp = init(), t
+                    fn = aggregator
+                    new = aggregator(key, value, old)
+                    old = None
+                else:
+                    stamp = stamps[key]
+                    if t > stamp:  # noqa: PLR1730 - no call per record
+                        stamp = t
+                    old = current
+                    new = aggregator(key, value, current)
+                aggs[key] = new
+                stamps[key] = stamp
+                if not cached:
+                    out.append(i)
+                    changes.append(Change(new, old if send_old else None))
+                    out_ts.append(stamp)
         except Exception as exc:
-            raise user_error(self.name, self.aggregator, exc) from exc
+            raise user_error(self.name, fn, exc) from exc
+        return aggs, stamps, out, changes, out_ts
 
     def process_batch(self, batch: Batch) -> None:
         """Fold the batch per key."""
         self.fold(batch)
+
+
+def count_init() -> int:
+    """A count's initial aggregate."""
+    return 0
+
+
+def count_add(key: Any, value: Any, agg: int) -> int:
+    """A count's aggregator."""
+    return agg + 1
+
+
+class StreamCountProcessor(StreamAggregateProcessor):
+    """``count()``: an aggregate of ``agg + 1`` from 0. With a cache a batch is counted per
+    key at once (the count of its records, the latest of their timestamps), as the record
+    engine's cache would forward it: one update per key at the flush."""
+
+    def __init__(self, name: str, params: TableParams) -> None:
+        super().__init__(name, params, count_init, count_add)
+
+    def scan(
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool
+    ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
+        """Count per key (every update, one by one, without a cache or with nulls)."""
+        if not cached or _has_none(ks) or _has_none(vs):
+            return super().scan(ks, vs, ts, cached)
+        counts = Counter(ks)
+        if all(map(operator.le, ts, islice(ts, 1, None))):  # in time order: the last is latest
+            latest = dict(zip(ks, ts, strict=True))
+        else:
+            latest = {}
+            for key, t in zip(ks, ts, strict=True):
+                if t > latest.get(key, t - 1):
+                    latest[key] = t
+        store = self.store
+        aggs: dict[Any, Any] = {}
+        stamps: dict[Any, int] = {}
+        for key, n in counts.items():
+            stored, t = store.get(key), latest[key]
+            if stored is None:
+                aggs[key], stamps[key] = n, t
+            else:
+                aggs[key], stamps[key] = stored[0] + n, max(stored[1], t)
+        return aggs, stamps, [], [], []
+
+    def process_arrow(  # noqa: PLR0917 - a source's raw columns
+        self,
+        topic: str,
+        keys: Any,
+        values: Any,
+        timestamps: Any,
+        key_serde: Any,
+        value_serde: Any,
+    ) -> bool:
+        """Count a source's raw columns inside Arrow, with a cache (one update per key at
+        the flush, as the record engine's cache forwards): records grouped by their key's
+        bytes, only distinct keys deserialized, values never (only their nullness counts;
+        they are checked to deserialize). Return False, having done nothing, without a
+        cache or when a key or value would not deserialize (the usual path reports it)."""
+        if not self.forwarder.buffered or not column_decodes(value_serde, values):
+            return False
+        n = len(keys)
+        table = pa.table({"k": keys, "t": timestamps, "i": np.arange(n, dtype=np.int64)})
+        if keys.null_count or values.null_count:
+            table = table.filter(pc.and_(pc.is_valid(keys), pc.is_valid(values)))
+        groups = table.group_by("k", use_threads=False).aggregate(
+            [("i", "max"), ("i", "count"), ("t", "max")]
+        )
+        groups = groups.sort_by("i_max")  # a key's last record: the cache's dirty order
+        try:
+            decoded = deserialize_column(key_serde, topic, groups.column("k"))
+        except SerializationError:
+            return False
+        self.dropped += n - len(table)
+        last_ts = pc.take(table.column("t"), pc.index_in(groups.column("i_max"), table.column("i")))
+        store, set_timestamp = self.store, self.context.set_timestamp
+        for key, n_key, t_key, stamp in zip(
+            decoded,
+            groups.column("i_count").to_pylist(),
+            groups.column("t_max").to_pylist(),
+            last_ts.to_pylist(),
+            strict=True,
+        ):
+            if key is None:  # a serde that reads these bytes as no key: dropped
+                self.dropped += n_key
+                continue
+            stored = store.get(key)
+            count, latest = (
+                (n_key, t_key) if stored is None else (stored[0] + n_key, max(stored[1], t_key))
+            )
+            set_timestamp(stamp)
+            store.put(key, ValueAndTimestamp(count, latest))
+        return True
 
 
 class StreamReduceProcessor(_Aggregating):
@@ -187,17 +312,46 @@ class StreamReduceProcessor(_Aggregating):
             raise user_error(self.name, self.reducer, exc) from exc
         self.emit(key, new, stored[0], max(ts, stored[1]), record)
 
-    def step(
-        self, key: Any, value: Any, ts: int, current: Any, current_ts: int | None
-    ) -> tuple[Any, int]:
-        """``reducer(agg, value)``, the first value as is."""
-        if current is None:
-            return value, ts
+    def scan(
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool
+    ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
+        """``reducer(agg, value)`` per record, the first value as is, stamped with the
+        later timestamp. (The loop is :meth:`StreamAggregateProcessor.scan`'s with its own
+        step written in: a call per record is what these loops save.)"""
+        store, send_old, reducer = self.store, self.params.send_old_values, self.reducer
+        aggs: dict[Any, Any] = {}
+        stamps: dict[Any, int] = {}
+        out: list[int] = []
+        changes: list[Any] = []
+        out_ts: list[int] = []
+        get = aggs.get
         try:
-            new = self.reducer(current, value)
+            for i, key, value, t in zip(range(len(ks)), ks, vs, ts, strict=True):
+                if key is None or value is None:
+                    continue
+                current = get(key, _MISSING)
+                if current is _MISSING:
+                    stored = store.get(key)
+                    if stored is not None:
+                        current, stamps[key] = stored[0], stored[1]
+                    else:
+                        current = None
+                if current is None:  # the first value as is
+                    new, stamp = value, t
+                else:
+                    stamp = stamps[key]
+                    if t > stamp:  # noqa: PLR1730 - no call per record
+                        stamp = t
+                    new = reducer(current, value)
+                aggs[key] = new
+                stamps[key] = stamp
+                if not cached:
+                    out.append(i)
+                    changes.append(Change(new, current if send_old else None))
+                    out_ts.append(stamp)
         except Exception as exc:
-            raise user_error(self.name, self.reducer, exc) from exc
-        return new, ts if current_ts is None or ts >= current_ts else current_ts
+            raise user_error(self.name, reducer, exc) from exc
+        return aggs, stamps, out, changes, out_ts
 
     def process_batch(self, batch: Batch) -> None:
         """Fold the batch per key."""

@@ -6,7 +6,9 @@ function, and forwards through the pre-bound children of its context.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain, repeat
 from typing import Any
 
 from topology.api.processor import Processor
@@ -58,7 +60,7 @@ class FilterProcessor(_Stateless):
         """Test each record; forward the batch of those kept."""
         fn, ks, vs, negate = self.fn, batch.keys, batch.values, self.negate
         try:
-            keep = [i for i in range(len(ks)) if bool(fn(ks[i], vs[i])) is not negate]
+            keep = [i for i, ok in enumerate(map(fn, ks, vs)) if bool(ok) is not negate]
         except Exception as exc:
             raise self.fail(exc) from exc
         self.context.forward_batch(batch if len(keep) == len(ks) else batch.take(keep))
@@ -79,7 +81,7 @@ class MapProcessor(_Stateless):
         """Map each record; forward the batch."""
         fn, vs = self.fn, batch.values
         try:
-            pairs = [fn(k, vs[i]) for i, k in enumerate(batch.keys)]
+            pairs = list(map(fn, batch.keys, vs))
             keys = [k for k, _ in pairs]
             values = [v for _, v in pairs]
         except Exception as exc:
@@ -107,10 +109,9 @@ class MapValuesProcessor(_Stateless):
         fn = self.fn
         try:
             if self.with_key:
-                ks = batch.keys
-                values = [fn(ks[i], v) for i, v in enumerate(batch.values)]
+                values = list(map(fn, batch.keys, batch.values))
             else:
-                values = [fn(v) for v in batch.values]
+                values = list(map(fn, batch.values))
         except Exception as exc:
             raise self.fail(exc) from exc
         self.context.forward_batch(batch.with_values(values))
@@ -131,19 +132,14 @@ class FlatMapProcessor(_Stateless):
 
     def process_batch(self, batch: Batch) -> None:
         """Expand each record; forward the batch of every pair, in order."""
-        fn, vs = self.fn, batch.values
-        keys: list[Any] = []
-        values: list[Any] = []
-        index: list[int] = []
         try:
-            for i, k in enumerate(batch.keys):
-                for key, value in fn(k, vs[i]):
-                    keys.append(key)
-                    values.append(value)
-                    index.append(i)
+            got = _expansions(map(self.fn, batch.keys, batch.values))
+            pairs = list(chain.from_iterable(got))
+            keys = [k for k, _ in pairs]
+            values = [v for _, v in pairs]
         except Exception as exc:
             raise self.fail(exc) from exc
-        self.context.forward_batch(_expanded(batch, keys, values, index))
+        self.context.forward_batch(_expanded(batch, keys, values, _index_of(got)))
 
 
 class FlatMapValuesProcessor(_Stateless):
@@ -168,17 +164,15 @@ class FlatMapValuesProcessor(_Stateless):
     def process_batch(self, batch: Batch) -> None:
         """Expand each value; forward the batch of every new value, in order."""
         fn, ks = self.fn, batch.keys
-        values: list[Any] = []
-        index: list[int] = []
         try:
-            for i, v in enumerate(batch.values):
-                got = fn(ks[i], v) if self.with_key else fn(v)
-                before = len(values)
-                values.extend(got)
-                index.extend([i] * (len(values) - before))
+            got = _expansions(map(fn, ks, batch.values) if self.with_key else map(fn, batch.values))
+            values = list(chain.from_iterable(got))
         except Exception as exc:
             raise self.fail(exc) from exc
-        self.context.forward_batch(_expanded(batch, [ks[i] for i in index], values, index))
+        index = _index_of(got)
+        self.context.forward_batch(
+            _expanded(batch, list(map(ks.__getitem__, index)), values, index)
+        )
 
 
 class SelectKeyProcessor(_Stateless):
@@ -196,7 +190,7 @@ class SelectKeyProcessor(_Stateless):
         """Select each key; forward the batch."""
         fn, vs = self.fn, batch.values
         try:
-            keys = [fn(k, vs[i]) for i, k in enumerate(batch.keys)]
+            keys = list(map(fn, batch.keys, vs))
         except Exception as exc:
             raise self.fail(exc) from exc
         self.context.forward_batch(batch.with_keys(keys))
@@ -220,10 +214,8 @@ class PeekProcessor(_Stateless):
 
     def process_batch(self, batch: Batch) -> None:
         """Call for each record; forward the batch."""
-        fn, vs = self.fn, batch.values
         try:
-            for i, k in enumerate(batch.keys):
-                fn(k, vs[i])
+            deque(map(self.fn, batch.keys, batch.values), maxlen=0)
         except Exception as exc:
             raise self.fail(exc) from exc
         if not self.terminal:
@@ -323,11 +315,26 @@ class BranchProcessor(Processor[Any, Any, Any, Any]):
 
 def _expanded(batch: Batch, keys: list[Any], values: list[Any], index: list[int]) -> Batch:
     """The batch of ``keys``/``values`` expanded from the records at ``index``."""
-    ts, hs, rows = batch.timestamps, batch.headers, batch.rows
+    hs, rows = batch.headers, batch.rows
+    if type(rows) is range and rows.step == 1:  # a source's batch: rows are positions
+        expanded_rows = index if rows.start == 0 else list(map(rows.start.__add__, index))
+    else:
+        expanded_rows = list(map(rows.__getitem__, index))
     return Batch(
         keys,
         values,
-        [ts[i] for i in index],
-        None if hs is None else [hs[i] for i in index],
-        [rows[i] for i in index],
+        list(map(batch.timestamps.__getitem__, index)),
+        None if hs is None else list(map(hs.__getitem__, index)),
+        expanded_rows,
     )
+
+
+def _expansions(results: Iterable[Iterable[Any]]) -> list[list[Any]]:
+    """Each record's expansion as a list, taken in record order (a generator runs before
+    the next record's function is called, as record by record)."""
+    return [r if type(r) is list else list(r) for r in results]
+
+
+def _index_of(expansions: list[list[Any]]) -> list[int]:
+    """The input record of each expanded record."""
+    return list(chain.from_iterable(map(repeat, range(len(expansions)), map(len, expansions))))
