@@ -49,6 +49,10 @@ class BytesKeyValue(Protocol):
 
 #: ``(key, new value, old value, timestamp)`` of an entry a cache flushes or evicts.
 BytesFlushListener = Callable[[bytes, bytes | None, bytes | None, int], None]
+#: A flush's entries at once: keys, new values, old values, timestamps.
+BytesBatchListener = Callable[
+    [list[bytes], list[bytes | None], list[bytes | None], list[int]], None
+]
 
 
 class WrappingBytesStore:

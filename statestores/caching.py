@@ -18,7 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from statestores.api import StateStoreContext
-from statestores.bytes_layer import BytesFlushListener, BytesKeyValue, WrappingBytesStore
+from statestores.bytes_layer import (
+    BytesBatchListener,
+    BytesFlushListener,
+    BytesKeyValue,
+    WrappingBytesStore,
+)
 from statestores.merge import merge_sorted
 from statestores.sorted_keys import SortedKeys
 
@@ -51,6 +56,7 @@ class CachingBytesStore(WrappingBytesStore):
         self._bytes = 0
         self._max_bytes = DEFAULT_CACHE_MAX_BYTES
         self._listener: BytesFlushListener | None = None
+        self._batch_listener: BytesBatchListener | None = None
         self._timestamp: Callable[[], int] = lambda: 0
 
     def init(self, context: StateStoreContext) -> None:
@@ -59,9 +65,16 @@ class CachingBytesStore(WrappingBytesStore):
         self._max_bytes = int(context.app_config.get(CACHE_MAX_BYTES_KEY, DEFAULT_CACHE_MAX_BYTES))
         self._timestamp = context.timestamp
 
-    def set_flush_listener(self, listener: BytesFlushListener | None) -> None:
-        """Receive every dirty entry written below on flush or eviction."""
+    def set_flush_listener(
+        self,
+        listener: BytesFlushListener | None,
+        batch_listener: BytesBatchListener | None = None,
+    ) -> None:
+        """Receive every dirty entry written below on flush or eviction; with
+        ``batch_listener``, a flush hands on its entries at once, in the same order, after
+        writing them all below (an eviction still hands on its one entry)."""
         self._listener = listener
+        self._batch_listener = batch_listener
 
     def get(self, key: bytes) -> bytes | None:
         """Return the cached value, or read it below and cache it."""
@@ -106,12 +119,38 @@ class CachingBytesStore(WrappingBytesStore):
         if self._dirty:
             keys = list(self._dirty)
             self._dirty.clear()
-            cache = self._cache
-            for key in keys:
-                entry = cache.get(key)
-                if entry is not None and entry.dirty:
-                    self._write_down(key, entry)
+            if self._batch_listener is not None and self._listener is not None:
+                self._flush_batch(keys, self._batch_listener)
+            else:
+                cache = self._cache
+                for key in keys:
+                    entry = cache.get(key)
+                    if entry is not None and entry.dirty:
+                        self._write_down(key, entry)
         self.wrapped.flush()
+
+    def _flush_batch(self, keys: list[bytes], listener: BytesBatchListener) -> None:
+        """Write the dirty entries of ``keys`` below, then hand them on at once."""
+        cache, wrapped = self._cache, self.wrapped
+        get, put = wrapped.get, wrapped.put
+        out: list[bytes] = []
+        news: list[bytes | None] = []
+        olds: list[bytes | None] = []
+        stamps: list[int] = []
+        for key in keys:
+            entry = cache.get(key)
+            if entry is None or not entry.dirty:
+                continue
+            old, value = get(key), entry.value
+            put(key, value)
+            entry.dirty = False
+            if old is not None or value is not None:
+                out.append(key)
+                news.append(value)
+                olds.append(old)
+                stamps.append(entry.timestamp)
+        if out:
+            listener(out, news, olds, stamps)
 
     def abort(self) -> None:
         """Forget the cache (dirty entries belong to the aborted transaction)."""

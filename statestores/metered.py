@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
-from common.serdes import Serde
+from common.serdes import Serde, deserialize_many
 from statestores.api import StateStoreContext
 from statestores.bytes_layer import BytesKeyValue
 from statestores.sorted_keys import prefix_end
@@ -20,6 +20,8 @@ V = TypeVar("V")
 
 #: ``(key, new value, old value, timestamp)`` forwarded when a cache flushes an entry.
 FlushListener = Callable[[Any, Any, Any, int], None]
+#: A flush's entries at once: keys, new values, old values, timestamps (typed).
+BatchListener = Callable[[list[Any], list[Any], list[Any], list[int]], None]
 
 
 def changelog_topic(application_id: str, store: str) -> str:
@@ -84,7 +86,9 @@ class MeteredStore:
         """Discard the uncommitted writes of every layer (caches, overlay, prepared batch)."""
         self.wrapped.abort()
 
-    def set_flush_listener(self, listener: FlushListener | None) -> bool:
+    def set_flush_listener(
+        self, listener: FlushListener | None, batch_listener: BatchListener | None = None
+    ) -> bool:
         """Forward ``(key, new, old, timestamp)`` of each entry the cache flushes.
 
         Returns:
@@ -95,8 +99,18 @@ class MeteredStore:
             layer = getattr(layer, "wrapped", None)
         if layer is None:
             return False
-        layer.set_flush_listener(None if listener is None else self._typed_listener(listener))
+        typed = None if listener is None else self._typed_listener(listener)
+        batch = None if batch_listener is None else self._typed_batch_listener(batch_listener)
+        if batch is None:
+            layer.set_flush_listener(typed)
+        else:
+            layer.set_flush_listener(typed, batch)
         return True
+
+    def _typed_batch_listener(self, listener: BatchListener) -> Any:
+        """The bytes form of a batch flush listener (None: this store hands on entries one
+        at a time)."""
+        return None
 
     def _typed_listener(self, listener: FlushListener) -> Any:
         topic, key_de, value_de = self.topic, self.key_serde, self.value_serde
@@ -114,6 +128,21 @@ class MeteredStore:
 
 class MeteredKeyValueStore(MeteredStore, Generic[K, V]):
     """A typed :class:`~statestores.api.KeyValueStore` over a bytes stack."""
+
+    def _typed_batch_listener(self, listener: BatchListener) -> Any:
+        topic, key_serde, value_serde = self.topic, self.key_serde, self.value_serde
+
+        def forward(
+            keys: list[bytes], news: list[Any], olds: list[Any], timestamps: list[int]
+        ) -> None:
+            listener(
+                deserialize_many(key_serde, topic, keys),
+                deserialize_many(value_serde, topic, news),
+                deserialize_many(value_serde, topic, olds),
+                timestamps,
+            )
+
+        return forward
 
     def _bind(self) -> None:
         self._kser = self.key_serde.serialize

@@ -14,7 +14,8 @@ Commits run in the task's phases: :meth:`ProcessorStateManager.prepare_commit` (
 caches so the changelog records join the transaction, then persist each store's prepared
 batch), the producer's commit, then :meth:`~ProcessorStateManager.commit` (apply each batch
 with its new offset). :meth:`~ProcessorStateManager.abort` discards everything uncommitted.
-Under at_least_once a ``.checkpoint`` file is written after every commit, as Kafka does.
+Under at_least_once a ``.checkpoint`` file holds the persistent stores' changelog offsets,
+rewritten after a commit that moved them (an in-memory store starts empty: it has none).
 Every ``statestore.snapshot.interval`` commits the persistent stores are snapshotted.
 """
 
@@ -113,6 +114,7 @@ class ProcessorStateManager:
         )
         self.checkpoint = None if state_dir is None else OffsetCheckpoint(state_dir)
         self._checkpointed = self._load_checkpoint()
+        self._written: dict[tuple[str, int], int] | None = None  # the file's, once written
         self.stores: dict[str, _Registered] = {}
         self.restored: dict[str, int] = {}
         self.corrupted: set[str] = set()
@@ -206,7 +208,10 @@ class ProcessorStateManager:
         self.commit_requested = False
         self._commits += 1
         if not self.eos and self.checkpoint is not None:
-            self.checkpoint.write(self._offsets())
+            current = self._offsets()
+            if current != self._written:  # nothing new: the file already says it
+                self.checkpoint.write(current)
+                self._written = current
         if self.snapshot_interval > 0 and self._commits % self.snapshot_interval == 0:
             self.snapshot()
 
@@ -367,6 +372,8 @@ class ProcessorStateManager:
     def _offsets(self) -> dict[tuple[str, int], int]:
         out = {}
         for entry in self.stores.values():
+            if not entry.bottom.persistent():  # starts empty anyway: restored in full
+                continue
             offset = entry.bottom.committed_offset()
             if entry.logged and offset is not None:
                 out[(entry.topic, self._partition)] = offset

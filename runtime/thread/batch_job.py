@@ -80,7 +80,9 @@ def run_batch_job(
     Raises:
         the first task's own exception (re-raised from Spark's wrapper), or StreamsError.
     """
-    out = df.mapInArrow(functools.partial(_source_level, plan), ROW_DDL)
+    out = _source_rows(df, plan, partitions).mapInArrow(
+        functools.partial(_source_level, plan), ROW_DDL
+    )
     for level in range(1, depth):
         out = out.repartition(partitions[level], "shuffle").mapInArrow(
             functools.partial(_inner_level, plan, level), ROW_DDL
@@ -104,6 +106,24 @@ def run_batch_job(
             due.append(row["timestamp"])
     result.next_punctuation = min(due) if due else None
     return result
+
+
+def _source_rows(df: DataFrame, plan: BatchPlan, partitions: Mapping[int, int]) -> DataFrame:
+    """The rows level 0 starts from: when the driver planned every read (``plan.inputs``),
+    one row per partition number, each in a Spark partition of its own, made by the JVM
+    alone (``range``): no Python process runs to produce them, as the source's own rows
+    would need. Otherwise the source's rows (records, or its own read plans)."""
+    if plan.inputs is None or set(df.columns) != {"partition", "task_input"}:
+        return df
+    visited = [
+        int(t.split("_")[1]) for t in plan.visit if plan.levels.get(int(t.split("_")[0]), 0) == 0
+    ]
+    count = max([partitions.get(0, 0), *(p + 1 for p in plan.inputs), *(p + 1 for p in visited)])
+    if count == 0:
+        return df
+    return df.sparkSession.range(0, count, 1, count).selectExpr(
+        "CAST(id AS INT) AS partition", "CAST(NULL AS BINARY) AS task_input"
+    )
 
 
 def _collect(out: DataFrame, plan: BatchPlan) -> tuple[list[Any], int]:

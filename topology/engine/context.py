@@ -76,6 +76,11 @@ class NodeContext:
         """Pre-bind the children's batch entries (columnar processing)."""
         self._batch_children = children
 
+    def forwards_batches(self) -> bool:
+        """Whether this node's children take batches (columnar processing; a node without
+        children forwards nothing either way)."""
+        return bool(self._batch_children)
+
     def forward_batch(self, batch: Batch) -> None:
         """Send ``batch`` to every child (columnar processing)."""
         if len(batch.keys):

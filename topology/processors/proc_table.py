@@ -40,7 +40,7 @@ class TupleForwarder:
     def __init__(self, store: Any, context: Any, send_old_values: bool) -> None:
         self.context = context
         self.send_old_values = send_old_values
-        self.cached = bool(store.set_flush_listener(self._on_flush))
+        self.cached = bool(store.set_flush_listener(self._on_flush, self._on_flush_batch))
         #: Whether updates wait in the cache (one of size 0 forwards each write at once).
         self.buffered = (
             self.cached
@@ -77,6 +77,25 @@ class TupleForwarder:
                 [rows[i] for i in index],
             )
         )
+
+    def _on_flush_batch(
+        self, keys: list[Any], news: list[Any], olds: list[Any], timestamps: list[int]
+    ) -> None:
+        """A flush's updates: one batch to the children (columnar), else one by one."""
+        if self.muted:
+            return
+        context = self.context
+        if not context.forwards_batches():
+            for key, new, old, ts in zip(keys, news, olds, timestamps, strict=True):
+                self._on_flush(key, new, old, ts)
+            return
+        send_old = self.send_old_values
+        changes = [
+            Change(None if new is None else new[0], None if old is None or not send_old else old[0])
+            for new, old in zip(news, olds, strict=True)
+        ]
+        stamps = [ts if new is None else new[1] for new, ts in zip(news, timestamps, strict=True)]
+        context.forward_batch(Batch(keys, changes, stamps, None, range(len(keys))))
 
     def _on_flush(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         if self.muted:
