@@ -55,11 +55,12 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
         self.forwarder.maybe_forward(_new(Record, (key, change, ts, record[3])))
 
     def scan(
-        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool, nulls: bool
     ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
         """Fold the records in order: return each key's aggregate (None: deleted) and its
         timestamp, and without a cache every update (record index, change, timestamp).
-        Null keys and values are dropped. Raises the user's error."""
+        Null keys and values (``nulls``: the batch has some) are dropped. Raises the
+        user's error."""
         raise NotImplementedError
 
     def fold(self, batch: Batch) -> None:
@@ -78,8 +79,9 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
             return
         forwarder = self.forwarder
         cached = forwarder.buffered
-        aggs, stamps, out, changes, out_ts = self.scan(ks, vs, ts, cached)
-        if None in last or _has_none(vs):  # dropped records are not a key's last
+        nulls = None in last or _has_none(vs)
+        aggs, stamps, out, changes, out_ts = self.scan(ks, vs, ts, cached, nulls)
+        if nulls:  # dropped records are not a key's last
             valid = [k is not None and v is not None for k, v in zip(ks, vs, strict=True)]
             last = {k: i for i, (k, ok) in enumerate(zip(ks, valid, strict=True)) if ok}
             self.dropped += valid.count(False)
@@ -144,7 +146,7 @@ class StreamAggregateProcessor(_Aggregating):
         self.emit(key, new, None if stored is None else old, ts, record)
 
     def scan(
-        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool, nulls: bool
     ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
         """``aggregator(key, value, agg or initializer())`` per record, stamped with the
         later timestamp."""
@@ -214,11 +216,11 @@ class StreamCountProcessor(StreamAggregateProcessor):
         super().__init__(name, params, count_init, count_add)
 
     def scan(
-        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool, nulls: bool
     ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
         """Count per key (every update, one by one, without a cache or with nulls)."""
-        if not cached or _has_none(ks) or _has_none(vs):
-            return super().scan(ks, vs, ts, cached)
+        if not cached or nulls:
+            return super().scan(ks, vs, ts, cached, nulls)
         counts = Counter(ks)
         if all(map(operator.le, ts, islice(ts, 1, None))):  # in time order: the last is latest
             latest = dict(zip(ks, ts, strict=True))
@@ -313,7 +315,7 @@ class StreamReduceProcessor(_Aggregating):
         self.emit(key, new, stored[0], max(ts, stored[1]), record)
 
     def scan(
-        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool, nulls: bool
     ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
         """``reducer(agg, value)`` per record, the first value as is, stamped with the
         later timestamp. (The loop is :meth:`StreamAggregateProcessor.scan`'s with its own
