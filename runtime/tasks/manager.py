@@ -362,6 +362,8 @@ class TaskManager:
                 snapshots=RootSnapshotStorage(plan.root),
                 # snapshots are the driver's decision (BatchPlan.snapshot)
                 snapshot_interval=0,
+                # a batch's repartition records are counted in the same transaction
+                combine_repartitions=True,
             ),
         )
         task = creator.create(

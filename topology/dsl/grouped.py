@@ -92,11 +92,13 @@ class KGroupedStream(Generic[K, V]):
         make_processor: MakeProcessor,
         make_store: MakeStore,
         value_serde: Serde[Any] | None,
+        combiner: str | None = None,
     ) -> KTable[Any, Any]:
         """Record an aggregation node (and its repartition when needed) and its store.
 
         The extension point of the windows phase: pass a window or session store factory
         and the windowed processor; the result table's keys are then ``Windowed[K]``.
+        ``combiner``: see :class:`~topology.graph.graph.ProcessorSpec`.
         """
         builder, mat = self.builder, materialized or Materialized()
         store = mat.store_name or builder.names.new_store_name(prefix)
@@ -114,7 +116,10 @@ class KGroupedStream(Generic[K, V]):
         params = TableParams(store_name=store)
         builder.graph.add_processor(
             ProcessorSpec(
-                name=name, supplier=lambda: make_processor(name, params), parents=(parent,)
+                name=name,
+                supplier=lambda: make_processor(name, params),
+                parents=(parent,),
+                combiner=combiner,
             )
         )
         builder.graph.add_store(make_store(store, mat), name)
@@ -147,6 +152,7 @@ class KGroupedStream(Generic[K, V]):
             make_processor=StreamCountProcessor,
             make_store=self._kv_store(serde),
             value_serde=serde,
+            combiner="count",
         )
 
     def reduce(

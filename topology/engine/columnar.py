@@ -90,9 +90,11 @@ class Batch:
 BatchForward = Callable[[Batch], None]
 
 #: A node's entry for a source's raw columns: ``(topic, keys, values, timestamps,
-#: key_serde, value_serde)`` with keys and values Arrow binary columns as read; returns
-#: whether the node took them (False: the batch goes the usual way, nothing done).
-ArrowEntry = Callable[[str, Any, Any, Sequence[int], Any, Any], bool]
+#: key_serde, value_serde, weights)`` with keys and values Arrow binary columns as read,
+#: ``weights`` None or how many records each row stands for (combined records, see
+#: :mod:`topology.engine.combine`); returns whether the node took them (False: the batch
+#: goes the usual way, nothing done).
+ArrowEntry = Callable[[str, Any, Any, Sequence[int], Any, Any, Sequence[int] | None], bool]
 
 
 class BatchInput:

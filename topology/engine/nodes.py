@@ -25,6 +25,7 @@ from topology.api.record import Record
 from topology.api.timestamps import TimestampExtractor
 from topology.engine.collector import RecordCollector
 from topology.engine.columnar import ArrowEntry, Batch
+from topology.engine.combine import combine_counts
 from topology.engine.context import Forward, NodeContext
 from topology.graph.graph import TopicNameExtractor
 
@@ -130,6 +131,7 @@ class SinkProcessor:
         "_value_serde",
         "_value_serialize",
         "collector",
+        "combine",
         "context",
         "name",
     )
@@ -160,6 +162,8 @@ class SinkProcessor:
         self._send = collector.send
         self.context = context
         self._on_error = on_error
+        #: Whether batches are combined per key (a count's repartition topic).
+        self.combine = False
 
     def process(self, record: Record[Any, Any]) -> None:
         """Serialize ``record`` and send it."""
@@ -189,21 +193,26 @@ class SinkProcessor:
     def process_batch(self, batch: Batch) -> None:
         """Serialize the batch's keys and values in bulk and send them (a record that
         cannot be serialized: the batch goes record by record, so the production handler
-        sees it as the record engine shows it)."""
+        sees it as the record engine shows it). A sink of a count's repartition topic
+        sends the batch combined per key (:mod:`topology.engine.combine`) once every
+        record is known to serialize."""
         topic = self._topic
         assert topic is not None
         send_batch = getattr(self.collector, "send_batch", None)
+        if self.combine:
+            combined = combine_counts(batch)
+            if combined is not None:
+                try:
+                    if not (self._same_serde and _same_items(batch.keys, batch.values)):
+                        self._serialize(self._value_serde, topic, batch.values, send_batch)
+                    keys, values = self._serialized(topic, combined, send_batch)
+                except Exception:  # the batch goes as it is, its failures and all
+                    pass
+                else:
+                    self._send_serialized(topic, keys, values, combined, send_batch)
+                    return
         try:
-            if send_batch is None:
-                keys: Any = serialize_many(self._key_serde, topic, batch.keys)
-                values: Any = serialize_many(self._value_serde, topic, batch.values)
-            else:  # as Arrow columns: no bytes object per record
-                keys = serialize_column(self._key_serde, topic, batch.keys)
-                values = (
-                    keys  # the values are the keys (a grouping by value): serialized once
-                    if self._same_serde and _same_items(batch.keys, batch.values)
-                    else serialize_column(self._value_serde, topic, batch.values)
-                )
+            keys, values = self._serialized(topic, batch, send_batch)
         except Exception:
             for i in range(len(batch.keys)):
                 self.process(
@@ -213,6 +222,24 @@ class SinkProcessor:
                     )
                 )
             return
+        self._send_serialized(topic, keys, values, batch, send_batch)
+
+    @staticmethod
+    def _serialize(serde: Serde[Any], topic: str, items: list[Any], send_batch: Any) -> Any:
+        if send_batch is None:
+            return serialize_many(serde, topic, items)
+        return serialize_column(serde, topic, items)  # as Arrow: no bytes object per record
+
+    def _serialized(self, topic: str, batch: Batch, send_batch: Any) -> tuple[Any, Any]:
+        """The batch's keys and values serialized (raises what a serializer raises)."""
+        keys = self._serialize(self._key_serde, topic, batch.keys, send_batch)
+        if self._same_serde and _same_items(batch.keys, batch.values):
+            return keys, keys  # the values are the keys (a grouping by value): serialized once
+        return keys, self._serialize(self._value_serde, topic, batch.values, send_batch)
+
+    def _send_serialized(
+        self, topic: str, keys: Any, values: Any, batch: Batch, send_batch: Any
+    ) -> None:
         ts, hs = batch.timestamps, batch.headers
         if send_batch is not None:
             try:

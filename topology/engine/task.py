@@ -52,6 +52,13 @@ from topology.engine.columnar import (
     columnar_source,
     record_entry,
 )
+from topology.engine.combine import (
+    combinable_topics,
+    combined_topics,
+    expansion,
+    take_rows,
+    weights_of,
+)
 from topology.engine.context import (
     FixedKeyNodeContext,
     ManagedTaskStoreContext,
@@ -110,6 +117,7 @@ class StreamTask:
         manages_transactions: the caller drives store transactions (exactly-once runtime).
         store_context: the stores' context, when the runtime brings its own (its
             ``ProcessorStateManager``, which restores and commits the stores).
+        combine_repartitions: see :class:`~topology.engine.task_creator.TaskServices`.
     """
 
     #: The engine of every task whatever the configuration says (None: as configured);
@@ -130,6 +138,7 @@ class StreamTask:
         wall_clock: Callable[[], int] | None = None,
         manages_transactions: bool = False,
         store_context: StateStoreContext | None = None,
+        combine_repartitions: bool = False,
     ) -> None:
         self.topology = topology
         self.subtopology = topology.subtopology(subtopology_id)
@@ -169,6 +178,15 @@ class StreamTask:
         self.raw_columns: tuple[str, Sequence[int], Sequence[Any], Sequence[Any]] | None = None
         if self.errors.handlers.needs_raw_input:  # only then does process() keep them
             self.process = self._process_keeping_raw  # type: ignore[method-assign]
+        #: The topics whose records may come combined (a count's repartition topic, see
+        #: :mod:`topology.engine.combine`): a combined record counts as the records it
+        #: stands for.
+        self._weighted = combinable_topics(topology, self.application_id) & set(
+            topology.source_topics(subtopology_id, self.application_id)
+        )
+        if self._weighted:
+            self._process_one = self.process
+            self.process = self._process_weighted  # type: ignore[method-assign]
         self.consumed_offsets: dict[tuple[str, int], int] = {}
         self._partition_time: dict[tuple[str, int], int] = {}
         self._processors: list[tuple[str, Any]] = []
@@ -186,6 +204,9 @@ class StreamTask:
         )
         #: The input rows of the batch being processed (columnar processing).
         self.batch_input: BatchInput | None = None
+        #: Whether a columnar sink combines a cached count's repartition records (the
+        #: runtime counts them before its next commit; see :mod:`topology.engine.combine`).
+        self.combine_repartitions = combine_repartitions
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -215,6 +236,9 @@ class StreamTask:
         contexts: dict[str, NodeContext] = {}
         inits: list[tuple[str, Any, NodeContext]] = []
         batch_nodes: dict[str, BatchForward] = {}
+        combined: frozenset[str] = frozenset()
+        if self.columnar and self.combine_repartitions:
+            combined = combined_topics(topology, config)
         for name in self.subtopology.nodes:
             spec = topology.nodes[name]
             stores = frozenset(spec.stores) if isinstance(spec, ProcessorSpec) else frozenset()
@@ -237,22 +261,7 @@ class StreamTask:
                     self._pattern_sources.append((spec.pattern, source))
             elif isinstance(spec, SinkSpec):
                 ctx = NodeContext(self, name, stores)
-                sink_topic = spec.topic
-                if sink_topic is not None:
-                    sink_topic = topology.topic_name(
-                        sink_topic, self.application_id, internal=spec.internal
-                    )
-                sink = SinkProcessor(
-                    name,
-                    topic=sink_topic,
-                    extractor=spec.topic_extractor,
-                    key_serde=resolve_serde(spec.key_serde, config.default_key_serde),
-                    value_serde=resolve_serde(spec.value_serde, config.default_value_serde),
-                    partitioner=spec.partitioner,
-                    collector=self.collector,
-                    context=ctx,
-                    on_error=self.errors.production_failed,
-                )
+                sink = self._sink(name, spec, ctx, combined)
                 forwards[name] = sink.process
                 if sink.batchable:
                     batch_nodes[name] = sink.process_batch
@@ -284,6 +293,29 @@ class StreamTask:
                 raise user_error(name, processor.init, exc, "init of processor") from exc
         if self.columnar:
             self._bind_batches(forwards, contexts, batch_nodes)
+
+    def _sink(
+        self, name: str, spec: SinkSpec, ctx: NodeContext, combined: frozenset[str]
+    ) -> SinkProcessor:
+        topology, config = self.topology, self.config
+        sink_topic = spec.topic
+        if sink_topic is not None:
+            sink_topic = topology.topic_name(
+                sink_topic, self.application_id, internal=spec.internal
+            )
+        sink = SinkProcessor(
+            name,
+            topic=sink_topic,
+            extractor=spec.topic_extractor,
+            key_serde=resolve_serde(spec.key_serde, config.default_key_serde),
+            value_serde=resolve_serde(spec.value_serde, config.default_value_serde),
+            partitioner=spec.partitioner,
+            collector=self.collector,
+            context=ctx,
+            on_error=self.errors.production_failed,
+        )
+        sink.combine = sink_topic in combined
+        return sink
 
     def _bind_batches(
         self,
@@ -393,6 +425,24 @@ class StreamTask:
         self.raw_input = (topic, offset, key, value)
         StreamTask.process(self, topic, key, value, timestamp, headers, offset, partition)
 
+    def _process_weighted(  # noqa: PLR0917 - process() of a task reading combined records
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers = (),
+        offset: int = -1,
+        partition: int | None = None,
+    ) -> None:
+        many = 1
+        if headers and topic in self._weighted:
+            split = weights_of((headers,))
+            if split is not None:
+                many, headers = split[0][0], split[1][0]
+        for _ in range(many):
+            self._process_one(topic, key, value, timestamp, headers, offset, partition)
+
     def process_batch(self, records: Iterable[InputRecord]) -> int:
         """Process raw records in order (any topics of this task); return how many."""
         count = 0
@@ -415,6 +465,30 @@ class StreamTask:
         sequences: bytes for keys and values, ints for timestamps and offsets); keys and
         values are deserialized in bulk. Return the count."""
         source = self.source_for(topic)
+        if headers is not None and topic in self._weighted:
+            split = weights_of(headers)
+            if split is not None:  # combined records: counted as the records they stand for
+                weights, stripped = split
+                plain = not any(stripped)
+                if (
+                    plain
+                    and source.arrow_child is not None
+                    and self._process_arrow(
+                        source, topic, partition, keys, values, timestamps, offsets, None, weights
+                    )
+                ):
+                    return len(weights)
+                index = expansion(weights)
+                self.process_columns(
+                    topic,
+                    partition,
+                    take_rows(keys, index),
+                    take_rows(values, index),
+                    take_rows(timestamps, index),
+                    take_rows(offsets, index),
+                    None if plain else [stripped[i] for i in index.tolist()],
+                )
+                return len(weights)
         if source.arrow_child is not None and self._process_arrow(
             source, topic, partition, keys, values, timestamps, offsets, headers
         ):
@@ -467,11 +541,13 @@ class StreamTask:
         timestamps: Any,
         offsets: Any,
         headers: Sequence[Headers] | None,
+        weights: Sequence[int] | None = None,
     ) -> bool:
         """Hand the raw Arrow columns to the source's only child (a node that takes them
         whole, :func:`~topology.engine.columnar.arrow_entry`) when nothing cuts the batch:
-        no timestamp extractor, no headers, no stream-time punctuation due. Return whether
-        the node took them (else the records go the usual way)."""
+        no timestamp extractor, no headers, no stream-time punctuation due. ``weights``:
+        how many records each row stands for (combined records). Return whether the node
+        took them (else the records go the usual way)."""
         if (
             not hasattr(keys, "cast")
             or not hasattr(values, "cast")
@@ -494,7 +570,9 @@ class StreamTask:
         self.current_headers = ()
         self.stream_time = final
         assert source.arrow_child is not None
-        if not source.arrow_child(topic, keys, values, ts, source.key_serde, source.value_serde):
+        if not source.arrow_child(
+            topic, keys, values, ts, source.key_serde, source.value_serde, weights
+        ):
             self.stream_time = before
             return False
         self.consumed_offsets[(topic, partition)] = last_offset + 1

@@ -46,6 +46,10 @@ class TaskServices:
         restore_listener: told about restore progress.
         snapshot_interval: ``statestore.snapshot.interval`` for the state manager (None:
             the configuration's; 0 when the runtime decides when to snapshot).
+        combine_repartitions: the runtime processes the records a batch writes to a
+            repartition topic before its next commit, so a cached count's may go
+            combined per key (:mod:`topology.engine.combine`); not so in a driver that
+            commits after every record.
     """
 
     changelog_reader: ChangelogReader | None = None
@@ -53,6 +57,7 @@ class TaskServices:
     snapshots: SnapshotStorage | None = None
     restore_listener: StateRestoreListener | None = None
     snapshot_interval: int | None = None
+    combine_repartitions: bool = False
 
 
 class ActiveTaskCreator:
@@ -134,6 +139,7 @@ class ActiveTaskCreator:
             global_stores=global_stores,
             wall_clock=self.wall_clock,
             store_context=manager,
+            combine_repartitions=services.combine_repartitions,
         )
         task.state_manager = manager
         holder.append(task)

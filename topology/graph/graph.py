@@ -54,7 +54,9 @@ class ProcessorSpec:
 
     ``user_code`` marks a Processor-API processor whose exceptions the task wraps in a
     :class:`~common.errors.StreamsProcessingError` naming the node (DSL processors wrap
-    their user functions themselves).
+    their user functions themselves). ``combiner`` names how the records reaching this
+    node through a repartition topic may be combined before it (``"count"``: a count's,
+    into one record per key standing for many; see :mod:`topology.engine.columnar`).
     """
 
     name: str
@@ -63,6 +65,7 @@ class ProcessorSpec:
     stores: tuple[str, ...] = ()
     user_code: bool = False
     fixed_key: bool = False
+    combiner: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -248,32 +248,41 @@ class StreamCountProcessor(StreamAggregateProcessor):
         timestamps: Any,
         key_serde: Any,
         value_serde: Any,
+        weights: Any = None,
     ) -> bool:
         """Count a source's raw columns inside Arrow, with a cache (one update per key at
         the flush, as the record engine's cache forwards): records grouped by their key's
         bytes, only distinct keys deserialized, values never (only their nullness counts;
-        they are checked to deserialize). Return False, having done nothing, without a
-        cache or when a key or value would not deserialize (the usual path reports it)."""
+        they are checked to deserialize); a row counts ``weights[i]`` records when given
+        (combined records). Return False, having done nothing, without a cache or when a
+        key or value would not deserialize (the usual path reports it)."""
         if not self.forwarder.buffered or not column_decodes(value_serde, values):
             return False
         n = len(keys)
-        table = pa.table({"k": keys, "t": timestamps, "i": np.arange(n, dtype=np.int64)})
+        table = pa.table(
+            {
+                "k": keys,
+                "t": timestamps,
+                "i": np.arange(n, dtype=np.int64),
+                "w": np.ones(n, np.int64) if weights is None else np.asarray(weights, np.int64),
+            }
+        )
         if keys.null_count or values.null_count:
             table = table.filter(pc.and_(pc.is_valid(keys), pc.is_valid(values)))
         groups = table.group_by("k", use_threads=False).aggregate(
-            [("i", "max"), ("i", "count"), ("t", "max")]
+            [("i", "max"), ("w", "sum"), ("t", "max")]
         )
         groups = groups.sort_by("i_max")  # a key's last record: the cache's dirty order
         try:
             decoded = deserialize_column(key_serde, topic, groups.column("k"))
         except SerializationError:
             return False
-        self.dropped += n - len(table)
+        self.dropped += n - len(table)  # (a combined record has no null key or value)
         last_ts = pc.take(table.column("t"), pc.index_in(groups.column("i_max"), table.column("i")))
         store, set_timestamp = self.store, self.context.set_timestamp
         for key, n_key, t_key, stamp in zip(
             decoded,
-            groups.column("i_count").to_pylist(),
+            groups.column("w_sum").to_pylist(),
             groups.column("t_max").to_pylist(),
             last_ts.to_pylist(),
             strict=True,

@@ -1,0 +1,179 @@
+"""Combining a count's records before its repartition topic (Spark's partial aggregation).
+
+``group_by(...).count()`` repartitions every record to the task that counts it, which
+reads nothing of a record but its key, its timestamp and whether key and value are null.
+When that count caches its updates (Kafka's default), a columnar sink writing its
+repartition topic combines a batch's records per key into one record that stands for
+many: the key, the value of the key's last record, the latest timestamp, the last
+record's headers, and the header :data:`COMBINED_HEADER` with how many records it stands
+for (8 bytes, big-endian; absent when one). The records go out in the order of each key's
+last record, so the counting task sees its keys in the order the record engine would
+have left them in the cache (its dirty order), and forwards the same updates at the
+flush: the same counts, with the same timestamps (a count keeps the latest), in the same
+order. What shrinks is the repartition topic and the work of the counting task.
+
+Only records whose result cannot depend on it are combined (:func:`combined_topics`,
+decided from the topology and the configuration alone, so that every task agrees): the
+topic is read by one source alone, the only node below it is the count, no Processor-API
+node is in its sub-topology, the source is the sub-topology's only one, and timestamps are
+the records' own. A batch with a null key or value, a negative timestamp, or keys other
+than strings, integers or bytes goes as it is.
+
+A task reading such a topic (:func:`combinable_topics`: the same conditions but the
+cache's, which a restart may change) counts a combined record as the records it stands
+for: inside Arrow with their weights, or expanded back into that many records for the
+record-at-a-time paths.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Sequence
+from itertools import islice, repeat
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from topology.api.record import Headers
+from topology.api.timestamps import FailOnInvalidTimestamp, extractor_from_name
+from topology.engine.columnar import Batch
+from topology.graph.graph import ProcessorSpec, SourceSpec
+
+if TYPE_CHECKING:
+    from common.config import StreamsConfig
+    from topology.graph.topology import Topology
+
+#: The header of a combined record: how many records it stands for.
+COMBINED_HEADER = "__streams.combined.count"
+
+_KEY_TYPES = (str, int, bytes)
+
+
+def combinable_topics(topology: Topology, application_id: str) -> frozenset[str]:
+    """The repartition topics (runtime names) read by a count whose records may arrive
+    combined: their one reader's only child is a count, alone in its sub-topology with
+    DSL nodes below it, records timestamped by the default extractor."""
+    return frozenset(_counts(topology, application_id))
+
+
+def _counts(topology: Topology, application_id: str) -> dict[str, ProcessorSpec]:
+    """:func:`combinable_topics` with the count reading each."""
+    readers = Counter(
+        topic
+        for spec in topology.nodes.values()
+        if isinstance(spec, SourceSpec)
+        for topic in spec.topics
+    )
+    found: dict[str, ProcessorSpec] = {}
+    for sub in topology.task_subtopologies():
+        if len(sub.sources) != 1:
+            continue
+        source = topology.nodes[sub.sources[0]]
+        if (
+            not isinstance(source, SourceSpec)
+            or not source.internal
+            or source.pattern is not None
+            or len(source.topics) != 1
+            or readers[source.topics[0]] != 1
+            or source.timestamp_extractor is not None
+        ):
+            continue
+        kids = [kid for kid in topology.children[source.name] if kid in sub.nodes]
+        count = topology.nodes[kids[0]] if len(kids) == 1 else None
+        if not isinstance(count, ProcessorSpec) or count.combiner != "count":
+            continue
+        specs = [topology.nodes[name] for name in sub.nodes]
+        if any(isinstance(spec, ProcessorSpec) and spec.user_code for spec in specs):
+            continue
+        found[topology.topic_name(source.topics[0], application_id, internal=True)] = count
+    return found
+
+
+def combined_topics(topology: Topology, config: StreamsConfig) -> frozenset[str]:
+    """The repartition topics (runtime names) a columnar sink combines its batches for:
+    :func:`combinable_topics` whose count caches (a store with caching, a cache of more
+    than 0 bytes), with the default timestamp extractor reading the records' own."""
+    if config.cache_max_bytes_buffering <= 0:
+        return frozenset()
+    if type(extractor_from_name(config.default_timestamp_extractor)) is not FailOnInvalidTimestamp:
+        return frozenset()
+    return frozenset(
+        topic
+        for topic, count in _counts(topology, config.application_id).items()
+        if count.stores
+        and all(getattr(topology.stores[s], "caching_enabled", False) for s in count.stores)
+    )
+
+
+def combine_counts(batch: Batch) -> Batch | None:
+    """The batch's records combined per key (see the module), or None when it has nothing
+    to combine or must go as it is."""
+    ks, vs, ts = batch.keys, batch.values, batch.timestamps
+    n = len(ks)
+    try:
+        last = dict(zip(ks, range(n), strict=True))
+    except TypeError:  # an unhashable key
+        return None
+    if (
+        len(last) == n
+        or None in last
+        or any(type(k) not in _KEY_TYPES for k in last)  # equal means equal bytes
+        or any(map(operator.is_, vs, repeat(None)))
+        or min(ts) < 0
+    ):
+        return None
+    counts = Counter(ks)
+    if all(map(operator.le, ts, islice(ts, 1, None))):  # in time order: the last is latest
+        latest = {key: ts[i] for key, i in last.items()}
+    else:
+        latest = {}
+        for key, t in zip(ks, ts, strict=True):
+            if t > latest.get(key, -1):
+                latest[key] = t
+    order = sorted(last.values())
+    hs, rows = batch.headers, batch.rows
+    keys = [ks[i] for i in order]
+    headers: list[Headers] = []
+    for i, key in zip(order, keys, strict=True):
+        own = () if hs is None else hs[i]
+        many = counts[key]
+        headers.append(own if many == 1 else (*own, (COMBINED_HEADER, many.to_bytes(8, "big"))))
+    return Batch(
+        keys, [vs[i] for i in order], [latest[k] for k in keys], headers, [rows[i] for i in order]
+    )
+
+
+def weights_of(headers: Sequence[Headers]) -> tuple[list[int], list[Headers]] | None:
+    """Each record's weight (how many records it stands for) and its headers without the
+    combined header; None when no record is combined."""
+    weights: list[int] = []
+    stripped: list[Headers] = []
+    combined = False
+    for hs in headers:
+        many, kept = 1, hs
+        if hs and any(h[0] == COMBINED_HEADER for h in hs):
+            rest = []
+            for name, value in hs:
+                if name == COMBINED_HEADER and value is not None:
+                    many = int.from_bytes(value, "big")
+                else:
+                    rest.append((name, value))
+            kept, combined = tuple(rest), True
+        weights.append(many)
+        stripped.append(kept)
+    return (weights, stripped) if combined else None
+
+
+def expansion(weights: Sequence[int]) -> Any:
+    """The row of every record a combined batch stands for (row ``i`` ``weights[i]``
+    times), as an int64 array."""
+    return np.repeat(np.arange(len(weights), dtype=np.int64), np.asarray(weights, np.int64))
+
+
+def take_rows(column: Any, index: Any) -> Any:
+    """``column`` (an Arrow column or a sequence) at ``index``."""
+    if hasattr(column, "take"):
+        return column.take(pa.array(index))
+    return [column[i] for i in index.tolist()]
