@@ -36,6 +36,12 @@ class BytesKeyValue(Protocol):
 
     def put(self, key: bytes, value: bytes | None) -> None: ...
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
+
+    def put_many(
+        self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]
+    ) -> None: ...
+
     def delete_range(self, lo: bytes, hi: bytes) -> None: ...
 
     def items(
@@ -93,6 +99,22 @@ class WrappingBytesStore:
     def put(self, key: bytes, value: bytes | None) -> None:
         """Write to the inner store."""
         self.wrapped.put(key, value)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """Each key's value, as :meth:`get` one by one (a layer reads them at once by
+        overriding this)."""
+        get = self.get
+        return [get(key) for key in keys]
+
+    def put_many(
+        self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]
+    ) -> None:
+        """Write each key in order, as :meth:`put` with the record timestamp
+        ``timestamps[i]`` (a layer that stamps what it writes, by caching or logging it,
+        overrides this)."""
+        put = self.put
+        for key, value in zip(keys, values, strict=True):
+            put(key, value)
 
     def delete_range(self, lo: bytes, hi: bytes) -> None:
         """Delete ``lo <= key < hi`` in the inner store (unlogged)."""

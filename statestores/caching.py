@@ -89,6 +89,34 @@ class CachingBytesStore(WrappingBytesStore):
         """Write ``key`` into the cache (dirty); evict past the size bound."""
         self._insert(key, _Entry(value, True, self._timestamp()))
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """The cached values; the others read below at once, then cached."""
+        cache = self._cache
+        found: list[bytes | None] = []
+        missing: list[int] = []
+        for i, key in enumerate(keys):
+            entry = cache.get(key)
+            if entry is None:
+                missing.append(i)
+                found.append(None)
+            else:
+                found.append(entry.value)
+        if missing:
+            below = self.wrapped.get_many([keys[i] for i in missing])
+            insert = self._insert
+            for i, value in zip(missing, below, strict=True):
+                found[i] = value
+                insert(keys[i], _Entry(value, False, 0))
+        return found
+
+    def put_many(
+        self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]
+    ) -> None:
+        """Write each key into the cache (dirty) with its timestamp, in order."""
+        insert = self._insert
+        for key, value, timestamp in zip(keys, values, timestamps, strict=True):
+            insert(key, _Entry(value, True, timestamp))
+
     def delete_range(self, lo: bytes, hi: bytes) -> None:
         """Drop cached keys in ``[lo, hi)`` and delete the range below. A dirty key is
         written down first: its listener (the forward downstream) has not seen that update
@@ -132,17 +160,20 @@ class CachingBytesStore(WrappingBytesStore):
     def _flush_batch(self, keys: list[bytes], listener: BytesBatchListener) -> None:
         """Write the dirty entries of ``keys`` below, then hand them on at once."""
         cache, wrapped = self._cache, self.wrapped
-        get, put = wrapped.get, wrapped.put
+        entries = [(key, cache.get(key)) for key in keys]
+        dirty = [(key, entry) for key, entry in entries if entry is not None and entry.dirty]
+        if not dirty:
+            return
+        written = [key for key, _ in dirty]
+        values = [entry.value for _, entry in dirty]
+        olds_below = wrapped.get_many(written)
+        # written below as one put each would be: stamped with the flush's timestamp
+        wrapped.put_many(written, values, [self._timestamp()] * len(written))
         out: list[bytes] = []
         news: list[bytes | None] = []
         olds: list[bytes | None] = []
         stamps: list[int] = []
-        for key in keys:
-            entry = cache.get(key)
-            if entry is None or not entry.dirty:
-                continue
-            old, value = get(key), entry.value
-            put(key, value)
+        for (key, entry), value, old in zip(dirty, values, olds_below, strict=True):
             entry.dirty = False
             if old is not None or value is not None:
                 out.append(key)

@@ -44,6 +44,17 @@ class ChangeLoggingBytesStore(WrappingBytesStore):
         if send is not None:
             send(self.name, key, value, self._timestamp())
 
+    def put_many(
+        self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]
+    ) -> None:
+        """Write the keys below and log each change with its timestamp."""
+        self.wrapped.put_many(keys, values, timestamps)
+        send = self._send
+        if send is not None:
+            name = self.name
+            for key, value, timestamp in zip(keys, values, timestamps, strict=True):
+                send(name, key, value, timestamp)
+
     def items(
         self, lo: bytes | None, hi: bytes | None, *, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
-from common.serdes import Serde, deserialize_many
+from common.serdes import Serde, deserialize_many, serialize_many
 from statestores.api import StateStoreContext
 from statestores.bytes_layer import BytesKeyValue
 from statestores.sorted_keys import prefix_end
@@ -162,6 +162,30 @@ class MeteredKeyValueStore(MeteredStore, Generic[K, V]):
         self.metrics["put"] += 1
         topic = self.topic
         self._inner_put(self._kser(topic, key), None if value is None else self._vser(topic, value))
+
+    def get_many(self, keys: list[K]) -> list[V | None]:
+        """The value of each key (None: none), read below at once."""
+        self.metrics["get"] += len(keys)
+        topic, vde = self.topic, self._vde
+        raws = self.wrapped.get_many(self._raw_keys(keys))
+        return [None if raw is None else vde(topic, raw) for raw in raws]
+
+    def put_many(self, keys: list[K], values: list[V | None], timestamps: list[int]) -> None:
+        """Write each key in order (``None`` deletes), as :meth:`put` would with the
+        record timestamp ``timestamps[i]``."""
+        self.metrics["put"] += len(keys)
+        topic, vser = self.topic, self._vser
+        self.wrapped.put_many(
+            self._raw_keys(keys),
+            [None if value is None else vser(topic, value) for value in values],
+            timestamps,
+        )
+
+    def _raw_keys(self, keys: list[K]) -> list[bytes]:
+        raw = serialize_many(self.key_serde, self.topic, keys)
+        if None in raw:
+            raise TypeError(f"store {self.name}: a key serialized to null")
+        return raw  # type: ignore[return-value]
 
     def put_if_absent(self, key: K, value: V) -> V | None:
         """Put unless ``key`` has a value; return the value it had."""

@@ -166,6 +166,19 @@ class TransactionalBytesStore:
             return overlay[key]
         return self._base.get(key)
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """The value of each key, uncommitted writes included."""
+        overlay, get = self._overlay, self._base.get
+        return [overlay[key] if key in overlay else get(key) for key in keys]
+
+    def put_many(
+        self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]
+    ) -> None:
+        """Write each key in order (timestamps are not stored here)."""
+        put = self.put
+        for key, value in zip(keys, values, strict=True):
+            put(key, value)
+
     def put(self, key: bytes, value: bytes | None) -> None:
         """Write ``key`` (``None`` deletes) in the open transaction."""
         overlay = self._overlay

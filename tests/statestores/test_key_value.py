@@ -192,3 +192,42 @@ def test_invalid_names_and_windows_are_refused() -> None:
         Stores.in_memory_key_value_store("bad name")
     with pytest.raises(ConfigError, match="at least the window size"):
         Stores.in_memory_window_store("w", 10, 100)
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_get_many_and_put_many_are_get_and_put_one_by_one(
+    persistent: bool, tmp_path: Any, caching: bool
+) -> None:
+    """The batched reads and writes of a batch's distinct keys give what one get or put
+    per key gives: values, uncommitted writes, changelog records stamped with each
+    write's timestamp, and what a cache forwards at its flush."""
+    runs = []
+    for batched in (False, True):
+        collector = RecordingCollector()
+        context = StandaloneContext(
+            state_dir=str(tmp_path / str(batched)),
+            changelog=collector,
+            app_config={"cache.max.bytes.buffering": 10 * 1024 * 1024},
+        )
+        store = kv_store(persistent, context, caching=caching)
+        forwarded: list[tuple[object, ...]] = []
+        store.set_flush_listener(lambda *entry: forwarded.append(entry))
+        keys, values, stamps = ["b", "a", "c", "a"][:3], [2, 1, None], [7, 5, 9]
+        store.put("c", 3)
+        store.put("d", 4)
+        if batched:
+            got = store.get_many(["a", "c", "d", "zz"])
+            store.put_many(keys, values, stamps)
+            context.record_timestamp = stamps[-1]  # where writing one by one leaves it
+        else:
+            got = [store.get(k) for k in ["a", "c", "d", "zz"]]
+            for key, value, stamp in zip(keys, values, stamps, strict=True):
+                context.record_timestamp = stamp
+                store.put(key, value)
+        after = store.get_many(["a", "b", "c", "d"]) if batched else None
+        store.flush()
+        runs.append((got, after, collector.records, forwarded, sorted(store.all())))
+        store.close()
+    assert runs[0][0] == runs[1][0] == [None, 3, 4, None]
+    assert runs[1][1] == [1, 2, None, 4]
+    assert runs[0][2:] == runs[1][2:]

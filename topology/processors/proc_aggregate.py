@@ -87,10 +87,26 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
             self.dropped += valid.count(False)
         store = self.store
         set_timestamp = self.context.set_timestamp
+        ordered = sorted(last.items(), key=_second)
+        if cached:  # written at once, each stamped with its key's last record's timestamp
+            keys = [key for key, _ in ordered]
+            nows = [aggs[key] for key in keys]
+            put_many(
+                store,
+                set_timestamp,
+                keys,
+                [
+                    None if now is None else ValueAndTimestamp(now, stamps[key])
+                    for key, now in zip(keys, nows, strict=True)
+                ],
+                [ts[i] for _, i in ordered],
+            )
+            forwarder.forward_folded(batch, out, [ks[i] for i in out], changes, out_ts)
+            return
         # a cache of size 0 hands on each put at once: those updates are forwarded below
-        forwarder.muted = not cached
+        forwarder.muted = True
         try:
-            for key, i in sorted(last.items(), key=_second):
+            for key, i in ordered:
                 set_timestamp(ts[i])
                 now = aggs[key]
                 store.put(key, None if now is None else ValueAndTimestamp(now, stamps[key]))
@@ -101,6 +117,35 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
 
 def _second(item: tuple[Any, int]) -> int:
     return item[1]
+
+
+def get_many(store: Any, keys: list[Any]) -> list[Any]:
+    """Each key's stored value, read at once where the store can."""
+    many = getattr(store, "get_many", None)
+    if many is not None:
+        return many(keys)  # type: ignore[no-any-return]
+    return [store.get(key) for key in keys]
+
+
+def put_many(
+    store: Any,
+    set_timestamp: Callable[[int], None],
+    keys: list[Any],
+    values: list[Any],
+    timestamps: list[int],
+) -> None:
+    """Write each key in order as ``put`` would with the record timestamp
+    ``timestamps[i]``, at once where the store can; the context is left at the last
+    timestamp, as one put after another leaves it."""
+    many = getattr(store, "put_many", None)
+    if many is not None:
+        many(keys, values, timestamps)
+        if timestamps:
+            set_timestamp(timestamps[-1])
+        return
+    for key, value, timestamp in zip(keys, values, timestamps, strict=True):
+        set_timestamp(timestamp)
+        store.put(key, value)
 
 
 def _has_none(items: list[Any]) -> bool:
@@ -229,11 +274,11 @@ class StreamCountProcessor(StreamAggregateProcessor):
             for key, t in zip(ks, ts, strict=True):
                 if t > latest.get(key, t - 1):
                     latest[key] = t
-        store = self.store
         aggs: dict[Any, Any] = {}
         stamps: dict[Any, int] = {}
-        for key, n in counts.items():
-            stored, t = store.get(key), latest[key]
+        distinct = list(counts)
+        for key, stored in zip(distinct, get_many(self.store, distinct), strict=True):
+            n, t = counts[key], latest[key]
             if stored is None:
                 aggs[key], stamps[key] = n, t
             else:
@@ -279,23 +324,25 @@ class StreamCountProcessor(StreamAggregateProcessor):
             return False
         self.dropped += n - len(table)  # (a combined record has no null key or value)
         last_ts = pc.take(table.column("t"), pc.index_in(groups.column("i_max"), table.column("i")))
-        store, set_timestamp = self.store, self.context.set_timestamp
-        for key, n_key, t_key, stamp in zip(
-            decoded,
-            groups.column("w_sum").to_pylist(),
+        counts = groups.column("w_sum").to_pylist()
+        if any(key is None for key in decoded):  # a serde reading these bytes as no key
+            kept = [i for i, key in enumerate(decoded) if key is not None]
+            self.dropped += sum(counts) - sum(counts[i] for i in kept)
+            groups, decoded = groups.take(kept), [decoded[i] for i in kept]
+            last_ts = last_ts.take(kept)
+            counts = groups.column("w_sum").to_pylist()
+        writes = []
+        for n_key, t_key, stored in zip(
+            counts,
             groups.column("t_max").to_pylist(),
-            last_ts.to_pylist(),
+            get_many(self.store, decoded),
             strict=True,
         ):
-            if key is None:  # a serde that reads these bytes as no key: dropped
-                self.dropped += n_key
-                continue
-            stored = store.get(key)
-            count, latest = (
-                (n_key, t_key) if stored is None else (stored[0] + n_key, max(stored[1], t_key))
-            )
-            set_timestamp(stamp)
-            store.put(key, ValueAndTimestamp(count, latest))
+            if stored is not None:
+                n_key += stored[0]  # noqa: PLW2901 - the new count
+                t_key = max(stored[1], t_key)  # noqa: PLW2901 - its timestamp
+            writes.append(ValueAndTimestamp(n_key, t_key))
+        put_many(self.store, self.context.set_timestamp, decoded, writes, last_ts.to_pylist())
         return True
 
 
