@@ -203,6 +203,14 @@ class StreamsConfig(BaseModel):
         "statestore.uncommitted.max.bytes", f"-1 (unbounded) or {_POSITIVE}", default=64 << 20
     )
     max_poll_records: _Int = _key("max.poll.records", _AT_LEAST_ONE, default=1000, ge=1)
+    # the most Spark tasks a level of a batch runs: tasks beyond it share one, one after
+    # another (a Python Spark task has a fixed cost); 0: Spark's default parallelism
+    batch_spark_partitions: _Int = _key(
+        "batch.spark.partitions",
+        "an integer >= 0 (0: Spark's default parallelism, its cores)",
+        default=0,
+        ge=0,
+    )
     metadata_max_age_ms: _Int = _key("metadata.max.age.ms", _POSITIVE, default=300000, gt=0)
     max_task_idle_ms: _Int = _key(
         "max.task.idle.ms",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import importlib
 import logging
 import os
@@ -191,6 +192,9 @@ def main(argv: list[str]) -> int:
     # no bytecode cache): an installed pyspark, when there is one, comes first instead.
     sys.path.sort(key=lambda entry: entry.endswith(".zip"))
     importlib.import_module("runtime.tasks.host").warm_up()
+    # what is imported lives as long as the process: the collector never scans it again,
+    # in this server or in the hosts forked from it (a full collection in a host would)
+    gc.freeze()
     HostServer(directory, watch_pid).serve()
     return 0
 

@@ -50,6 +50,7 @@ from runtime.storage.slices import TopicSlices, read_topic_slices
 from runtime.tasks.client import run_on_host
 from runtime.tasks.collector import OutputTopic
 from runtime.tasks.protocol import INPUT_COLUMNS, InputPiece
+from runtime.tasks.shuffle import shuffle_keys_of
 from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,13 @@ class BatchPlan:
     globals: tuple[TopicSlices, ...] = ()
     topic_levels: Mapping[str, int] = field(default_factory=dict)
     batch: int = 0
+    spark_partitions: int = 0
+
+    def spark_partitions_of(self, tasks: int) -> int:
+        """How many Spark partitions run a level of ``tasks`` tasks: at most
+        ``spark_partitions`` (0: one per task); tasks beyond share one."""
+        limit = self.spark_partitions
+        return min(tasks, limit) if limit > 0 else tasks
 
     def level_of(self, topic: str) -> int:
         """The level at which ``topic``'s records are processed."""
@@ -217,37 +225,6 @@ def task_error(error: BaseException) -> BaseException | None:
 
 
 # -- Spark shuffle placement ------------------------------------------------------------
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
-
-
-def spark_hash_int(value: int, seed: int = 42) -> int:
-    """Spark's ``hash()`` of an int column (Murmur3 x86_32, seed 42), as a signed int."""
-    k1 = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
-    k1 = _rotl(k1, 15) * 0x1B873593 & 0xFFFFFFFF
-    h1 = _rotl(seed ^ k1, 13)
-    h1 = (h1 * 5 + 0xE6546B64) & 0xFFFFFFFF
-    h1 ^= 4
-    h1 ^= h1 >> 16
-    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
-    h1 ^= h1 >> 13
-    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 & 0x80000000 else h1
-
-
-def shuffle_keys(partitions: int) -> list[int]:
-    """Return, for each partition ``p`` of ``partitions``, the smallest int ``v`` that
-    ``DataFrame.repartition(partitions, col)`` sends to Spark partition ``p``, so a
-    record's task partition is its Spark partition (no two tasks share a Spark task)."""
-    found: dict[int, int] = {}
-    value = 0
-    while len(found) < partitions:
-        found.setdefault(spark_hash_int(value) % partitions, value)
-        value += 1
-    return [found[p] for p in range(partitions)]
 
 
 # -- the level functions ------------------------------------------------------------------
@@ -467,8 +444,15 @@ def open_row(plan: BatchPlan, task_id: str, partition: int, level: int) -> dict[
 
 
 def _shuffle_of(plan: BatchPlan, level: int, partition: int) -> int:
-    keys = plan.shuffle.get(plan.level_partitions.get(level, 0))
-    return keys[partition] if keys else partition
+    """The shuffle value sending ``partition``'s records of ``level`` to its Spark
+    partition: partition ``p`` of ``n`` Spark partitions runs the tasks ``p``, ``p + n``,
+    ``p + 2n``, ..."""
+    tasks = plan.level_partitions.get(level, 0)
+    if tasks <= 0:
+        return partition
+    spark = plan.spark_partitions_of(tasks)
+    keys = plan.shuffle.get(spark) or shuffle_keys_of(spark)
+    return keys[partition % spark]
 
 
 def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:

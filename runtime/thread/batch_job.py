@@ -84,7 +84,8 @@ def run_batch_job(
         functools.partial(_source_level, plan), ROW_DDL
     )
     for level in range(1, depth):
-        out = out.repartition(partitions[level], "shuffle").mapInArrow(
+        spark_partitions = plan.spark_partitions_of(partitions[level])
+        out = out.repartition(spark_partitions, "shuffle").mapInArrow(
             functools.partial(_inner_level, plan, level), ROW_DDL
         )
     rows, retries = _collect(out, plan)
@@ -110,9 +111,10 @@ def run_batch_job(
 
 def _source_rows(df: DataFrame, plan: BatchPlan, partitions: Mapping[int, int]) -> DataFrame:
     """The rows level 0 starts from: when the driver planned every read (``plan.inputs``),
-    one row per partition number, each in a Spark partition of its own, made by the JVM
-    alone (``range``): no Python process runs to produce them, as the source's own rows
-    would need. Otherwise the source's rows (records, or its own read plans)."""
+    one row per partition number, in ``plan.spark_partitions_of`` Spark partitions
+    (consecutive numbers share one), made by the JVM alone (``range``): no Python process
+    runs to produce them, as the source's own rows would need. Otherwise the source's
+    rows (records, or its own read plans)."""
     if plan.inputs is None or set(df.columns) != {"partition", "task_input"}:
         return df
     visited = [
@@ -121,7 +123,8 @@ def _source_rows(df: DataFrame, plan: BatchPlan, partitions: Mapping[int, int]) 
     count = max([partitions.get(0, 0), *(p + 1 for p in plan.inputs), *(p + 1 for p in visited)])
     if count == 0:
         return df
-    return df.sparkSession.range(0, count, 1, count).selectExpr(
+    spark_partitions = plan.spark_partitions_of(count)
+    return df.sparkSession.range(0, count, 1, spark_partitions).selectExpr(
         "CAST(id AS INT) AS partition", "CAST(NULL AS BINARY) AS task_input"
     )
 

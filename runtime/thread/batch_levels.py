@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.tasks.task_runner import shuffle_keys
+from runtime.tasks.shuffle import shuffle_keys
 from topology.graph.graph import ProcessorSpec, SinkSpec, SourceSpec
 from topology.graph.topology import Topology
 

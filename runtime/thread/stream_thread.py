@@ -130,6 +130,8 @@ class StreamThread:
         self.levels = levels or BatchLevels({}, {}, {}, {})
         self.topic_levels = self.levels
         self.shuffle_levels = shuffle_levels
+        #: ``batch.spark.partitions``, else Spark's parallelism (known at the first batch).
+        self._spark_partitions = 0
         self.membership = membership
         if membership is not None:
             membership.on_rebalance = self._rebalance_noted
@@ -463,6 +465,7 @@ class StreamThread:
             static_key=self.static_key,
             visit=frozenset(self.task_ids()),
             globals=self.globals,
+            spark_partitions=self._spark_partitions,
         )
 
     def _snapshot_due(self) -> bool:
@@ -488,6 +491,10 @@ class StreamThread:
         task_txns: Mapping[str, tuple[str, int, str]],
     ) -> list[Any]:
         """Run the batch's job for the commit strategy; return its rows."""
+        if not self._spark_partitions:
+            self._spark_partitions = self.config.batch_spark_partitions or int(
+                df.sparkSession.sparkContext.defaultParallelism
+            )
         rows = self._collect_rows(df, self._plan(staging, txn, task_txns))
         self._fed_back |= any(r["kind"] == FILE and r["topic"] in self.sources for r in rows)
         return rows

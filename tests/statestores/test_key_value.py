@@ -211,7 +211,7 @@ def test_get_many_and_put_many_are_get_and_put_one_by_one(
         )
         store = kv_store(persistent, context, caching=caching)
         forwarded: list[tuple[object, ...]] = []
-        store.set_flush_listener(lambda *entry: forwarded.append(entry))
+        store.set_flush_listener(lambda *entry, into=forwarded: into.append(entry))
         keys, values, stamps = ["b", "a", "c", "a"][:3], [2, 1, None], [7, 5, 9]
         store.put("c", 3)
         store.put("d", 4)

@@ -12,7 +12,7 @@ from pyspark.sql import functions as sf
 
 from common.serdes import Serdes
 from runtime.tasks.partition_group import interleave
-from runtime.tasks.task_runner import shuffle_keys, spark_hash_int
+from runtime.tasks.shuffle import shuffle_keys, spark_hash_int
 from runtime.thread.batch_levels import plan_levels
 from topology import Grouped, Processor, StreamsBuilder
 
