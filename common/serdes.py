@@ -501,9 +501,12 @@ def _fast(serde: object, items: Sequence[Any], encode: bool) -> list[Any] | None
 
 
 def _batch(serde: Serde[Any], topic: str, items: Sequence[Any], encode: bool) -> list[Any]:
-    """Convert ``items`` in bulk if possible, else one by one naming the first failure."""
+    """Convert ``items`` in bulk if possible (a built-in serde, or a serde with its own
+    ``serialize_batch``/``deserialize_batch`` returning None when it cannot), else one by
+    one naming the first failure."""
+    own = getattr(serde, "serialize_batch" if encode else "deserialize_batch", None)
     try:
-        out = _fast(serde, items, encode)
+        out = _fast(serde, items, encode) if own is None else own(topic, items)
     except Exception:
         out = None  # the loop below finds and reports the first failing element
     if out is not None:

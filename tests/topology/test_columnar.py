@@ -221,6 +221,21 @@ def windowed(b: StreamsBuilder, materialized: Materialized) -> None:
     )
 
 
+def windowed_repartitioned(b: StreamsBuilder, materialized: Materialized) -> None:
+    """A windowed count behind a repartition: its task counts raw columns (inside Arrow
+    when they come as Arrow), out-of-order records and closed windows included."""
+    serde = WindowedSerdes.time_windowed_serde_from(S, 100)
+    (
+        b.stream("in")
+        .flat_map_values(str.split)
+        .group_by(lambda k, w: w, Grouped.with_(S, S))
+        .windowed_by(TimeWindows.of_size_and_grace(100, 120).advance_by(40))
+        .count(materialized)
+        .to_stream()
+        .to("out", Produced.with_(serde, L))
+    )
+
+
 def joined(b: StreamsBuilder, materialized: Materialized) -> None:
     table = b.table("other", Consumed.with_(S, S), Materialized.as_("table"))
     b.stream("in").filter(lambda k, v: k is not None).left_join(table, lambda v, t: f"{v}/{t}").to(
@@ -261,6 +276,7 @@ TOPOLOGIES: dict[str, Callable[[StreamsBuilder, Materialized], None]] = {
     "stateless": stateless,
     "aggregates": aggregates,
     "windowed": windowed,
+    "windowed_repartitioned": windowed_repartitioned,
     "joined": joined,
     "same_sink_twice": same_sink_twice,
     "punctuated": punctuated,

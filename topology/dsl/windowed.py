@@ -27,6 +27,7 @@ from topology.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
 from topology.api.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
 from topology.graph.naming import AGGREGATE, REDUCE
 from topology.graph.stores import SessionStoreFactory, StoreFactory, WindowStoreFactory
+from topology.processors.proc_aggregate import count_add, count_init
 from topology.processors.proc_session import SessionWindowAggregateProcessor
 from topology.processors.proc_sliding import SlidingWindowAggregateProcessor
 from topology.processors.proc_table import TableParams
@@ -45,14 +46,6 @@ V = TypeVar("V")
 A = TypeVar("A")
 
 Windows = TimeWindows | SlidingWindows | UnlimitedWindows
-
-
-def _count_init() -> int:
-    return 0
-
-
-def _count_add(key: Any, value: Any, agg: int) -> int:
-    return agg + 1
 
 
 def _retention(store: str, mat: Materialized, needed: int, what: str) -> int:
@@ -142,7 +135,7 @@ class TimeWindowedKStream(Generic[K, V]):
             ... ).count()  # doctest: +SKIP
         """
         serde = Serdes.Long()
-        return self._aggregate(AGGREGATE, materialized, named, _count_init, _count_add, serde)
+        return self._aggregate(AGGREGATE, materialized, named, count_init, count_add, serde)
 
     def reduce(
         self,
@@ -242,8 +235,8 @@ class SessionWindowedKStream(Generic[K, V]):
             AGGREGATE,
             materialized,
             named,
-            _count_init,
-            _count_add,
+            count_init,
+            count_add,
             lambda k, a, b: a + b,
             Serdes.Long(),
         )

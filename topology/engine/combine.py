@@ -30,7 +30,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Sequence
-from itertools import islice, repeat
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 #: The header of a combined record: how many records it stands for.
 COMBINED_HEADER = "__streams.combined.count"
 
-_KEY_TYPES = (str, int, bytes)
+_ARROW_KEY_TYPES = {str: pa.string(), bytes: pa.binary(), int: pa.int64()}
 
 
 def combinable_topics(topology: Topology, application_id: str) -> frozenset[str]:
@@ -107,41 +107,43 @@ def combined_topics(topology: Topology, config: StreamsConfig) -> frozenset[str]
     )
 
 
-def combine_counts(batch: Batch) -> Batch | None:
+def combine_counts(batch: Batch, values_valid: bool = False) -> Batch | None:
     """The batch's records combined per key (see the module), or None when it has nothing
-    to combine or must go as it is."""
-    ks, vs, ts = batch.keys, batch.values, batch.timestamps
+    to combine or must go as it is. ``values_valid``: the values are known not to be null
+    (they are the keys)."""
+    ks, vs = batch.keys, batch.values
     n = len(ks)
+    kind = _ARROW_KEY_TYPES.get(type(ks[0])) if n > 1 else None
+    # one key type: Arrow would take b"a" as "a", or 1.0 as 1
+    if kind is None or len(set(map(type, ks))) != 1:
+        return None
     try:
-        last = dict(zip(ks, range(n), strict=True))
-    except TypeError:  # an unhashable key
+        keys = pa.array(ks, kind)
+    except (pa.ArrowException, OverflowError):
         return None
-    if (
-        len(last) == n
-        or None in last
-        or any(type(k) not in _KEY_TYPES for k in last)  # equal means equal bytes
-        or any(map(operator.is_, vs, repeat(None)))
-        or min(ts) < 0
-    ):
+    if keys.null_count or (not values_valid and any(map(operator.is_, vs, repeat(None)))):
         return None
-    counts = Counter(ks)
-    if all(map(operator.le, ts, islice(ts, 1, None))):  # in time order: the last is latest
-        latest = {key: ts[i] for key, i in last.items()}
-    else:
-        latest = {}
-        for key, t in zip(ks, ts, strict=True):
-            if t > latest.get(key, -1):
-                latest[key] = t
-    order = sorted(last.values())
+    ts = np.fromiter(batch.timestamps, np.int64, n)
+    table = pa.table({"k": keys, "t": ts, "i": np.arange(n, dtype=np.int64)})
+    groups = table.group_by("k", use_threads=False).aggregate(
+        [("i", "max"), ("i", "count"), ("t", "max")]
+    )
+    if len(groups) == n or int(ts.min()) < 0:
+        return None
+    groups = groups.sort_by("i_max")  # each key at its last record: the cache's order
+    order = groups.column("i_max").to_pylist()
+    counts = groups.column("i_count").to_pylist()
     hs, rows = batch.headers, batch.rows
-    keys = [ks[i] for i in order]
     headers: list[Headers] = []
-    for i, key in zip(order, keys, strict=True):
+    for i, many in zip(order, counts, strict=True):
         own = () if hs is None else hs[i]
-        many = counts[key]
         headers.append(own if many == 1 else (*own, (COMBINED_HEADER, many.to_bytes(8, "big"))))
     return Batch(
-        keys, [vs[i] for i in order], [latest[k] for k in keys], headers, [rows[i] for i in order]
+        [ks[i] for i in order],
+        [vs[i] for i in order],
+        groups.column("t_max").to_pylist(),
+        headers,
+        [rows[i] for i in order],
     )
 
 

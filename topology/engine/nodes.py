@@ -200,10 +200,11 @@ class SinkProcessor:
         assert topic is not None
         send_batch = getattr(self.collector, "send_batch", None)
         if self.combine:
-            combined = combine_counts(batch)
+            same = _same_items(batch.keys, batch.values)
+            combined = combine_counts(batch, values_valid=same)
             if combined is not None:
                 try:
-                    if not (self._same_serde and _same_items(batch.keys, batch.values)):
+                    if not (self._same_serde and same):
                         self._serialize(self._value_serde, topic, batch.values, send_batch)
                     keys, values = self._serialized(topic, combined, send_batch)
                 except Exception:  # the batch goes as it is, its failures and all

@@ -10,17 +10,18 @@ The windows phase adds window and session factories beside :class:`KeyValueStore
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from common.config import StreamsConfig
 from common.errors import SerializationError
-from common.serdes import Serde, serde_from_name
+from common.serdes import LongSerde, Serde, deserialize_many, serde_from_name
 from statestores.api import StoreBuilder
 from topology.api.record import Change, ValueAndTimestamp
 
 _TS = struct.Struct(">q")
+_TS_LONG = struct.Struct(">qq")  # a timestamp, then a long value
 _LEN = struct.Struct(">i")
 
 
@@ -221,6 +222,29 @@ class ValueAndTimestampSerde:
 
     def __repr__(self) -> str:
         return f"ValueAndTimestampSerde({self.inner!r})"
+
+    def deserialize_batch(
+        self, topic: str, items: Sequence[bytes | None]
+    ) -> list[ValueAndTimestamp[Any] | None] | None:
+        """Many at once (``deserialize_many``); None when one is too short (the scalar
+        path reports it)."""
+        if any(len(d) < _TS.size for d in items if d is not None):
+            return None
+        if type(self.inner) is LongSerde:  # an aggregate's count: both at once
+            unpack = _TS_LONG.unpack
+            out: list[ValueAndTimestamp[Any] | None] = []
+            for d in items:
+                if d is None or len(d) != _TS_LONG.size:
+                    out.append(None if d is None else self.deserialize(topic, d))
+                else:
+                    ts, value = unpack(d)
+                    out.append(ValueAndTimestamp(value, ts))
+            return out
+        values = deserialize_many(self.inner, topic, [None if d is None else d[8:] for d in items])
+        return [
+            None if d is None else ValueAndTimestamp(v, _TS.unpack_from(d)[0])
+            for d, v in zip(items, values, strict=True)
+        ]
 
     def serialize(self, topic: str, data: ValueAndTimestamp[Any] | None) -> bytes | None:
         """Return ``timestamp + value`` bytes; ``None`` gives ``None``."""

@@ -6,6 +6,7 @@ function, and forwards through the pre-bound children of its context.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, repeat
@@ -170,9 +171,11 @@ class FlatMapValuesProcessor(_Stateless):
         except Exception as exc:
             raise self.fail(exc) from exc
         index = _index_of(got)
-        self.context.forward_batch(
-            _expanded(batch, list(map(ks.__getitem__, index)), values, index)
-        )
+        if all(map(operator.is_, ks, repeat(None))):  # no keys (lines of text): none again
+            keys = [None] * len(index)
+        else:
+            keys = list(map(ks.__getitem__, index))
+        self.context.forward_batch(_expanded(batch, keys, values, index))
 
 
 class SelectKeyProcessor(_Stateless):

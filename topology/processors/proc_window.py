@@ -21,7 +21,9 @@ from topology.api.windows import FixedWindows
 from topology.engine.columnar import Batch
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
+from topology.processors.proc_aggregate import count_add, count_init
 from topology.processors.proc_table import TableParams, TupleForwarder
+from topology.processors.window_count import count_windows
 
 _LOG = logging.getLogger(__name__)
 _new = tuple.__new__
@@ -119,6 +121,25 @@ class TimeWindowAggregateProcessor(WindowedAggregating):
     ) -> None:
         super().__init__(name, params, initializer, aggregator)
         self.windows = windows
+        #: A ``count()``: a source's raw columns may be counted inside Arrow.
+        self.counting = initializer is count_init and aggregator is count_add
+
+    def process_arrow(  # noqa: PLR0917 - a source's raw columns
+        self,
+        topic: str,
+        keys: Any,
+        values: Any,
+        timestamps: Any,
+        key_serde: Any,
+        value_serde: Any,
+        weights: Any = None,
+    ) -> bool:
+        """Count a source's raw columns per key and window inside Arrow (see
+        :mod:`topology.processors.window_count`); False, having done nothing, when they
+        go the usual way."""
+        if not self.counting or weights is not None:
+            return False
+        return count_windows(self, topic, keys, timestamps, key_serde, values, value_serde)
 
     def process(self, record: AnyRecord) -> None:
         """Update the record's open windows, drop it from the closed ones."""

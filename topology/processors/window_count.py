@@ -1,0 +1,107 @@
+"""A windowed count of a source's raw columns inside Arrow (tumbling and hopping windows).
+
+``windowed_by(TimeWindows...).count()`` reads nothing of a record but its key, its
+timestamp and its key's nullness. With a cache (one update per key and window at the
+flush), a batch of raw columns is counted without a Python object per record: the
+processor's observed stream time is a running maximum, each record is paired with the
+windows holding it, a pair whose window has closed (``end <= stream time - grace``) is
+dropped, and the pairs are grouped by key bytes and window start, giving each window's
+count, latest timestamp and last update. Only distinct keys are deserialized, and each key
+and window is read and written once, in the order of its last update, which is the
+cache's dirty order of record-at-a-time processing. The drops and the observed stream time
+are those of record-at-a-time processing, record for record.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from common.columns import column_decodes, deserialize_column
+from common.errors import SerializationError
+from topology.api.record import ValueAndTimestamp
+from topology.api.windows import MAX_TIME, TimeWindows
+
+
+def count_windows(  # noqa: PLR0917 - a source's raw columns
+    node: Any,
+    topic: str,
+    keys: Any,
+    timestamps: Any,
+    key_serde: Any,
+    values: Any,
+    value_serde: Any,
+) -> bool:
+    """Count the columns into ``node``'s windows (a ``TimeWindowAggregateProcessor`` that
+    counts, with a cache). Return False, having done nothing, when they must go the usual
+    way: no cache, debug logging of drops, a key or value that would not deserialize, or
+    timestamps near the end of time."""
+    windows = node.windows
+    if (
+        not isinstance(windows, TimeWindows)
+        or not node.forwarder.buffered
+        or logging.getLogger("topology.processors.proc_window").isEnabledFor(logging.DEBUG)
+        or not column_decodes(value_serde, values)
+    ):
+        return False
+    size, advance, grace = windows.size_ms, windows.advance_ms, windows.grace_ms
+    stamps = np.asarray(timestamps, dtype=np.int64)
+    valid = np.flatnonzero(np.asarray(keys.is_valid(), dtype=bool))
+    t = stamps[valid]
+    if len(t) and int(t.max()) > MAX_TIME - size:
+        return False
+    seen = np.maximum.accumulate(t) if len(t) else t
+    stream = np.maximum(seen, node.observed_stream_time)
+    first = (np.maximum(0, t - size + advance) // advance) * advance
+    steps = np.arange(-(-size // advance), dtype=np.int64)
+    starts = first[:, None] + steps[None, :] * advance
+    holding = starts <= t[:, None]
+    closed = (starts + size) <= (stream - grace)[:, None]
+    rows, step = np.nonzero(holding & ~closed)  # in update order: record, then window start
+    pairs = pa.table(
+        {
+            "k": keys.take(pa.array(valid[rows])),
+            "s": starts[rows, step],
+            "t": t[rows],
+            "p": np.arange(len(rows), dtype=np.int64),
+        }
+    )
+    groups = (
+        pairs.group_by(["k", "s"], use_threads=False)
+        .aggregate([("p", "max"), ("p", "count"), ("t", "max")])
+        .sort_by("p_max")
+    )
+    try:
+        decoded = deserialize_column(key_serde, topic, groups.column("k"))
+    except SerializationError:
+        return False
+    if any(key is None for key in decoded):  # a serde reading these bytes as no key
+        return False
+    store, set_timestamp = node.store, node.context.set_timestamp
+    last_ts = t[rows][groups.column("p_max").to_numpy()].tolist()
+    for key, start, many, latest, stamp in zip(
+        decoded,
+        groups.column("s").to_pylist(),
+        groups.column("p_count").to_pylist(),
+        groups.column("t_max").to_pylist(),
+        last_ts,
+        strict=True,
+    ):
+        stored = store.fetch_value(key, start)
+        if stored is not None:
+            many += stored[0]  # noqa: PLW2901 - the new count
+            latest = max(latest, stored[1])  # noqa: PLW2901 - its timestamp
+        set_timestamp(stamp)
+        store.put(key, ValueAndTimestamp(many, latest), start)
+    if len(t):
+        node.observed_stream_time = int(stream[-1])
+    drops = len(stamps) - len(valid) + int((holding & closed).sum())
+    node.dropped += drops
+    record_dropped = getattr(node.context, "record_dropped", None)
+    if record_dropped is not None:
+        for _ in range(drops):
+            record_dropped()
+    return True
