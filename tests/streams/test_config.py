@@ -61,6 +61,7 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "num.partitions": "1",
         "statestore.uncommitted.max.bytes": str(64 * 1024 * 1024),
         "max.poll.records": "1000",
+        "batch.spark.partitions": "0",
         "metadata.max.age.ms": "300000",
         "max.task.idle.ms": "0",
         "session.timeout.ms": "45000",
