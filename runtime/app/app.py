@@ -48,7 +48,7 @@ from runtime.spark.source_topics import internal_topic_names, pattern_sources, p
 from runtime.spark.startup import SessionStart
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from runtime.tasks.client import shutdown_hosts
+from runtime.tasks.client import shutdown_hosts, start_host_server
 from runtime.thread.batch_levels import BatchLevels, plan_levels
 from runtime.thread.membership import ThreadMembership, task_partitions
 from runtime.thread.stream_thread import ApplicationShutdownError, StreamThread, TaskMigratedError
@@ -335,6 +335,10 @@ class StreamsApp:
         )
         thread.on_rebalancing = functools.partial(self._thread_rebalancing, index)
         positions = thread.start()
+        if index == 1 and str(self.spark.sparkContext.master).startswith("local"):
+            # the executor is this machine: its host server imports the task engine while
+            # the query starts, not in the first batch
+            start_host_server(self.config.state_dir, self.application_id)
         query = self._start_query(thread, index, positions)
         if len(self.threads) >= index:
             self.threads[index - 1], self.queries[index - 1] = thread, query

@@ -57,7 +57,8 @@ class HostServer:
 
     def serve(self) -> None:
         """Accept requests until the watched process ends, a shutdown, or idleness."""
-        listener = self.listener = _listen(os.path.join(self.directory, SERVER_SOCKET))
+        listener = self.listener or _listen(os.path.join(self.directory, SERVER_SOCKET))
+        self.listener = listener
         listener.settimeout(0.5)
         last = time.monotonic()
         try:
@@ -186,6 +187,9 @@ def main(argv: list[str]) -> int:
                 return 0
             time.sleep(0.05)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # listening before the imports below: a worker asking meanwhile waits for the answer
+    # (rather than starting a server of its own)
+    listener = _listen(os.path.join(directory, SERVER_SOCKET))
     # the task engine, imported once this process is the executor's server (a worker that
     # lost the race above pays nothing), before any host is forked from it. Spark puts
     # its zipped pyspark first on the path, which is compiled at every import (a zip holds
@@ -195,7 +199,9 @@ def main(argv: list[str]) -> int:
     # what is imported lives as long as the process: the collector never scans it again,
     # in this server or in the hosts forked from it (a full collection in a host would)
     gc.freeze()
-    HostServer(directory, watch_pid).serve()
+    server = HostServer(directory, watch_pid)
+    server.listener = listener
+    server.serve()
     return 0
 
 
