@@ -335,9 +335,11 @@ class StreamsApp:
         )
         thread.on_rebalancing = functools.partial(self._thread_rebalancing, index)
         positions = thread.start()
-        if index == 1 and str(self.spark.sparkContext.master).startswith("local"):
-            # the executor is this machine: its host server imports the task engine while
-            # the query starts, not in the first batch
+        master = str(self.spark.sparkContext.master)
+        if index == 1 and (master == "local" or master.startswith("local[")):
+            # the executor is this process's JVM: its host server imports the task engine
+            # while the query starts, not in the first batch (not so on local-cluster,
+            # whose executors come and go on their own)
             start_host_server(self.config.state_dir, self.application_id)
         query = self._start_query(thread, index, positions)
         if len(self.threads) >= index:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import base64
 import logging
 import pickle
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,9 +106,9 @@ class BatchPlan:
     at_least_once. ``outcomes`` tells stores how earlier transactions ended, so a prepared
     batch left by an earlier batch is applied or dropped. ``inline`` maps each repartition
     topic shuffled inside the batch to the level reading it; ``levels`` maps each
-    sub-topology to its level; ``shuffle`` maps a level's partition count to the shuffle
-    value of each partition. ``snapshot``: upload a snapshot of each task's stores (their
-    committed state, once opened) in this batch.
+    sub-topology to its level; ``level_partitions`` each level's task count, which run in
+    at most ``spark_partitions`` Spark partitions (0: one per task). ``snapshot``: upload
+    a snapshot of each task's stores (their committed state, once opened) in this batch.
 
     ``inputs`` (a streams application's batches) names, per partition number, the file
     slices each source topic partition is read from: from the committed position on, at
@@ -141,7 +141,6 @@ class BatchPlan:
     task_transactions: Mapping[str, tuple[str, int, str]] = field(default_factory=dict)
     inline: Mapping[str, int] = field(default_factory=dict)
     levels: Mapping[int, int] = field(default_factory=dict)
-    shuffle: Mapping[int, Sequence[int]] = field(default_factory=dict)
     level_partitions: Mapping[int, int] = field(default_factory=dict)
     snapshot: bool = False
     inputs: Mapping[int, tuple[TopicSlices, ...]] | None = None
@@ -451,8 +450,7 @@ def _shuffle_of(plan: BatchPlan, level: int, partition: int) -> int:
     if tasks <= 0:
         return partition
     spark = plan.spark_partitions_of(tasks)
-    keys = plan.shuffle.get(spark) or shuffle_keys_of(spark)
-    return keys[partition % spark]
+    return shuffle_keys_of(spark)[partition % spark]
 
 
 def _collect(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.tasks.shuffle import shuffle_keys
 from topology.graph.graph import ProcessorSpec, SinkSpec, SourceSpec
 from topology.graph.topology import Topology
 
@@ -109,7 +108,7 @@ def _reaches(edges: Mapping[Any, set[Any]], start: Any, goal: Any) -> bool:
 class BatchLevels:
     """How a batch runs its sub-topologies: ``inline`` repartition topic -> the level
     reading it, ``levels`` sub-topology -> its last level, ``partitions`` level -> its
-    task count, ``shuffle`` task count -> the shuffle value of each partition, ``topics``
+    task count, ``topics``
     source topic -> the level its records are processed at (when not its sub-topology's
     last), ``visits`` sub-topology -> every level it runs at (when more than one),
     ``spill`` the inline topics a task reads together with a topic read from storage: their
@@ -119,7 +118,6 @@ class BatchLevels:
     inline: dict[str, int]
     levels: dict[int, int]
     partitions: dict[int, int]
-    shuffle: dict[int, list[int]]
     topics: dict[str, int] = field(default_factory=dict)
     visits: dict[int, tuple[int, ...]] = field(default_factory=dict)
     spill: frozenset[str] = frozenset()
@@ -176,12 +174,10 @@ def plan_levels(
     for sub_id, lv in visits.items():
         for each in lv or {0}:
             partitions[each] = max(partitions.get(each, 0), tasks.get(sub_id, 0))
-    shuffle = {n: shuffle_keys(n) for n in set(partitions.values()) if n > 0}
     return BatchLevels(
         inline,
         last,
         partitions,
-        shuffle,
         topics={t: lv for t, lv in level.items() if lv != last[sources[t]]},
         visits={s: tuple(sorted(lv)) for s, lv in visits.items() if len(lv) > 1},
         spill=frozenset(spill),

@@ -127,7 +127,7 @@ class StreamThread:
         self.transactional_id = transactional_id
         self.tasks = dict(tasks or {})
         self.partitions = partitions
-        self.levels = levels or BatchLevels({}, {}, {}, {})
+        self.levels = levels or BatchLevels({}, {}, {})
         self.topic_levels = self.levels
         self.shuffle_levels = shuffle_levels
         #: ``batch.spark.partitions``, else Spark's parallelism (known at the first batch).
@@ -456,7 +456,6 @@ class StreamThread:
             levels=self.levels.levels,
             topic_levels=self.levels.topics,
             batch=self.batches,
-            shuffle=self.levels.shuffle,
             level_partitions=self.levels.partitions,
             snapshot=self._snapshot_due(),
             inputs=self.reads.inputs,

@@ -12,7 +12,10 @@ import pyarrow as pa
 import pytest
 
 from common.config import StreamsConfig
-from common.serdes import Serdes
+from common.errors import StreamsError
+from tests.topology.test_columnar import BASE as COLUMNAR_BASE
+from tests.topology.test_columnar import Collector as SentRecords
+from tests.topology.test_columnar import L, S
 from topology import (
     Grouped,
     Materialized,
@@ -32,14 +35,7 @@ from topology.engine.combine import (
 )
 from topology.engine.task import StreamTask
 
-S, L = Serdes.String(), Serdes.Long()
-BASE = {
-    "application.id": "cmb",
-    "topics.root": "/tmp/unused",
-    "default.key.serde": "string",
-    "default.value.serde": "string",
-    "default.dsl.store": "in_memory",
-}
+BASE = {**COLUMNAR_BASE, "application.id": "cmb"}
 REPARTITION = "cmb-counts-repartition"
 
 
@@ -50,18 +46,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> str:
     return "each task's own"
 
 
-class Collector:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, Any, Any, int, tuple[Any, ...]]] = []
-
-    def send(  # noqa: PLR0917 - the RecordCollector protocol
-        self, topic: str, key: Any, value: Any, timestamp: int, headers: Any, partition: Any
-    ) -> None:
-        self.sent.append((topic, key, value, timestamp, tuple(headers)))
-
-    def partitions_for(self, topic: str) -> int:
-        return 1
-
+class Collector(SentRecords):
     def take(self, topic: str) -> list[tuple[str, Any, Any, int, tuple[Any, ...]]]:
         mine = [r for r in self.sent if r[0] == topic]
         self.sent = [r for r in self.sent if r[0] != topic]
@@ -217,3 +202,9 @@ def test_every_feed_gives_the_same_outputs() -> None:
     results = [counted(feed)[1:] for feed in ("arrow", "lists", "record")]
     assert results[0] == results[1]
     assert sorted(results[0][0]) == sorted(results[2][0])  # the record path: one at a time
+
+
+def test_a_malformed_combined_header_is_refused_with_what_to_do() -> None:
+    for value in (b"\x00" * 8, b"\x01", None):
+        with pytest.raises(StreamsError, match="do not produce to it"):
+            weights_of([((COMBINED_HEADER, value),)])

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from common.errors import StreamsError
 from topology.api.record import Headers
 from topology.api.timestamps import FailOnInvalidTimestamp, extractor_from_name
 from topology.engine.columnar import Batch
@@ -158,14 +159,24 @@ def weights_of(headers: Sequence[Headers]) -> tuple[list[int], list[Headers]] | 
         if hs and any(h[0] == COMBINED_HEADER for h in hs):
             rest = []
             for name, value in hs:
-                if name == COMBINED_HEADER and value is not None:
-                    many = int.from_bytes(value, "big")
+                if name == COMBINED_HEADER:
+                    many = _weight(value)
                 else:
                     rest.append((name, value))
             kept, combined = tuple(rest), True
         weights.append(many)
         stripped.append(kept)
     return (weights, stripped) if combined else None
+
+
+def _weight(value: bytes | None) -> int:
+    if value is None or len(value) != 8 or not 0 < (many := int.from_bytes(value, "big")) < 1 << 62:
+        raise StreamsError(
+            f"a record of a count's repartition topic carries the header {COMBINED_HEADER} "
+            f"with {value!r}, not a count of 8 bytes: only the application writes that "
+            "topic; do not produce to it (or reset the application to read past it)"
+        )
+    return many
 
 
 def expansion(weights: Sequence[int]) -> Any:

@@ -63,7 +63,7 @@ def test_levels_follow_the_repartition_topics() -> None:
     assert levels.levels == {0: 0, 1: 1, 2: 2}
     assert levels.inline == {names[0]: 1, names[1]: 2}
     assert levels.depth == 3
-    assert levels.shuffle == {4: shuffle_keys(4)}
+    assert levels.partitions == {0: 4, 1: 4, 2: 4}
     through = plan_levels(topology, sources, {0: 4, 1: 4, 2: 4}, "app", in_batch=False)  # type: ignore[arg-type]
     assert through.levels == {0: 0, 1: 0, 2: 0}
     assert through.inline == {}
