@@ -212,6 +212,9 @@ class StreamsConfig(BaseModel):
         ge=0,
     )
     metadata_max_age_ms: _Int = _key("metadata.max.age.ms", _POSITIVE, default=300000, gt=0)
+    # how often a stream thread looks for new records in its topics (Kafka's poll.ms: how
+    # long a poll waits for input)
+    poll_ms: _Int = _key("poll.ms", _POSITIVE, default=100, gt=0)
     max_task_idle_ms: _Int = _key(
         "max.task.idle.ms",
         "-1 (never wait) or an integer >= 0",

@@ -10,9 +10,10 @@
 
 ``start()`` checks the topics, creates the internal ones, fences any older instance of
 the same stream thread (its transactional id ``<application.id>-<processId>-<thread>``
-survives restarts through the process id kept in ``state.dir``), and starts the query:
-the ``streams-topic`` source from the committed positions, one ``foreachBatch`` call per
-micro-batch, triggered every ``commit.interval.ms``.
+survives restarts through the process id kept in ``state.dir``), and starts each thread's
+query: one ``foreachBatch`` call per micro-batch, which plans its reads from the committed
+positions, triggered (at most every ``commit.interval.ms``) when the thread's topics have
+new records or the thread asks (:mod:`runtime.spark.trigger`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
-import json
 import logging
 import os
 import shutil
@@ -43,10 +43,10 @@ from runtime.app.app_state import (
 from runtime.app.internal_topics import TopicPlan, plan_topics
 from runtime.app.process_id import load_or_create_process_id
 from runtime.group.coordinator import GroupState
-from runtime.spark.source import SOURCE_NAME, TopicSource
-from runtime.spark.source_topics import internal_topic_names, pattern_sources, patterns_to_json
+from runtime.spark.session import default_master
+from runtime.spark.source_topics import PatternWatch, internal_topic_names, pattern_sources
 from runtime.spark.startup import SessionStart
-from runtime.storage.reader import TopicReader
+from runtime.spark.trigger import BatchTrigger
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.client import shutdown_hosts, start_host_server
 from runtime.thread.batch_levels import BatchLevels, plan_levels
@@ -136,6 +136,11 @@ class StreamsApp:
             # The JVM starts while the topics are planned and older instances fenced.
             self._session_start = SessionStart(f"streams-{self.application_id}")
         try:
+            if self._master().split("[")[0] == "local":
+                # the executor is this process's JVM: its host server imports the task
+                # engine while the application starts, not in the first batch (not so on
+                # local-cluster, whose executors come and go on their own)
+                start_host_server(self.config.state_dir, self.application_id)
             self.plan = plan_topics(
                 self.topology, self.admin, self.application_id, config=self.config
             )
@@ -278,6 +283,13 @@ class StreamsApp:
             self._spark = self._session_start.session()
         return self._spark
 
+    def _master(self) -> str:
+        """The Spark master: the session's, or the one a session built here gets."""
+        if self._spark is not None:
+            return str(self._spark.sparkContext.master)
+        active = SparkSession.getActiveSession()
+        return str(active.sparkContext.master) if active is not None else default_master()
+
     def checkpoint_location(self) -> str:
         """Where Spark keeps this application's query checkpoint."""
         return self.admin.root.uri_of("_apps", self.application_id, "checkpoint")
@@ -328,20 +340,21 @@ class StreamsApp:
             membership=membership,
             shutdown_marker=(self._shutdown_marker(), self._started_ms),
             internal_sources=frozenset(self.plan.sources) - frozenset(self.plan.external_sources),
-            wake=self._wake_file(index),
             global_topics=plan.global_topics,
             offset_resets=plan.offset_resets,
-            subscription=self._subscription_file(index) if self._patterns else None,
+        )
+        # before the thread starts and its query's first batch plans: a record appended
+        # after this is seen by the trigger's watch
+        thread.trigger = BatchTrigger(
+            self.admin,
+            thread.source_topics,
+            poll_ms=self.config.poll_ms,
+            name=thread.transactional_id,
+            patterns=self._pattern_watch(),
         )
         thread.on_rebalancing = functools.partial(self._thread_rebalancing, index)
-        positions = thread.start()
-        master = str(self.spark.sparkContext.master)
-        if index == 1 and (master == "local" or master.startswith("local[")):
-            # the executor is this process's JVM: its host server imports the task engine
-            # while the query starts, not in the first batch (not so on local-cluster,
-            # whose executors come and go on their own)
-            start_host_server(self.config.state_dir, self.application_id)
-        query = self._start_query(thread, index, positions)
+        thread.start()
+        query = self._start_query(thread, index)
         if len(self.threads) >= index:
             self.threads[index - 1], self.queries[index - 1] = thread, query
         else:
@@ -364,18 +377,6 @@ class StreamsApp:
                     self._machine.transit(AppState.RUNNING)
             except IllegalStateTransitionError:  # a shutdown or an error got there first
                 log.debug("[app %s] state %s moved on", self.application_id, state.value)
-
-    def _wake_file(self, index: int) -> str:
-        """The file holding thread ``index``'s wake token for its source."""
-        return self.admin.root.path(
-            "_apps", self.application_id, "wake", f"{self.process_id}-thread-{index}"
-        )
-
-    def _subscription_file(self, index: int) -> str:
-        """The file where thread ``index``'s source names the topics it watches."""
-        return self.admin.root.path(
-            "_apps", self.application_id, "subscription", f"{self.process_id}-thread-{index}"
-        )
 
     def _shutdown_marker(self) -> str:
         """The file whose presence asks every instance of the application to stop."""
@@ -413,58 +414,36 @@ class StreamsApp:
         # hosts close when idle or when their executor ends)
         shutdown_hosts(self.config.state_dir, self.application_id)
 
-    def _start_query(
-        self, thread: StreamThread, index: int, positions: dict[tuple[str, int], int]
-    ) -> StreamingQuery:
-        assert self.plan is not None
-        topics = thread.source_topics
-        starting: dict[str, dict[str, int]] = {}
-        reader = TopicReader(self.admin)
-        for (topic, partition), offset in positions.items():
-            starting.setdefault(topic, {})[str(partition)] = offset
-        for topic in topics:  # internal topics always start at the beginning
-            if topic not in self.plan.external_sources:
-                begin = reader.beginning_offsets(topic)
-                known = starting.setdefault(topic, {})
-                for p, off in begin.items():
-                    known.setdefault(str(p), off)
-        self.spark.dataSource.register(TopicSource)
-        stream = (
-            self.spark.readStream.format(SOURCE_NAME)
-            .option("root", self.admin.root.uri_of())
-            .option("topics", json.dumps(topics))
-            .option("starting_offsets", json.dumps(starting))
-            # Spark's offsets only trigger batches; the thread plans the reads itself,
-            # each source with its own reset policy: a first batch runs for every record
-            .option("auto_offset_reset", "earliest")
-            .option("max_poll_records", str(self.config.max_poll_records))
-            .option("trigger_only", "true")
-            .option("wake", self._wake_file(index))
-            .options(**self._pattern_options(index))
-            .load()
+    def _start_query(self, thread: StreamThread, index: int) -> StreamingQuery:
+        """Start thread ``index``'s query: its trigger's batches, each a ``foreachBatch``
+        call of the thread, which plans the reads from its committed positions. Spark's
+        checkpoint holds nothing to recover, so each start begins with an empty one."""
+        assert thread.trigger is not None
+        name = f"{self.process_id}-thread-{index}"
+        self.admin.root.delete_dir(
+            self.admin.root.path("_apps", self.application_id, "checkpoint", name)
         )
         return (
-            stream.writeStream.foreachBatch(thread.run_batch)
+            thread.trigger.dataframe(self.spark)
+            .writeStream.foreachBatch(thread.run_batch)
             .queryName(f"streams-{self.application_id}-{self.process_id}-{index}")
-            .option(
-                "checkpointLocation",
-                f"{self.checkpoint_location()}/{self.process_id}-thread-{index}",
-            )
+            .option("checkpointLocation", f"{self.checkpoint_location()}/{name}")
             .trigger(processingTime=f"{self.config.commit_interval_ms} milliseconds")
             .start()
         )
 
-    def _pattern_options(self, index: int) -> dict[str, str]:
-        """The source's options of a topology with pattern sources: watch for new
-        matching topics (never the internal ones) every ``metadata.max.age.ms``."""
+    def _pattern_watch(self) -> PatternWatch | None:
+        """What finds the topics a pattern source subscribes to later: the existing
+        topics it matches (never the internal ones), listed every
+        ``metadata.max.age.ms``."""
         if not self._patterns:
-            return {}
-        return {
-            "patterns": patterns_to_json(self._patterns),
-            "exclude": json.dumps(sorted(internal_topic_names(self.topology, self.application_id))),
-            "metadata_max_age_ms": str(self.config.metadata_max_age_ms),
-            "subscription": self._subscription_file(index),
-        }
+            return None
+        return PatternWatch(
+            [p.pattern for p in self._patterns],
+            internal_topic_names(self.topology, self.application_id),
+            self.admin.list,
+            self.config.metadata_max_age_ms,
+        )
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc

@@ -16,17 +16,12 @@ partition)`` then finds all its records in one Spark partition, without a shuffl
 Planning (offsets, which file rows to read) runs on the driver from the offset index; an
 executor only opens the parquet files its partition names (it never touches the Delta log).
 
-With ``trigger_only=true`` (what a streams application uses) the source only says *when*
-to run a batch and fans it out: its offsets are the log-end offsets, plus a wake token read
-from the file named by the ``wake`` option, and a batch has one row per partition number
-of the subscribed topics, with or without new records. The application plans what each
-task reads from its committed positions (so records it held back, or partitions it was
-just assigned, are read again) and changes the wake token when a batch left records
-behind, so that the next trigger runs even when no new record arrives.
+With ``plan_only=true`` a batch has one row per Spark input partition naming the file
+slices to read (:data:`PLAN_SCHEMA`), for a consumer that reads them itself.
 
-With ``patterns`` (a pattern source), the source lists the topics again at most every
-``metadata_max_age_ms``, watches the new matching ones (``exclude``: never these) and names
-every watched topic in the ``subscription`` file, for the stream thread to read them.
+A streams application does not read its topics through this source: its stream threads
+plan each batch's reads themselves, from their committed positions, and their queries are
+started by a trigger (:mod:`runtime.spark.trigger`).
 """
 
 from __future__ import annotations
@@ -42,8 +37,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from common.errors import ConfigError, OffsetOutOfRangeError
-from runtime.spark.source_topics import PatternWatch, patterns_from_json
-from runtime.storage.fs import StorageRoot
 from runtime.storage.reader import TopicReader
 from runtime.storage.slices import TopicSlices, read_topic_slices
 
@@ -60,9 +53,6 @@ SOURCE_SCHEMA = (
 PLAN_SCHEMA = "partition int, task_input binary"
 
 Offsets = dict[str, dict[str, int]]
-
-#: The offsets entry of the wake token (not a topic name: "~" is not allowed in one).
-WAKE_KEY = "~wake"
 
 
 class TaskInput(InputPartition):
@@ -121,23 +111,10 @@ class TopicStreamReader(DataSourceStreamReader):
         self.starting: Offsets = json.loads(options.get("starting_offsets", "{}"))
         self.reset = options.get("auto_offset_reset", "earliest")
         self.max_poll_records = int(options.get("max_poll_records", "1000"))
-        self.trigger_only = options.get("trigger_only", "false").lower() == "true"
-        self.plan_only = self.trigger_only or options.get("plan_only", "false").lower() == "true"
-        self.wake = options.get("wake", "")
+        self.plan_only = options.get("plan_only", "false").lower() == "true"
         only = options.get("partitions")
         self.only: frozenset[int] | None = frozenset(json.loads(only)) if only else None
         self._reader: TopicReader | None = None
-        self._root: StorageRoot | None = None
-        self.subscription = options.get("subscription", "")
-        self._watch: PatternWatch | None = None
-        patterns = patterns_from_json(options.get("patterns", "[]"))
-        if patterns:
-            self._watch = PatternWatch(
-                patterns,
-                json.loads(options.get("exclude", "[]")),
-                lambda: self.reader.admin.list(),  # noqa: PLW0108 - the reader is lazy
-                int(options.get("metadata_max_age_ms", "300000")),
-            )
 
     @property
     def reader(self) -> TopicReader:
@@ -152,10 +129,7 @@ class TopicStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_poll_records)
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:  # noqa: N802
-        self._watch_patterns()
-        cap = None
-        if not self.trigger_only and not isinstance(limit, ReadAllAvailable):
-            cap = self.max_poll_records
+        cap = None if isinstance(limit, ReadAllAvailable) else self.max_poll_records
         out: Offsets = {}
         for topic in self.topics:
             begun = start.get(topic, {})
@@ -167,34 +141,9 @@ class TopicStreamReader(DataSourceStreamReader):
                 at = begun.get(key, 0)
                 positions[key] = end if cap is None else min(end, at + cap)
             out[topic] = positions
-        if self.wake:
-            token = self.storage.read_bytes(self.wake)
-            if token:
-                out[WAKE_KEY] = {"0": int(token)}
         return out
 
-    @property
-    def storage(self) -> StorageRoot:
-        if self._root is None:
-            self._root = StorageRoot(self.root)
-        return self._root
-
-    def _watch_patterns(self) -> None:
-        """Subscribe to new topics the ``patterns`` match (at most every
-        ``metadata_max_age_ms``); name every topic in the ``subscription`` file, which
-        the stream thread reads before it plans the batch these offsets trigger."""
-        if self._watch is None:
-            return
-        new = self._watch.poll(self.topics)
-        if new:
-            self.topics = sorted({*self.topics, *new})
-            if self.subscription:
-                self.storage.write_bytes(self.subscription, json.dumps(self.topics).encode())
-
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
-        if self.trigger_only:  # every partition number; the application plans the reads
-            numbers = {int(p) for t in self.topics for p in end.get(t, {})}
-            return [TaskInput(self.root, p, ()) for p in sorted(numbers)]
         grouped: dict[int, list[TopicSlices]] = {}
         for topic in self.topics:
             for key, stop in end.get(topic, {}).items():
@@ -237,10 +186,7 @@ class TopicSource(DataSource):
     def schema(self) -> str:
         """Record rows, or with the option ``plan_only=true`` one row per input partition
         naming what to read (:data:`PLAN_SCHEMA`)."""
-        plan_only = any(
-            str(self.options.get(name, "false")).lower() == "true"
-            for name in ("plan_only", "trigger_only")
-        )
+        plan_only = str(self.options.get("plan_only", "false")).lower() == "true"
         return PLAN_SCHEMA if plan_only else SOURCE_SCHEMA
 
     def streamReader(self, schema: StructType) -> TopicStreamReader:  # noqa: N802

@@ -4,9 +4,10 @@ position (Kafka's ``SourceNodeFactory`` / ``InternalTopologyBuilder`` subscripti
 A source names its topics, or a pattern (``builder.stream(re.compile("orders-.*"))``):
 a pattern subscribes to every existing topic whose whole name matches it, except the
 application's internal topics (repartition topics and changelogs), as Kafka's pattern
-subscription leaves out internal topics. Topics created later are found by the Spark
-topic source (:class:`PatternWatch`, at most every ``metadata.max.age.ms``), which then
-triggers a batch and names them in the stream thread's subscription file.
+subscription leaves out internal topics. Topics created later are found by the stream
+thread's batch trigger (:class:`PatternWatch`, at most every ``metadata.max.age.ms``),
+which then watches them, runs a batch and names them for the thread
+(:class:`PatternFollower`).
 
 A source's own reset policy (``Consumed.with_offset_reset_policy``) wins over the
 application's ``auto.offset.reset`` for its topics.
@@ -14,7 +15,6 @@ application's ``auto.offset.reset`` for its topics.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -96,16 +96,6 @@ def offset_resets(topology: Topology, topics: Iterable[str], application_id: str
     return out
 
 
-def patterns_to_json(patterns: Iterable[PatternSource]) -> str:
-    """Render patterns for the topic source's ``patterns`` option."""
-    return json.dumps([[p.pattern.pattern, int(p.pattern.flags)] for p in patterns])
-
-
-def patterns_from_json(text: str) -> list[re.Pattern[str]]:
-    """Parse the topic source's ``patterns`` option."""
-    return [re.compile(pattern, flags) for pattern, flags in json.loads(text or "[]")]
-
-
 class PatternWatch:
     """Finds new topics that patterns match, listing the topics at most every
     ``max_age_ms`` (Kafka's metadata refresh of a pattern subscription).
@@ -148,8 +138,8 @@ class PatternWatch:
 
 
 class PatternFollower:
-    """The stream thread's side of a pattern subscription: adopts the topics its topic
-    source found (named in the subscription file) as sources of their sub-topology.
+    """The stream thread's side of a pattern subscription: adopts the topics its trigger
+    found as sources of their sub-topology.
 
     A topic with more partitions than its sub-topology has tasks is not read until the
     application restarts (which creates the tasks); a warning says so.
@@ -158,7 +148,7 @@ class PatternFollower:
         topology: the topology.
         application_id: its application id.
         admin: the storage root's topic admin.
-        subscription: the subscription file, under the storage root.
+        subscribed: returns every topic the trigger watches.
         tasks: sub-topology -> its number of tasks.
     """
 
@@ -167,14 +157,14 @@ class PatternFollower:
         topology: Topology,
         application_id: str,
         admin: TopicAdmin,
-        subscription: str,
+        subscribed: Callable[[], list[str]],
         tasks: Mapping[int, int],
     ) -> None:
         self.topology = topology
         self.application_id = application_id
         self.patterns = pattern_sources(topology)
         self.admin = admin
-        self.subscription = subscription
+        self.subscribed = subscribed
         self.tasks = dict(tasks)
         self._refused: set[str] = set()
 
@@ -191,12 +181,11 @@ class PatternFollower:
     def new_sources(self, known: Mapping[str, int]) -> tuple[dict[str, int], dict[str, str]]:
         """Return the newly subscribed topics -> their sub-topology, and the reset policy
         of those whose source has its own."""
-        data = self.admin.root.read_bytes(self.subscription) if self.patterns else None
-        if not data:
+        if not self.patterns:
             return {}, {}
         listed = [
             t
-            for t in json.loads(data)
+            for t in self.subscribed()
             if t not in known and t not in self._refused and self.admin.exists(t)
         ]
         found = match_patterns(self.patterns, listed, frozenset())

@@ -110,12 +110,12 @@ def run_batch_job(
 
 
 def _source_rows(df: DataFrame, plan: BatchPlan, partitions: Mapping[int, int]) -> DataFrame:
-    """The rows level 0 starts from: when the driver planned every read (``plan.inputs``),
-    one row per partition number, in ``plan.spark_partitions_of`` Spark partitions
-    (consecutive numbers share one), made by the JVM alone (``range``): no Python process
-    runs to produce them, as the source's own rows would need. Otherwise the source's
-    rows (records, or its own read plans)."""
-    if plan.inputs is None or set(df.columns) != {"partition", "task_input"}:
+    """The rows level 0 starts from: when the driver planned every read (``plan.inputs``,
+    what a stream thread does; its query's own rows only trigger the batch), one row per
+    partition number, in ``plan.spark_partitions_of`` Spark partitions (consecutive
+    numbers share one), made by the JVM alone (``range``): no Python process runs to
+    produce them. Otherwise the source's rows (records, or its own read plans)."""
+    if plan.inputs is None:
         return df
     visited = [
         int(t.split("_")[1]) for t in plan.visit if plan.levels.get(int(t.split("_")[0]), 0) == 0

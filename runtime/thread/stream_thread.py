@@ -11,8 +11,9 @@ Spark ``foreachBatch`` call per batch. It keeps only its loop:
 4. commit, through the strategy of the processing guarantee chosen once
    (:mod:`runtime.thread.commit`): one transaction per batch under ``exactly_once_v2``.
 
-When a batch leaves records behind, or a wall-clock punctuator falls due, the thread
-changes the source's wake token so the next trigger runs a batch even if nothing new
+Its query's batches start when its trigger (:mod:`runtime.spark.trigger`) sees new
+records; when a batch leaves records behind, a wall-clock punctuator falls due or the
+group rebalances, the thread wakes the trigger, so a batch runs even if nothing new
 arrives. Under ``exactly_once`` (alpha) or with ``num.stream.threads`` > 1 a repartition
 cannot be a shuffle inside the batch (its upstream and downstream tasks commit
 separately), so its records go through the repartition topic, as in Kafka.
@@ -33,6 +34,7 @@ from pyspark.sql import DataFrame
 from common.config import StreamsConfig
 from common.errors import ProducerFencedError, StreamsError
 from runtime.spark.source_topics import PatternFollower
+from runtime.spark.trigger import BatchTrigger
 from runtime.state.changelog_compaction import ChangelogCompactor
 from runtime.storage.reader import TopicReader
 from runtime.storage.slices import TopicSlices
@@ -84,8 +86,6 @@ class StreamThread:
             next batch (another instance asked the whole application to shut down).
         internal_sources: source topics this application writes itself (repartition
             topics): read from their beginning when no position is committed.
-        wake: a file under the storage root the source reads its wake token from; the
-            thread writes a new token when a batch leaves records behind.
         membership: the thread's member of the application's consumer group; it then
             runs the tasks the group assigns it (``partitions`` is ignored).
         shuffle_levels: levels that shuffle repartitioned records inside the batch, used
@@ -94,7 +94,6 @@ class StreamThread:
         global_topics: the topics of the global stores, planned whole for every batch
             (:func:`runtime.tasks.global_state.plan_globals`).
         offset_resets: source topic -> its source's own reset policy.
-        subscription: the file where the source names the topics it watches (patterns).
     """
 
     def __init__(
@@ -111,12 +110,10 @@ class StreamThread:
         levels: BatchLevels | None = None,
         shutdown_marker: tuple[str, int] | None = None,
         internal_sources: frozenset[str] = frozenset(),
-        wake: str | None = None,
         membership: ThreadMembership | None = None,
         shuffle_levels: BatchLevels | None = None,
         global_topics: tuple[str, ...] = (),
         offset_resets: Mapping[str, str] | None = None,
-        subscription: str | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -142,7 +139,9 @@ class StreamThread:
         self.owned: frozenset[str] | None = None
         self.shutdown_marker = shutdown_marker
         self.internal_sources = internal_sources
-        self.wake = wake
+        #: Tells Spark when to run the next batch (set by the application before it
+        #: starts the thread's query; None: batches run only when called).
+        self.trigger: BatchTrigger | None = None
         self.reader = TopicReader(admin)
         self.reads_planner = ReadPlanner(
             self.reader,
@@ -152,10 +151,8 @@ class StreamThread:
             transactional_id,
             offset_resets=offset_resets,
         )
-        self.patterns = (
-            None
-            if subscription is None
-            else PatternFollower(topology, config.application_id, admin, subscription, self.tasks)
+        self.patterns = PatternFollower(
+            topology, config.application_id, admin, self._subscribed, self.tasks
         )
         #: This batch's reads, and the global topics' slices up to their ends.
         self.reads = BatchReads()
@@ -227,7 +224,6 @@ class StreamThread:
         fence any older instance); return the positions."""
         if self.membership is not None:
             self.owned = self.membership.join()
-        self.wake_now()  # a first batch builds the tasks, with or without records
         self.positions = self.commit.start(self.task_ids())
         return dict(self.positions)
 
@@ -323,9 +319,8 @@ class StreamThread:
         return bool(self.reads.inputs)
 
     def _follow_patterns(self) -> None:
-        """Read the new topics the source's pattern watch found from now on."""
-        if self.patterns is not None:
-            self.patterns.follow(self.sources, self.reads_planner.add_sources)
+        """Read the new topics the trigger's pattern watch found from now on."""
+        self.patterns.follow(self.sources, self.reads_planner.add_sources)
 
     def _choose_levels(self) -> list[str]:
         """Pick this batch's levels; return the topics it reads.
@@ -370,7 +365,7 @@ class StreamThread:
             self._punctuation_timer.cancel()
             self._punctuation_timer = None
         due = self._next_punctuation
-        if due is None or self.wake is None:
+        if due is None or self.trigger is None:
             return
         delay = max(0.0, (due - time.time_ns() // 1_000_000) / 1000)
         timer = threading.Timer(delay, self.wake_now)
@@ -381,10 +376,10 @@ class StreamThread:
     def _maybe_wake(self) -> None:
         """After a batch that left records behind (capped by ``max.poll.records`` or held
         back), or wrote records its own tasks read (a cycle of repartition topics, e.g. a
-        foreign-key join's), write a new wake token so Spark runs the next batch without
-        new data: the cycle drains without waiting for new input."""
+        foreign-key join's), wake the trigger so Spark runs the next batch without new
+        data: the cycle drains without waiting for new input."""
         behind = self.reads.behind(self.positions) or self._draining or self._fed_back
-        if self.wake is not None and behind:
+        if behind:
             self.wake_now()
 
     def caught_up(self) -> bool:
@@ -395,9 +390,13 @@ class StreamThread:
         return self.reads_planner.caught_up(self.source_topics, self._owns, self.positions)
 
     def wake_now(self) -> None:
-        """Make the source trigger a batch soon, even without new records."""
-        if self.wake is not None:
-            self.admin.root.write_bytes(self.wake, str(time.time_ns()).encode())
+        """Make the trigger run a batch soon, even without new records."""
+        if self.trigger is not None:
+            self.trigger.wake()
+
+    def _subscribed(self) -> list[str]:
+        """The topics the trigger watches (with those its pattern sources found)."""
+        return self.trigger.subscribed() if self.trigger is not None else []
 
     def _check_shutdown(self, batch_id: int) -> None:
         if self.shutdown_marker is None:
@@ -427,6 +426,8 @@ class StreamThread:
         leave the group."""
         if self._punctuation_timer is not None:
             self._punctuation_timer.cancel()
+        if self.trigger is not None:
+            self.trigger.close()
         if self.membership is not None:
             self.membership.close(leave=True)
         if self.compactor is not None:

@@ -4,7 +4,6 @@ new ones at most every ``metadata.max.age.ms``, and how the stream thread adopts
 
 from __future__ import annotations
 
-import json
 import re
 import time
 
@@ -15,8 +14,6 @@ from runtime.spark.source_topics import (
     PatternWatch,
     internal_topic_names,
     pattern_sources,
-    patterns_from_json,
-    patterns_to_json,
 )
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
@@ -76,7 +73,7 @@ def test_the_watch_lists_at_most_every_max_age() -> None:
         listings.append(1)
         return list(topics)
 
-    patterns = patterns_from_json(patterns_to_json(pattern_sources(topology())))
+    patterns = [p.pattern for p in pattern_sources(topology())]
     watch = PatternWatch(patterns, ["orders-app-x-repartition"], list_topics, 60_000)
     assert watch.poll([]) == ["orders-a"]
     topics.append("orders-b")
@@ -91,11 +88,8 @@ def test_the_thread_adopts_new_topics_that_fit_its_tasks(admin: TopicAdmin) -> N
     admin.create("orders-a", 2)
     admin.create("orders-b", 2)
     admin.create("orders-big", 5)
-    path = admin.root.path("_apps", "app", "subscription", "t1")
-    admin.root.write_bytes(
-        path, json.dumps(["audit", "orders-a", "orders-b", "orders-big"]).encode()
-    )
-    follower = PatternFollower(topology(), "app", admin, path, {0: 2})
+    subscribed = ["audit", "orders-a", "orders-b", "orders-big"]
+    follower = PatternFollower(topology(), "app", admin, lambda: subscribed, {0: 2})
     found, resets = follower.new_sources({"audit": 0, "orders-a": 0})
     assert found == {"orders-b": 0}  # orders-big has more partitions than tasks: later
     assert resets == {"orders-b": "latest"}

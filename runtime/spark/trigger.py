@@ -1,0 +1,202 @@
+"""When a stream thread's next batch runs: the wake-ups of Kafka's poll loop.
+
+A stream thread plans each batch's reads itself, from its committed positions, so its
+query's source only has to say *when* to run a batch. That source is Spark's own socket
+source, which runs in the driver's JVM, connected to a :class:`BatchTrigger` in the
+driver's Python process: every line the trigger sends asks for a batch (lines that arrive
+between two of Spark's triggers make one batch). A new query's first batch runs at once,
+and a Python streaming source would cost a fresh Python process per query (two seconds
+before its first batch) and a storage round trip per wake-up.
+
+The trigger sends a line when
+
+* the log-end offset of a topic it watches moved (checked every ``poll.ms``): a record
+  appended after one check is seen by the next, so every record gets a batch planned after
+  it was committed;
+* the thread asks (:meth:`BatchTrigger.wake`): it left records behind, a wall-clock
+  punctuator is due, its group rebalances;
+* a pattern source matches a new topic (topics listed at most every
+  ``metadata.max.age.ms``): the topic is watched from then on, and
+  :meth:`BatchTrigger.subscribed` names it for the thread to read.
+
+Such a query's Spark checkpoint holds nothing to recover (the socket source's offsets count
+lines; positions live in ``__consumer_offsets``): the application starts each query with an
+empty one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from runtime.spark.source_topics import PatternWatch
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin
+
+log = logging.getLogger(__name__)
+
+#: How long the accepting thread waits for a connection before it checks for close().
+_ACCEPT_WAIT_S = 0.2
+
+#: Spark's class that warns, at every query start, that its socket source keeps nothing
+#: for a recovery (this one needs none).
+_SOCKET_PROVIDER = "org.apache.spark.sql.execution.streaming.sources.TextSocketSourceProvider"
+
+
+class BatchTrigger:
+    """The driver's side of a stream thread's socket source.
+
+    Args:
+        admin: the storage root's topic admin (its topics' log-end offsets are watched).
+        topics: the topics the thread reads.
+        poll_ms: how often the log-end offsets are checked (``poll.ms``).
+        name: names the trigger's threads and log lines (the thread's transactional id).
+        patterns: finds the topics a pattern source subscribes to later (None: none).
+    """
+
+    def __init__(
+        self,
+        admin: TopicAdmin,
+        topics: Iterable[str],
+        *,
+        poll_ms: int,
+        name: str,
+        patterns: PatternWatch | None = None,
+    ) -> None:
+        self.name = name
+        self.poll_ms = poll_ms
+        self.patterns = patterns
+        self._topics = sorted(set(topics))
+        self._reader = TopicReader(admin)
+        self._lock = threading.Lock()
+        self._client: socket.socket | None = None
+        self._pending = False
+        self._failing: str | None = None
+        self._closed = threading.Event()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(_ACCEPT_WAIT_S)  # so that the accepting thread sees close()
+        self.port: int = self._server.getsockname()[1]
+        # Taken before the query starts, so a record appended before its first batch is
+        # read by that batch and one appended after it moves an end the watch sees.
+        self._ends = self._log_ends()
+        self._threads = [
+            threading.Thread(target=self._accept, name=f"trigger-accept-{name}", daemon=True),
+            threading.Thread(target=self._watch, name=f"trigger-watch-{name}", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def dataframe(self, spark: SparkSession) -> DataFrame:
+        """The streaming DataFrame whose batches this trigger starts (Spark's socket
+        source, connected to this trigger)."""
+        _quiet_socket_warning(spark)
+        return (
+            spark.readStream.format("socket")
+            .option("host", "127.0.0.1")
+            .option("port", str(self.port))
+            .load()
+        )
+
+    def wake(self) -> None:
+        """Run a batch soon, even without new records."""
+        with self._lock:
+            if self._client is None:
+                self._pending = True  # sent once Spark connects
+                return
+            try:
+                self._client.sendall(b"batch\n")
+            except OSError:  # the query is gone (stopped or failed): nobody to wake
+                log.debug("[trigger %s] the query's source left", self.name)
+
+    def subscribed(self) -> list[str]:
+        """Every topic watched: the thread's own and those a pattern found since."""
+        with self._lock:
+            return list(self._topics)
+
+    def close(self) -> None:
+        """Stop watching; close the connection (call after the query stopped)."""
+        self._closed.set()
+        with self._lock:
+            if self._client is not None:
+                with contextlib.suppress(OSError):
+                    self._client.close()
+                self._client = None
+        with contextlib.suppress(OSError):
+            self._server.close()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
+
+    # -- the trigger's threads ---------------------------------------------------------------
+
+    def _accept(self) -> None:
+        """Take Spark's connection (its source connects at the query's first batch)."""
+        while not self._closed.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed
+                return
+            client.settimeout(None)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                if self._client is not None:
+                    with contextlib.suppress(OSError):
+                        self._client.close()
+                self._client = client
+                pending, self._pending = self._pending, False
+            if pending:
+                self.wake()
+
+    def _watch(self) -> None:
+        """Every ``poll.ms``: wake when a log-end offset moved or a pattern found a topic."""
+        while not self._closed.wait(self.poll_ms / 1000):
+            try:
+                self._follow_patterns()
+                ends = self._log_ends()
+            except Exception as exc:  # a storage hiccup: the next check tries again
+                failing = str(exc)
+                if failing != self._failing:  # once per kind of failure, not every poll
+                    log.warning(
+                        "[trigger %s] reading the log-end offsets failed (trying again every "
+                        "poll.ms): %s",
+                        self.name,
+                        exc,
+                    )
+                self._failing = failing
+                continue
+            self._failing = None
+            if ends != self._ends:
+                self._ends = ends
+                self.wake()
+
+    def _follow_patterns(self) -> None:
+        if self.patterns is None:
+            return
+        new = self.patterns.poll(self.subscribed())
+        if new:
+            with self._lock:
+                self._topics = sorted({*self._topics, *new})
+            log.info("[trigger %s] pattern sources found %s", self.name, new)
+
+    def _log_ends(self) -> dict[str, dict[int, int]]:
+        return {topic: self._reader.end_offsets(topic) for topic in self.subscribed()}
+
+
+def _quiet_socket_warning(spark: Any) -> None:
+    """Silence the socket source's "not for production" warning (it concerns Spark's
+    recovery of the lines it read; nothing is recovered from them here)."""
+    jvm: Any = getattr(spark.sparkContext, "_jvm", None)
+    if jvm is None:
+        return
+    with contextlib.suppress(Exception):  # not log4j 2: the warning stays
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            _SOCKET_PROVIDER, jvm.org.apache.logging.log4j.Level.ERROR
+        )
