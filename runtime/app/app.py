@@ -43,12 +43,11 @@ from runtime.app.app_state import (
 from runtime.app.internal_topics import TopicPlan, plan_topics
 from runtime.app.process_id import load_or_create_process_id
 from runtime.group.coordinator import GroupState
-from runtime.spark.session import default_master
 from runtime.spark.source_topics import PatternWatch, internal_topic_names, pattern_sources
 from runtime.spark.startup import SessionStart
 from runtime.spark.trigger import BatchTrigger
 from runtime.storage.topics import TopicAdmin
-from runtime.tasks.client import shutdown_hosts, start_host_server
+from runtime.tasks.client import shutdown_hosts
 from runtime.thread.batch_levels import BatchLevels, plan_levels
 from runtime.thread.membership import ThreadMembership, task_partitions
 from runtime.thread.stream_thread import ApplicationShutdownError, StreamThread, TaskMigratedError
@@ -136,11 +135,6 @@ class StreamsApp:
             # The JVM starts while the topics are planned and older instances fenced.
             self._session_start = SessionStart(f"streams-{self.application_id}")
         try:
-            if self._master().split("[")[0] == "local":
-                # the executor is this process's JVM: its host server imports the task
-                # engine while the application starts, not in the first batch (not so on
-                # local-cluster, whose executors come and go on their own)
-                start_host_server(self.config.state_dir, self.application_id)
             self.plan = plan_topics(
                 self.topology, self.admin, self.application_id, config=self.config
             )
@@ -282,13 +276,6 @@ class StreamsApp:
                 self._session_start = SessionStart(f"streams-{self.application_id}")
             self._spark = self._session_start.session()
         return self._spark
-
-    def _master(self) -> str:
-        """The Spark master: the session's, or the one a session built here gets."""
-        if self._spark is not None:
-            return str(self._spark.sparkContext.master)
-        active = SparkSession.getActiveSession()
-        return str(active.sparkContext.master) if active is not None else default_master()
 
     def checkpoint_location(self) -> str:
         """Where Spark keeps this application's query checkpoint."""

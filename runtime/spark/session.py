@@ -45,11 +45,6 @@ LOCAL_SPARK_CONF: Mapping[str, str] = {
 }
 
 
-def default_master() -> str:
-    """The master of a session built here: ``SPARK_MASTER``, else ``local[2]``."""
-    return os.environ.get("SPARK_MASTER", "local[2]")
-
-
 def get_or_create_session(
     app_name: str = "spark-streams-eos",
     *,
@@ -69,7 +64,7 @@ def get_or_create_session(
     # Python workers must run this interpreter (its venv has pyarrow, rocksdict, ...),
     # not whatever ``python3`` comes first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    master = master or default_master()
+    master = master or os.environ.get("SPARK_MASTER", "local[2]")
     builder = SparkSession.builder.appName(app_name).master(master)
     local = LOCAL_SPARK_CONF if master.startswith("local") else {}
     settings = {**DEFAULT_SPARK_CONF, **local, **(conf or {})}

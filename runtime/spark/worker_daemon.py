@@ -27,9 +27,15 @@ import traceback
 UDF_WORKER = "pyspark.worker"
 
 #: What the workers of a micro-batch import: PySpark's worker, the source's ``read`` and
-#: the task runner (through ``runtime.thread.stream_thread``), and pandas, which PySpark's Arrow
-#: serializers import.
-PRELOAD = ("pyspark.worker", "pandas", "runtime.spark.source", "runtime.thread.stream_thread")
+#: the task runner (through ``runtime.thread.stream_thread``), pandas, which PySpark's Arrow
+#: serializers import, and the task engine, for the task host server a worker forks.
+PRELOAD = (
+    "pyspark.worker",
+    "pandas",
+    "runtime.spark.source",
+    "runtime.thread.stream_thread",
+    "runtime.tasks.host",
+)
 
 
 def preload(modules: tuple[str, ...] = PRELOAD) -> None:

@@ -20,8 +20,6 @@ import logging
 import os
 import pickle
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -41,6 +39,7 @@ from runtime.tasks.protocol import (
     send_frame,
     socket_dir,
 )
+from runtime.tasks.server import fork_server
 
 log = logging.getLogger(__name__)
 
@@ -188,37 +187,11 @@ def _ensure_host(directory: str, task_id: str) -> None:
             time.sleep(0.05)
 
 
-#: Host servers this worker started: polled, so one that has exited leaves no zombie.
-_servers: list[subprocess.Popen[bytes]] = []
-
-
-def start_host_server(state_dir: str, application_id: str) -> None:
-    """Start the host server of ``application_id`` on this machine unless one answers,
-    watching this process: on a local master, where the executor is this machine, the
-    application starts it with its query, so that it imports the task engine meanwhile
-    rather than in the first batch."""
-    directory = socket_dir(state_dir, application_id)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(os.path.join(directory, SERVER_SOCKET))
-            return
-        except OSError:
-            pass
-    _start_server(directory, os.getpid())
-
-
-def _start_server(directory: str, watch: int | None = None) -> None:
-    """Start a server for ``directory`` watching ``watch`` (default: this worker's daemon,
-    whose life is the executor's)."""
+def _start_server(directory: str) -> None:
+    """Start a server for ``directory`` watching this worker's daemon (whose life is the
+    executor's): a fork of this worker, whose daemon imported the task engine already."""
     os.makedirs(directory, exist_ok=True)
-    _servers[:] = [p for p in _servers if p.poll() is None]
-    watched = os.getppid() if watch is None else watch
-    server = subprocess.Popen(
-        [sys.executable, "-m", "runtime.tasks.server", directory, str(watched)],
-        stdin=subprocess.DEVNULL,
-        close_fds=True,  # in the job's process group: a kill of the job takes it too
-    )
-    _servers.append(server)
+    fork_server(directory, os.getppid())
 
 
 def shutdown_hosts(state_dir: str, application_id: str, timeout_s: float = 30.0) -> bool:

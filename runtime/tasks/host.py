@@ -45,11 +45,15 @@ class _StopError(Exception):
 
 def warm_up() -> None:
     """Import what the task engine imports on first use (Arrow's compute functions load
-    pandas when first called; a task's topology is unpickled with Spark's cloudpickle), so
+    pandas when first called, its grouping lives in Acero; a task's topology is unpickled
+    with Spark's cloudpickle; the stores' module is imported by a task's first build), so
     that every host forked afterwards has it already."""
     import pyarrow as pa
+    import pyarrow.acero
     import pyarrow.compute as pc
     from pyspark import cloudpickle  # noqa: F401 - unpickling a topology needs it
+
+    import statestores.stores  # noqa: F401 - a task's stores
 
     column = pa.array(["warm"], pa.string())
     pc.filter(column, pc.equal(column, "warm"))

@@ -1,10 +1,12 @@
 """The host server of an executor: forks one :mod:`task host <runtime.tasks.host>` per task.
 
-One server runs per (``state.dir``, ``application.id``) on a machine, started by the first
-Spark worker that needs a task there (``python -m runtime.tasks.server <dir> <pid>``, a
-fresh interpreter: no socket of Spark's is inherited). It imports the task engine once and
-forks each host from that state, so a host starts in milliseconds. Its Unix socket and the
-hosts' live under :func:`socket_dir`.
+One server runs per (``state.dir``, ``application.id``) on a machine, forked by the first
+Spark worker that needs a task there (:func:`fork_server`: the worker's daemon imported
+the task engine before it forked the worker, so the server has it at once; it keeps none
+of the worker's sockets). It forks each host from that state, so a host starts in
+milliseconds. Its Unix socket and the hosts' live under :func:`socket_dir`.
+(``python -m runtime.tasks.server <dir> <pid>`` starts one in a fresh interpreter, which
+imports the engine first.)
 
 It answers ``{"op": "host", "task": id}`` with the path of that task's host socket (forking
 the host if it has none alive) and ``{"op": "shutdown"}`` (the application closed) by
@@ -203,6 +205,48 @@ def main(argv: list[str]) -> int:
     server.listener = listener
     server.serve()
     return 0
+
+
+def fork_server(directory: str, watch_pid: int) -> None:
+    """Start a server for ``directory`` as a fork of this process (a Spark worker, which
+    has the task engine imported: its daemon preloads it), not as a fresh interpreter that
+    imports it again (about a second before its first host). The server is a grandchild,
+    so this process waits for nothing; it closes every descriptor it inherited (Spark's
+    sockets) and takes the default signal handlers back."""
+    child = os.fork()
+    if child:
+        os.waitpid(child, 0)  # the middle process exits at once
+        return
+    code = 1
+    try:
+        if os.fork():
+            code = 0
+        else:
+            _detach()
+            code = main([directory, str(watch_pid)])
+    except BaseException:  # a server that cannot start: the worker's wait says so
+        with contextlib.suppress(BaseException):
+            log.exception("[host server] could not start in %s", directory)
+    finally:
+        os._exit(code)
+
+
+def _detach() -> None:
+    """Leave the forking worker's descriptors and signal handlers behind (its standard
+    output and error stay: Spark logs what the server writes there)."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.closerange(3, _max_fd())
+    for signum in (signal.SIGCHLD, signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (OSError, ValueError):
+        return 4096
 
 
 def _connectable(path: str) -> bool:
