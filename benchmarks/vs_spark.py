@@ -10,11 +10,18 @@ checked against the counts computed from the input (no record is late for either
 * **streams**: ``examples/wordcount.py`` under exactly_once_v2 (RocksDB store, changelog,
   transactions), reading ``max.poll.records`` lines per partition per batch, until idle.
 * **spark**: the same job in Structured Streaming's own operators, reading the topic's
-  Parquet data files with the file source (``maxFilesPerTrigger`` set so that a batch holds
-  about as many lines): ``explode(split(lower(value), '\\W+'))``, ``groupBy(word).count()``
-  on the RocksDB state store provider, update mode, each batch's changed counts appended to
-  a Parquet directory by ``foreachBatch``; ``spark.sql.shuffle.partitions`` = the input's
+  Parquet data files with the file source (``maxFilesPerTrigger``):
+  ``explode(split(lower(value), '\\W+'))``, ``groupBy(word).count()`` on the RocksDB
+  state store provider, update mode, each batch's changed counts appended to a Parquet
+  directory by ``foreachBatch``; ``spark.sql.shuffle.partitions`` = the input's
   partitions; ``trigger(availableNow=True)``.
+
+Both read the input in the same number of batches of about --batch-lines lines: Spark's
+``maxFilesPerTrigger`` is the share of the files that holds that many, and this library's
+``max.poll.records`` is the largest partition's lines over Spark's number of batches (the
+partitions differ a little in size: a cap of --batch-lines over the partitions would leave
+a few lines of the largest ones to one more, nearly empty, batch). --max-poll-records sets
+it instead.
 
 The two take turns for --rounds rounds in one SparkSession (local[2]), so they meet the
 same machine noise; each system's figure is its best round. Both final counts are checked
@@ -22,12 +29,14 @@ against the input. Printed: input lines/s, batches, batch latency p50/p99, and t
 streams / spark (the project's goal: above 1).
 
     python benchmarks/vs_spark.py [--records 1000000] [--partitions 8] [--rounds 2]
+                                  [--batch-lines 200000] [--max-poll-records N]
     python benchmarks/vs_spark.py --job windowed [--window-ms 10000] [--advance-ms 5000]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -75,7 +84,7 @@ def expected_counts(wc: Any, args: Any) -> Counter[str]:
 def chunk_of(args: Any) -> int:
     """Lines generated (one seed) and flushed (one file per partition) at a time: a batch's
     worth at most, so that Spark's file source can read batches of the same size."""
-    return min(100_000, args.max_poll_records * args.partitions)
+    return min(100_000, args.batch_lines)
 
 
 def timestamp_of(i: int, args: Any) -> int:
@@ -162,8 +171,7 @@ def run_spark(spark: Any, work: str, input_dir: str, *, turn: int, args: Any) ->
     files = sum(
         1 for _dir, _subdirs, names in os.walk(input_dir) for n in names if n.endswith(".parquet")
     )
-    per_batch = args.max_poll_records * args.partitions
-    files_per_trigger = max(1, round(files * per_batch / args.records))
+    files_per_trigger = files_per_trigger_of(files, args)
     lines = (
         spark.readStream.schema(INPUT_SCHEMA)
         .option("maxFilesPerTrigger", files_per_trigger)
@@ -222,6 +230,24 @@ def run_spark(spark: Any, work: str, input_dir: str, *, turn: int, args: Any) ->
     }
 
 
+def files_per_trigger_of(files: int, args: Any) -> int:
+    """Spark's ``maxFilesPerTrigger``: the share of the input's files holding about
+    --batch-lines lines."""
+    return max(1, round(files * args.batch_lines / args.records))
+
+
+def max_poll_records_of(admin: TopicAdmin, topic: str, args: Any) -> int:
+    """``max.poll.records`` that reads the input in as many batches as Spark's file
+    source: the largest partition's lines over that number of batches."""
+    path = admin.table_path(topic)
+    files = sum(
+        1 for _dir, _subdirs, names in os.walk(path) for n in names if n.endswith(".parquet")
+    )
+    batches = math.ceil(files / files_per_trigger_of(files, args))
+    largest = max(TopicReader(admin).end_offsets(topic).values())
+    return math.ceil(largest / batches)
+
+
 def report(best: dict[str, dict[str, Any]]) -> None:
     """Print each system's best round and the ratios of throughput and batch latency."""
     print(f"\nspark's file source: maxFilesPerTrigger={best['spark']['files_per_trigger']}")
@@ -244,7 +270,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--max-poll-records", type=int, default=25_000)
+    parser.add_argument("--batch-lines", type=int, default=200_000)
+    parser.add_argument("--max-poll-records", type=int, default=None)
     parser.add_argument("--commit-interval-ms", type=int, default=100)
     parser.add_argument("--job", choices=("wordcount", "windowed"), default="wordcount")
     parser.add_argument("--window-ms", type=int, default=10_000)
@@ -262,8 +289,8 @@ def main() -> None:
         )
     )
     print(
-        f"{job}, {args.records:,} lines in {args.partitions} partitions, about "
-        f"{args.max_poll_records:,} lines per partition per batch, {args.rounds} rounds"
+        f"{job}, {args.records:,} lines in {args.partitions} partitions, batches of about "
+        f"{args.batch_lines:,} lines, {args.rounds} rounds"
     )
     wc = load_wordcount()
     job_module = wc if args.job == "wordcount" else WindowedJob(wc, args)
@@ -276,6 +303,9 @@ def main() -> None:
         started = time.perf_counter()
         produce_input(admin, wc, args)
         print(f"input produced in {time.perf_counter() - started:.1f} s")
+        if args.max_poll_records is None:
+            args.max_poll_records = max_poll_records_of(admin, wc.INPUT, args)
+        print(f"streams: max.poll.records={args.max_poll_records:,} per partition")
         expected = expected_counts(wc, args)
         spark = get_or_create_session("benchmark-vs-spark", master="local[2]")
         spark.sparkContext.setLogLevel("ERROR")

@@ -11,12 +11,12 @@ counter restarts after the largest sequence of the newest segment when a store i
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
-from common.serdes import Serde
+from common.serdes import Serde, deserialize_many, serialize_many
 from statestores.api import Window, Windowed
 from statestores.bytes_layer import BytesKeyValue
-from statestores.metered import FlushListener, MeteredStore
+from statestores.metered import BatchListener, FlushListener, MeteredStore
 from statestores.segments import Segments, decode_time, encode_time
 
 K = TypeVar("K")
@@ -125,6 +125,72 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
         raw = self.wrapped.get(entry)
         return None if raw is None else self.value_serde.deserialize(self.topic, raw)
 
+    def fetch_values(self, keys: list[K], window_starts: list[int]) -> list[V | None]:
+        """Each key's value in the window starting at ``window_starts[i]``, as
+        :meth:`fetch_value` one by one, read from below at once."""
+        if self._dups:
+            return [self.fetch_value(k, s) for k, s in zip(keys, window_starts, strict=True)]
+        self.metrics["get"] += len(keys)
+        expired = self._segments.expired
+        live = [i for i, start in enumerate(window_starts) if not expired(start)]
+        out: list[V | None] = [None] * len(keys)
+        if not live:
+            return out
+        raws = self.wrapped.get_many(
+            self._entries([keys[i] for i in live], [window_starts[i] for i in live])
+        )
+        values = deserialize_many(self.value_serde, self.topic, raws)
+        for i, value in zip(live, values, strict=True):
+            out[i] = value
+        return out
+
+    def put_many(
+        self,
+        keys: list[K],
+        values: list[V | None],
+        window_starts: list[int],
+        timestamps: list[int],
+    ) -> None:
+        """Write each key's value in its window, in order, as :meth:`put` one by one with
+        the record timestamp ``timestamps[i]``: an entry whose window start is expired by
+        then (stream time being the largest start observed before it) is not written, and
+        segments out of retention are dropped after the writes, as the one-by-one puts
+        would have dropped them (an entry written before a drop is dropped with it)."""
+        if self._dups:
+            for key, value, start in zip(keys, values, window_starts, strict=True):
+                self.put(key, value, start)
+            return
+        self.metrics["put"] += len(keys)
+        segments = self._segments
+        retention, stream = self._retention, segments.stream_time
+        kept: list[int] = []
+        for i, start in enumerate(window_starts):
+            stream = max(stream, start)
+            if start >= stream - retention + 1:
+                kept.append(i)
+        if kept:
+            topic, vser = self.topic, self.value_serde.serialize
+            self.wrapped.put_many(
+                self._entries([keys[i] for i in kept], [window_starts[i] for i in kept]),
+                [None if values[i] is None else vser(topic, values[i]) for i in kept],
+                [timestamps[i] for i in kept],
+            )
+        if window_starts:
+            segments.observe(max(window_starts))
+
+    def _entries(self, keys: list[K], window_starts: list[int]) -> list[bytes]:
+        """The stored key of each key and window start (no duplicates kept)."""
+        raw = serialize_many(self.key_serde, self.topic, keys)
+        if None in raw:
+            raise TypeError(f"store {self.name}: a key serialized to null")
+        raws = cast("list[bytes]", raw)
+        segments = self._segments
+        prefix, segment_of = segments.prefix, segments.segment_of
+        return [
+            b"".join((prefix(segment_of(start)), key, encode_time(start), _ZERO_SEQ))
+            for key, start in zip(raws, window_starts, strict=True)
+        ]
+
     def _fetch(
         self, key: K, time_from: int, time_to: int, reverse: bool
     ) -> Iterator[tuple[int, V]]:
@@ -199,6 +265,27 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
     def backward_all(self) -> Iterator[tuple[Windowed[K], V]]:
         """Every live window, in reverse."""
         return self._scan(None, None, -(1 << 62), 1 << 62, reverse=True)
+
+    def _typed_batch_listener(self, listener: BatchListener) -> Any:
+        topic, size = self.topic, self._size
+        key_serde, value_serde = self.key_serde, self.value_serde
+
+        def forward(
+            entries: list[bytes], news: list[Any], olds: list[Any], timestamps: list[int]
+        ) -> None:
+            starts = [decode_time(entry, len(entry) - _SUFFIX) for entry in entries]
+            keys = deserialize_many(key_serde, topic, [entry[8:-_SUFFIX] for entry in entries])
+            listener(
+                [
+                    Windowed(key, Window(start, start + size))
+                    for key, start in zip(keys, starts, strict=True)
+                ],
+                deserialize_many(value_serde, topic, news),
+                deserialize_many(value_serde, topic, olds),
+                timestamps,
+            )
+
+        return forward
 
     def _typed_listener(self, listener: FlushListener) -> Any:
         topic, size = self.topic, self._size

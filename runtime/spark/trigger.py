@@ -128,6 +128,8 @@ class BatchTrigger:
                     self._client.close()
                 self._client = None
         with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        with contextlib.suppress(OSError):
             self._server.close()
         for thread in self._threads:
             if thread is not threading.current_thread():

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from common.errors import InvalidPartitionsError, SerializationError, UnknownTopicError
 from runtime.storage.committer import split_by_partition
 from runtime.storage.partitioner import StickyPartitioner, partitions_for_keys
-from runtime.storage.records import HEADERS_TYPE, Headers
+from runtime.storage.records import HEADERS_TYPE, Headers, headers_array
 from runtime.storage.topics import TopicAdmin
 
 
@@ -50,7 +50,7 @@ class _Buffer:
                         "key": pa.array(self.keys, pa.binary()),
                         "value": pa.array(self.values, pa.binary()),
                         "timestamp": pa.array(self.timestamps, pa.int64()),
-                        "headers": pa.array([_header_dicts(h) for h in self.headers], HEADERS_TYPE),
+                        "headers": headers_array([h or () for h in self.headers]),
                         "partition": pa.array(self.partitions, pa.int32()),
                     }
                 )
@@ -253,9 +253,3 @@ def _binary(data: Any, what: str, topic: str) -> pa.Array:
 def _empty_headers(n: int) -> pa.Array:
     offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
     return pa.ListArray.from_arrays(offsets, pa.array([], HEADERS_TYPE.value_type))
-
-
-def _header_dicts(headers: Headers | None) -> list[dict[str, Any]]:
-    if not headers:
-        return []
-    return [{"key": k, "value": v} for k, v in headers]

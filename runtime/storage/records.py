@@ -10,9 +10,12 @@ be committed unchanged after a lost compare-and-swap.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -42,6 +45,23 @@ READ_SCHEMA = pa.schema(
 )
 
 Headers = list[tuple[str, bytes | None]]
+
+
+def headers_array(headers: Sequence[Sequence[tuple[str, bytes | None]]]) -> pa.ListArray:
+    """Each record's headers as one Arrow column of :data:`HEADERS_TYPE` (built from
+    flat columns of names and values: no dict per header)."""
+    lengths = np.fromiter(map(len, headers), np.int32, len(headers))
+    offsets = np.zeros(len(headers) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = list(chain.from_iterable(headers))
+    fields = pa.StructArray.from_arrays(
+        [
+            pa.array([h[0] for h in flat], pa.string()),
+            pa.array([h[1] for h in flat], pa.binary()),
+        ],
+        fields=list(HEADER_TYPE),
+    )
+    return pa.ListArray.from_arrays(pa.array(offsets), fields, type=HEADERS_TYPE)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from common.errors import UnknownTopicError
 from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import StagedFile, write_file
 from runtime.storage.fs import StorageRoot
-from runtime.storage.records import FILE_SCHEMA, HEADERS_TYPE
+from runtime.storage.records import FILE_SCHEMA, headers_array
 
 
 @dataclass(frozen=True)
@@ -104,9 +104,7 @@ class StagingCollector:
             raise self._unknown(topic)
         header_array = None
         if headers is not None:
-            header_array = pa.array(
-                [[{"key": k, "value": v} for k, v in hs] for hs in headers], HEADERS_TYPE
-            )
+            header_array = headers_array(headers)
         self._acc.append_batch(
             topic, keys, values, timestamps=timestamps, partitions=None, headers=header_array
         )

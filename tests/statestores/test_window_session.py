@@ -9,7 +9,7 @@ import pytest
 from common.serdes import Serdes
 from statestores.api import SessionStore, Window, Windowed, WindowStore
 from statestores.bytes_layer import bottom
-from statestores.context import StandaloneContext
+from statestores.context import RecordingCollector, StandaloneContext
 from statestores.stores import Stores
 
 MINUTE = 60_000
@@ -151,3 +151,52 @@ def test_session_retention(persistent: bool, context: StandaloneContext) -> None
     assert [v for _, v in store.fetch("a")] == [2]
     store.put(Windowed("a", Window(0, 200)), 3)  # expired on arrival
     assert store.fetch_session("a", 0, 200) is None
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_many_puts_and_fetches_at_once_equal_one_by_one(
+    persistent: bool, tmp_path: Any, caching: bool
+) -> None:
+    """Random batches of writes, across retention (expired windows, dropped segments),
+    written and read at once give what one put and one fetch after another give."""
+    import random
+
+    rng = random.Random(11)
+    logs = RecordingCollector(), RecordingCollector()
+    one, many = (
+        window_store(
+            persistent,
+            StandaloneContext(
+                state_dir=str(tmp_path / name),
+                changelog=log,
+                app_config={"cache.max.bytes.buffering": 10 * 1024 * 1024},
+            ),
+            retention=5000,
+            size=1000,
+            caching=caching,
+        )
+        for name, log in zip(("one", "many"), logs, strict=True)
+    )
+    stream = 0
+    for _ in range(30):
+        cells: dict[tuple[str, int], int] = {}
+        for _ in range(rng.randrange(1, 40)):
+            start = max(0, stream + rng.randrange(-9000, 3000)) // 1000 * 1000
+            cells[(rng.choice("abcdefg"), start)] = rng.randrange(100)
+        keys = [k for k, _ in cells]
+        starts = [s for _, s in cells]
+        values = [v if v % 7 else None for v in cells.values()]  # some deletes
+        stamps = [start + 1 for start in starts]
+        expected = [one.fetch_value(k, s) for k, s in zip(keys, starts, strict=True)]
+        assert many.fetch_values(keys, starts) == expected
+        for k, v, s in zip(keys, values, starts, strict=True):
+            one.put(k, v, s)
+        many.put_many(keys, values, starts, stamps)
+        stream = max(stream, *starts)
+        assert list(many.all()) == list(one.all())
+    one.flush()
+    many.flush()
+    assert list(many.all()) == list(one.all())
+    # the same changelog records (the timestamps differ: one by one, the context's)
+    changes = [[(s, k, v) for s, k, v, _ in log.records] for log in logs]
+    assert changes[0] == changes[1] and changes[0]

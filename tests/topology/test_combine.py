@@ -125,6 +125,10 @@ def test_a_batch_is_combined_per_key_in_the_order_of_each_keys_last_record() -> 
         (["a", "b", "a"], ["x", None, "z"]),  # a null value
         ([1.0, 2.0, 1.0], ["x", "y", "z"]),  # keys whose equality is not their bytes'
         (["a", "b", "c"], ["x", "y", "z"]),  # nothing to combine
+        (["a", b"a", "a"], ["x", "y", "z"]),  # mixed types: equal in Arrow, not in bytes
+        ([b"a", "a", b"a"], ["x", "y", "z"]),
+        ([1, 1.0, 1], ["x", "y", "z"]),
+        ([1, True, 1], ["x", "y", "z"]),
     ):
         assert combine_counts(Batch(keys, values, [1, 2, 3], None, range(3))) is None
 

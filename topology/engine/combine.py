@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 #: The header of a combined record: how many records it stands for.
 COMBINED_HEADER = "__streams.combined.count"
 
-_ARROW_KEY_TYPES = {str: pa.string(), bytes: pa.binary(), int: pa.int64()}
+_BINARY = pa.binary()
+_ARROW_KEY_TYPES = {str: pa.string(), bytes: _BINARY, int: pa.int64()}
 
 
 def combinable_topics(topology: Topology, application_id: str) -> frozenset[str]:
@@ -115,12 +116,16 @@ def combine_counts(batch: Batch, values_valid: bool = False) -> Batch | None:
     ks, vs = batch.keys, batch.values
     n = len(ks)
     kind = _ARROW_KEY_TYPES.get(type(ks[0])) if n > 1 else None
-    # one key type: Arrow would take b"a" as "a", or 1.0 as 1
-    if kind is None or len(set(map(type, ks))) != 1:
+    # one key type: given a type, Arrow would take "a" as b"a", or 1.0 as 1. Inferred, a
+    # bytes among str makes binary and a float among ints double (a bool fails): only
+    # binary keys need their types checked
+    if kind is None or (kind is _BINARY and len(set(map(type, ks))) != 1):
         return None
     try:
-        keys = pa.array(ks, kind)
+        keys = pa.array(ks)
     except (pa.ArrowException, OverflowError):
+        return None
+    if keys.type != kind:
         return None
     if keys.null_count or (not values_valid and any(map(operator.is_, vs, repeat(None)))):
         return None

@@ -7,9 +7,10 @@ processor's observed stream time is a running maximum, each record is paired wit
 windows holding it, a pair whose window has closed (``end <= stream time - grace``) is
 dropped, and the pairs are grouped by key bytes and window start, giving each window's
 count, latest timestamp and last update. Only distinct keys are deserialized, and each key
-and window is read and written once, in the order of its last update, which is the
-cache's dirty order of record-at-a-time processing. The drops and the observed stream time
-are those of record-at-a-time processing, record for record.
+and window is read and written once (all read at once, then all written at once), in the
+order of its last update, which is the cache's dirty order of record-at-a-time
+processing. The drops and the observed stream time are those of record-at-a-time
+processing, record for record.
 """
 
 from __future__ import annotations
@@ -80,22 +81,24 @@ def count_windows(  # noqa: PLR0917 - a source's raw columns
         return False
     if any(key is None for key in decoded):  # a serde reading these bytes as no key
         return False
-    store, set_timestamp = node.store, node.context.set_timestamp
+    store = node.store
     last_ts = t[rows][groups.column("p_max").to_numpy()].tolist()
-    for key, start, many, latest, stamp in zip(
-        decoded,
-        groups.column("s").to_pylist(),
+    starts = groups.column("s").to_pylist()
+    updated = []
+    for stored, many, latest in zip(
+        store.fetch_values(decoded, starts),
         groups.column("p_count").to_pylist(),
         groups.column("t_max").to_pylist(),
-        last_ts,
         strict=True,
     ):
-        stored = store.fetch_value(key, start)
         if stored is not None:
             many += stored[0]  # noqa: PLW2901 - the new count
             latest = max(latest, stored[1])  # noqa: PLW2901 - its timestamp
-        set_timestamp(stamp)
-        store.put(key, ValueAndTimestamp(many, latest), start)
+        updated.append(ValueAndTimestamp(many, latest))
+    # each written with its last update's timestamp, as one put after another would be
+    store.put_many(decoded, updated, starts, last_ts)
+    if last_ts:
+        node.context.set_timestamp(last_ts[-1])
     if len(t):
         node.observed_stream_time = int(stream[-1])
     drops = len(stamps) - len(valid) + int((holding & closed).sum())
