@@ -3,9 +3,10 @@
 The word count (``examples/wordcount.py``, exactly_once_v2, RocksDB store) over --records
 lines of one word each, drawn from --keys distinct words: the first --keys lines bring
 every word into the store, the rest repeat them. While it runs, the resident memory of
-the driver (this Python process), of Spark's JVM, and of every other Python process under
-this one (Spark's Python workers and the task hosts that hold the stores) is sampled;
-printed per batch: the words in the store so far and the peaks. Once every word is in
+the driver (this Python process), of Spark's JVM, and of every other Python process of the
+run (Spark's Python workers, and the task hosts that hold the stores, which are forked
+detached from a worker but stay in its daemon's process group) is sampled; printed per
+batch: the words in the store so far and the peaks. Once every word is in
 the store, memory must stay flat: the last line compares the batches after that point.
 
     python benchmarks/memory.py [--keys 1000000] [--records 2000000] [--partitions 8]
@@ -14,6 +15,7 @@ the store, memory must stay flat: the last line compares the batches after that 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -62,10 +64,30 @@ class Sampler(threading.Thread):
             self.sample()
             time.sleep(self.interval)
 
+    def job_processes(self) -> list[Any]:
+        """Every process of this run but this one: its descendants (the JVM, Spark's
+        Python workers) and the Python processes of its process group that left the tree
+        (a task host server, which a worker forks detached, and its hosts: in the process
+        group of the worker's daemon)."""
+        found = {p.pid: p for p in self.me.children(recursive=True)}
+        groups = {os.getpgid(0)}
+        for proc in found.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                groups.add(os.getpgid(proc.pid))
+        for proc in psutil.process_iter(["name"]):
+            if proc.pid == self.me.pid or proc.pid in found:
+                continue
+            try:
+                if "python" in (proc.info["name"] or "") and os.getpgid(proc.pid) in groups:
+                    found[proc.pid] = proc
+            except (ProcessLookupError, PermissionError):
+                continue
+        return list(found.values())
+
     def sample(self) -> None:
         batch = sum(len(t.batch_times) for t in self.app.threads)
         jvm = python = largest = 0.0
-        for child in self.me.children(recursive=True):
+        for child in self.job_processes():
             try:
                 rss = child.memory_info().rss / MB
                 name = child.name()
