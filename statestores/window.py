@@ -95,14 +95,7 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
             seq = self._seq.to_bytes(4, "big")
         else:
             seq = _ZERO_SEQ
-        entry = b"".join(
-            (
-                segments.prefix(segments.segment_of(window_start)),
-                self._key(key),
-                encode_time(window_start),
-                seq,
-            )
-        )
+        entry = self._entry(self._key(key), window_start, seq)
         raw = None if value is None else self.value_serde.serialize(self.topic, value)
         self.wrapped.put(entry, raw)
 
@@ -113,16 +106,7 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
             return next((v for _, v in self.fetch(key, window_start, window_start)), None)
         if self._segments.expired(window_start):
             return None
-        segments = self._segments
-        entry = b"".join(
-            (
-                segments.prefix(segments.segment_of(window_start)),
-                self._key(key),
-                encode_time(window_start),
-                _ZERO_SEQ,
-            )
-        )
-        raw = self.wrapped.get(entry)
+        raw = self.wrapped.get(self._entry(self._key(key), window_start))
         return None if raw is None else self.value_serde.deserialize(self.topic, raw)
 
     def fetch_values(self, keys: list[K], window_starts: list[int]) -> list[V | None]:
@@ -183,13 +167,23 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
         raw = serialize_many(self.key_serde, self.topic, keys)
         if None in raw:
             raise TypeError(f"store {self.name}: a key serialized to null")
-        raws = cast("list[bytes]", raw)
-        segments = self._segments
-        prefix, segment_of = segments.prefix, segments.segment_of
+        entry = self._entry
         return [
-            b"".join((prefix(segment_of(start)), key, encode_time(start), _ZERO_SEQ))
-            for key, start in zip(raws, window_starts, strict=True)
+            entry(key, start)
+            for key, start in zip(cast("list[bytes]", raw), window_starts, strict=True)
         ]
+
+    def _entry(self, raw_key: bytes, window_start: int, seq: bytes = _ZERO_SEQ) -> bytes:
+        """The stored key: segment, key bytes, window start, sequence."""
+        segments = self._segments
+        return b"".join(
+            (
+                segments.prefix(segments.segment_of(window_start)),
+                raw_key,
+                encode_time(window_start),
+                seq,
+            )
+        )
 
     def _fetch(
         self, key: K, time_from: int, time_to: int, reverse: bool

@@ -75,7 +75,9 @@ class BatchTrigger:
         self._topics = sorted(set(topics))
         self._reader = TopicReader(admin)
         self._lock = threading.Lock()
-        self._client: socket.socket | None = None
+        #: Every connection taken: Spark's source, and any other local process that
+        #: connected (each gets the lines; none can take them from Spark's).
+        self._clients: list[socket.socket] = []
         self._pending = False
         self._failing: str | None = None
         self._closed = threading.Event()
@@ -106,13 +108,17 @@ class BatchTrigger:
     def wake(self) -> None:
         """Run a batch soon, even without new records."""
         with self._lock:
-            if self._client is None:
+            if not self._clients:
                 self._pending = True  # sent once Spark connects
                 return
-            try:
-                self._client.sendall(b"batch\n")
-            except OSError:  # the query is gone (stopped or failed): nobody to wake
-                log.debug("[trigger %s] the query's source left", self.name)
+            for client in list(self._clients):
+                try:
+                    client.send(b"batch\n")
+                except BlockingIOError:  # lines it has not read yet: a batch comes anyway
+                    continue
+                except OSError:  # gone (the query stopped or failed): nobody to wake there
+                    self._clients.remove(client)
+                    log.debug("[trigger %s] a connection left", self.name)
 
     def subscribed(self) -> list[str]:
         """Every topic watched: the thread's own and those a pattern found since."""
@@ -123,10 +129,10 @@ class BatchTrigger:
         """Stop watching; close the connection (call after the query stopped)."""
         self._closed.set()
         with self._lock:
-            if self._client is not None:
+            for client in self._clients:
                 with contextlib.suppress(OSError):
-                    self._client.close()
-                self._client = None
+                    client.close()
+            self._clients.clear()
         with contextlib.suppress(OSError):
             self._server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
         with contextlib.suppress(OSError):
@@ -146,13 +152,10 @@ class BatchTrigger:
                 continue
             except OSError:  # closed
                 return
-            client.settimeout(None)
+            client.setblocking(False)  # a wake never waits for a reader
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
-                if self._client is not None:
-                    with contextlib.suppress(OSError):
-                        self._client.close()
-                self._client = client
+                self._clients.append(client)
                 pending, self._pending = self._pending, False
             if pending:
                 self.wake()
@@ -192,7 +195,7 @@ class BatchTrigger:
         return {topic: self._reader.end_offsets(topic) for topic in self.subscribed()}
 
 
-def _quiet_socket_warning(spark: Any) -> None:
+def _quiet_socket_warning(spark: SparkSession) -> None:
     """Silence the socket source's "not for production" warning (it concerns Spark's
     recovery of the lines it read; nothing is recovered from them here)."""
     jvm: Any = getattr(spark.sparkContext, "_jvm", None)

@@ -108,12 +108,12 @@ def _reaches(edges: Mapping[Any, set[Any]], start: Any, goal: Any) -> bool:
 class BatchLevels:
     """How a batch runs its sub-topologies: ``inline`` repartition topic -> the level
     reading it, ``levels`` sub-topology -> its last level, ``partitions`` level -> its
-    task count, ``topics``
-    source topic -> the level its records are processed at (when not its sub-topology's
-    last), ``visits`` sub-topology -> every level it runs at (when more than one),
-    ``spill`` the inline topics a task reads together with a topic read from storage: their
-    records may wait for that topic's next records, and are then spilled to their topic
-    (:mod:`runtime.tasks.partition_group`), which the batches therefore also read."""
+    task count, ``topics`` source topic -> the level its records are processed at (when
+    not its sub-topology's last), ``visits`` sub-topology -> every level it runs at (when
+    more than one), ``spill`` the inline topics a task reads together with a topic read
+    from storage: their records may wait for that topic's next records, and are then
+    spilled to their topic (:mod:`runtime.tasks.partition_group`), which the batches
+    therefore also read."""
 
     inline: dict[str, int]
     levels: dict[int, int]

@@ -88,6 +88,16 @@ def test_a_topic_a_pattern_matches_later_is_watched_and_named(
         assert lines_within(client, 1.0) >= 1
 
 
+def test_another_connection_does_not_take_the_lines_from_the_first(
+    trigger: BatchTrigger,
+) -> None:
+    with connect(trigger) as spark, connect(trigger) as stray:
+        time.sleep(0.3)  # both taken
+        trigger.wake()
+        assert lines_within(spark, 0.5) == 1
+        assert lines_within(stray, 0.3) == 1
+
+
 def test_close_returns_at_once_and_a_later_wake_is_harmless(admin: TopicAdmin) -> None:
     admin.create("lines", 1)
     made = BatchTrigger(admin, ["lines"], poll_ms=100, name="t")
