@@ -131,11 +131,11 @@ class WindowedJob:
         windows = TimeWindows.of_size_and_grace(args.window_ms, args.grace_ms).advance_by(
             args.advance_ms
         )
-        split = self.wc.NON_WORD.split
+        words = self.wc.WORD.findall
         b = StreamsBuilder()
         (
             b.stream(self.wc.INPUT)
-            .flat_map_values(lambda line: [w for w in split(line.lower()) if w])
+            .flat_map_values(lambda line: words(line.lower()))
             .group_by(lambda _key, word: word)
             .windowed_by(windows)
             .count(Materialized.as_("windowed-counts"))

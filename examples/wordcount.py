@@ -17,7 +17,7 @@ import re
 from streams.serdes import Serdes
 from topology import Materialized, Produced, StreamsBuilder, Topology
 
-NON_WORD = re.compile(r"\W+")
+WORD = re.compile(r"\w+")
 INPUT = "text-lines"
 OUTPUT = "word-counts-out"
 STORE = "word-counts"
@@ -62,7 +62,7 @@ def build_topology() -> Topology:
     builder = StreamsBuilder()
     (
         builder.stream(INPUT)
-        .flat_map_values(lambda line: [w for w in NON_WORD.split(line.lower()) if w])
+        .flat_map_values(lambda line: WORD.findall(line.lower()))
         .group_by(lambda _key, word: word)
         .count(Materialized.as_(STORE))
         .to_stream()

@@ -19,9 +19,10 @@ where the record engine fires them: the batch is cut there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import accumulate, chain, repeat
+from typing import TYPE_CHECKING, Any, overload
 
 from topology.api.record import Headers, Record
 from topology.graph.graph import ProcessorSpec, SinkSpec
@@ -62,14 +63,14 @@ class Batch:
 
     def take(self, index: Sequence[int]) -> Batch:
         """The records at ``index``, in that order."""
-        ks, vs, ts, rows = self.keys, self.values, self.timestamps, self.rows
+        ks, vs, ts = self.keys, self.values, self.timestamps
         hs = self.headers
         return Batch(
             [ks[i] for i in index],
             [vs[i] for i in index],
             [ts[i] for i in index],
             None if hs is None else [hs[i] for i in index],
-            [rows[i] for i in index],
+            rows_at(self.rows, index),
         )
 
     def with_keys(self, keys: list[Any]) -> Batch:
@@ -84,6 +85,71 @@ class Batch:
         """The headers of record ``i``."""
         hs = self.headers
         return _NO_HEADERS if hs is None else hs[i]
+
+
+class ExpandedRows(Sequence[int]):
+    """The input rows of a batch a flat map expanded: ``rows[i]`` ``counts[i]`` times, in
+    order. Kept as the counts until read: a node that never reads its records' rows (a
+    stateless chain, a combining sink) costs nothing per record; one fed record by record
+    reads them as a list, built once (:meth:`materialized`); a few records' rows
+    (:func:`rows_at`) are found by bisection."""
+
+    __slots__ = ("_counts", "_ends", "_list", "_n", "_rows")
+
+    def __init__(self, rows: Sequence[int], counts: list[int], n: int) -> None:
+        self._rows = rows
+        self._counts = counts
+        self._n = n
+        self._ends: list[int] | None = None
+        self._list: list[int] | None = None
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        return self.materialized()[i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.materialized())
+
+    def materialized(self) -> list[int]:
+        """Every record's row, as a list."""
+        if self._list is None:
+            self._list = list(chain.from_iterable(map(repeat, self._rows, self._counts)))
+        return self._list
+
+    def pick(self, index: Iterable[int]) -> list[int]:
+        """The rows of the records at ``index``."""
+        if self._list is not None:
+            return [self._list[i] for i in index]
+        if self._ends is None:
+            self._ends = list(accumulate(self._counts))
+        ends, rows = self._ends, self._rows
+        return [rows[bisect_right(ends, i)] for i in index]
+
+
+def rows_at(rows: Sequence[int], index: Iterable[int]) -> list[int]:
+    """The rows of the records at ``index`` of a batch whose rows are ``rows``."""
+    if type(rows) is ExpandedRows:
+        return rows.pick(index)
+    return [rows[i] for i in index]
+
+
+def expanded(batch: Batch, keys: list[Any], values: list[Any], counts: list[int]) -> Batch:
+    """The batch of ``keys``/``values`` a flat map expanded from ``batch``: record ``i`` of
+    ``batch`` became ``counts[i]`` records, with its timestamp, headers and row."""
+    hs = batch.headers
+    return Batch(
+        keys,
+        values,
+        list(chain.from_iterable(map(repeat, batch.timestamps, counts))),
+        None if hs is None else list(chain.from_iterable(map(repeat, hs, counts))),
+        ExpandedRows(batch.rows, counts, len(values)),
+    )
 
 
 #: A node's batch entry.
@@ -144,6 +210,8 @@ def record_entry(task: StreamTask, forward: Callable[[Record[Any, Any]], None]) 
             return
         offsets, in_headers, times = given.offsets, given.headers, given.stream_times
         ks, vs, ts, hs, rows = batch.keys, batch.values, batch.timestamps, batch.headers, batch.rows
+        if type(rows) is ExpandedRows:
+            rows = rows.materialized()
         after = task.stream_time  # where the batch being run leaves it
         try:
             for i in range(len(ks)):

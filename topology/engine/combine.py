@@ -39,7 +39,7 @@ import pyarrow as pa
 from common.errors import StreamsError
 from topology.api.record import Headers
 from topology.api.timestamps import FailOnInvalidTimestamp, extractor_from_name
-from topology.engine.columnar import Batch
+from topology.engine.columnar import Batch, rows_at
 from topology.graph.graph import ProcessorSpec, SourceSpec
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ def combine_counts(batch: Batch, values_valid: bool = False) -> Batch | None:
         [vs[i] for i in order],
         groups.column("t_max").to_pylist(),
         headers,
-        [rows[i] for i in order],
+        rows_at(rows, order),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from topology.api.processor import Processor
 from topology.api.record import Record
-from topology.engine.columnar import Batch, BatchForward
+from topology.engine.columnar import Batch, BatchForward, expanded
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 
@@ -140,7 +140,7 @@ class FlatMapProcessor(_Stateless):
             values = [v for _, v in pairs]
         except Exception as exc:
             raise self.fail(exc) from exc
-        self.context.forward_batch(_expanded(batch, keys, values, _index_of(got)))
+        self.context.forward_batch(expanded(batch, keys, values, list(map(len, got))))
 
 
 class FlatMapValuesProcessor(_Stateless):
@@ -170,12 +170,12 @@ class FlatMapValuesProcessor(_Stateless):
             values = list(chain.from_iterable(got))
         except Exception as exc:
             raise self.fail(exc) from exc
-        index = _index_of(got)
+        counts = list(map(len, got))
         if all(map(operator.is_, ks, repeat(None))):  # no keys (lines of text): none again
-            keys = [None] * len(index)
+            keys = [None] * len(values)
         else:
-            keys = list(map(ks.__getitem__, index))
-        self.context.forward_batch(_expanded(batch, keys, values, index))
+            keys = list(chain.from_iterable(map(repeat, ks, counts)))
+        self.context.forward_batch(expanded(batch, keys, values, counts))
 
 
 class SelectKeyProcessor(_Stateless):
@@ -316,28 +316,7 @@ class BranchProcessor(Processor[Any, Any, Any, Any]):
             self.batch_default(batch.take(rest))
 
 
-def _expanded(batch: Batch, keys: list[Any], values: list[Any], index: list[int]) -> Batch:
-    """The batch of ``keys``/``values`` expanded from the records at ``index``."""
-    hs, rows = batch.headers, batch.rows
-    if type(rows) is range and rows.step == 1:  # a source's batch: rows are positions
-        expanded_rows = index if rows.start == 0 else list(map(rows.start.__add__, index))
-    else:
-        expanded_rows = list(map(rows.__getitem__, index))
-    return Batch(
-        keys,
-        values,
-        list(map(batch.timestamps.__getitem__, index)),
-        None if hs is None else list(map(hs.__getitem__, index)),
-        expanded_rows,
-    )
-
-
 def _expansions(results: Iterable[Iterable[Any]]) -> list[list[Any]]:
     """Each record's expansion as a list, taken in record order (a generator runs before
     the next record's function is called, as record by record)."""
     return [r if type(r) is list else list(r) for r in results]
-
-
-def _index_of(expansions: list[list[Any]]) -> list[int]:
-    """The input record of each expanded record."""
-    return list(chain.from_iterable(map(repeat, range(len(expansions)), map(len, expansions))))

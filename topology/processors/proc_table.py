@@ -16,7 +16,7 @@ from typing import Any
 from statestores.caching import CACHE_MAX_BYTES_KEY, DEFAULT_CACHE_MAX_BYTES
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
-from topology.engine.columnar import Batch
+from topology.engine.columnar import Batch, rows_at
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 
@@ -67,14 +67,13 @@ class TupleForwarder:
         if not index:
             return
         hs = None if self.cached else batch.headers
-        rows = batch.rows
         self.context.forward_batch(
             Batch(
                 keys,
                 changes,
                 stamps,
                 None if hs is None else [hs[i] for i in index],
-                [rows[i] for i in index],
+                rows_at(batch.rows, index),
             )
         )
 
