@@ -271,7 +271,35 @@ def punctuated(b: StreamsBuilder, materialized: Materialized) -> None:
     b.stream("in").map_values(lambda v: v.upper()).process(Ticker).to("out")
 
 
+class Contextual(Processor):  # type: ignore[type-arg]
+    """Forwards each word with its input record's offset and the stream time (what a node
+    fed record by record reads of an expanded batch's rows)."""
+
+    def init(self, context: Any) -> None:
+        self.context = context
+
+    def process(self, record: Any) -> None:
+        offset, now = self.context.offset, self.context.current_stream_time_ms()
+        self.context.forward(
+            record.with_value(f"{offset}@{now}{self.context.headers}:{record.value}")
+        )
+
+
+def expanded_context(b: StreamsBuilder, materialized: Materialized) -> None:
+    """Words of two nested flat maps, filtered, then fed record by record: each keeps its
+    line's offset, headers, timestamp and stream time."""
+    (
+        b.stream("in")
+        .flat_map_values(str.split)
+        .flat_map(lambda k, w: [(w, w), (k, w.upper())] if len(w) > 4 else [(w, w)])
+        .filter(lambda k, w: w != "date")
+        .process(Contextual)
+        .to("out")
+    )
+
+
 TOPOLOGIES: dict[str, Callable[[StreamsBuilder, Materialized], None]] = {
+    "expanded_context": expanded_context,
     "word_count": word_count,
     "stateless": stateless,
     "aggregates": aggregates,
