@@ -152,6 +152,14 @@ class InvalidTimestampError(StreamsProcessingError):
     configure ``default.timestamp.extractor`` to skip such records or use partition time."""
 
 
+class CombinedRecordsLateError(StreamsError):
+    """A windowed count's task received records combined per key and window (Spark's
+    partial aggregation, inside one batch) that it could not count as the records they
+    stand for: one of the batch's records falls in a window its stream time closes, or the
+    records could not be counted inside Arrow. Never seen by an application: the stream
+    thread runs the batch again, in the same transaction, without combining."""
+
+
 class TaskCorruptedError(StreamsError):
     """A task's local state cannot be trusted: a store's committed changelog offset is ahead
     of its changelog, missing while the store holds data under exactly-once, or the

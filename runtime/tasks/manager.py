@@ -194,6 +194,7 @@ class TaskManager:
         topics: list[str],
     ) -> Processed:
         """Process the records; spill the shuffled ones that wait to their topic."""
+        live.task.combine_windows_in(plan.combine_windows)
         done = process_records(
             live.task,
             partition,

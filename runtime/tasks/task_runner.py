@@ -127,6 +127,10 @@ class BatchPlan:
     ``globals`` names the file slices of every partition of the global topics, from the
     log start to its end as planned for this batch: each process brings its global stores
     up to these ends before its tasks run (:mod:`runtime.tasks.global_state`).
+
+    ``combine_windows`` names the repartition topics of windowed counts that this batch
+    shuffles inside itself: their writers may combine records per key and window set
+    (:mod:`topology.engine.combine`); empty when the batch runs again without combining.
     """
 
     topology: Topology
@@ -152,6 +156,7 @@ class BatchPlan:
     topic_levels: Mapping[str, int] = field(default_factory=dict)
     batch: int = 0
     spark_partitions: int = 0
+    combine_windows: frozenset[str] = frozenset()
 
     def spark_partitions_of(self, tasks: int) -> int:
         """How many Spark partitions run a level of ``tasks`` tasks: at most

@@ -6,6 +6,11 @@ level a shuffle of the repartitioned records to their task's Spark partition, th
 driver: staged files, positions, counters, and when the tasks' next wall-clock
 punctuation is due.
 
+A job whose windowed count found records combined per key and window that it cannot
+count as the records they stand for (:class:`~common.errors.CombinedRecordsLateError`)
+runs again at once, in the same transaction, without combining (counted as
+``uncombined-batch-total``).
+
 A job lost to its infrastructure (a Python worker or an executor that died: any failure
 not raised by a task) runs again, up to ``JOB_ATTEMPTS`` times, in the same transaction:
 the failed attempt's results never reached the driver, so its staged files are orphans,
@@ -15,6 +20,7 @@ outcomes it knows) and rebuilds the task from committed state.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Mapping
@@ -23,7 +29,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from common.errors import StreamsError
+from common.errors import CombinedRecordsLateError, StreamsError
 from runtime.tasks.task_runner import (
     METRIC,
     RECORD,
@@ -80,18 +86,21 @@ def run_batch_job(
     Raises:
         the first task's own exception (re-raised from Spark's wrapper), or StreamsError.
     """
-    out = _source_rows(df, plan, partitions).mapInArrow(
-        functools.partial(_source_level, plan), ROW_DDL
-    )
-    for level in range(1, depth):
-        spark_partitions = plan.spark_partitions_of(partitions[level])
-        out = out.repartition(spark_partitions, "shuffle").mapInArrow(
-            functools.partial(_inner_level, plan, level), ROW_DDL
-        )
-    rows, retries = _collect(out, plan)
+    try:
+        rows, retries = _collect(_job(df, plan, depth, partitions), plan)
+        uncombined = 0
+    except CombinedRecordsLateError as exc:
+        if not plan.combine_windows:
+            raise StreamsError(f"[{plan.owner}] {exc} (it combined none: a bug)") from exc
+        log.info("[%s] %s", plan.owner, exc)
+        plan = dataclasses.replace(plan, combine_windows=frozenset())
+        rows, retries = _collect(_job(df, plan, depth, partitions), plan)
+        uncombined = 1
     result = JobResult(rows)
     if retries:
         result.metrics["job-retry-total"] = retries
+    if uncombined:
+        result.metrics["uncombined-batch-total"] = uncombined
     stray = [r for r in result.rows if r["kind"] == RECORD]
     if stray:
         raise StreamsError(
@@ -107,6 +116,19 @@ def run_batch_job(
             due.append(row["timestamp"])
     result.next_punctuation = min(due) if due else None
     return result
+
+
+def _job(df: DataFrame, plan: BatchPlan, depth: int, partitions: Mapping[int, int]) -> DataFrame:
+    """The batch's levels over ``df``, as one DataFrame of metadata rows."""
+    out = _source_rows(df, plan, partitions).mapInArrow(
+        functools.partial(_source_level, plan), ROW_DDL
+    )
+    for level in range(1, depth):
+        spark_partitions = plan.spark_partitions_of(partitions[level])
+        out = out.repartition(spark_partitions, "shuffle").mapInArrow(
+            functools.partial(_inner_level, plan, level), ROW_DDL
+        )
+    return out
 
 
 def _source_rows(df: DataFrame, plan: BatchPlan, partitions: Mapping[int, int]) -> DataFrame:

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.config import StreamsConfig
+from topology.engine.combine import windowed_combined_topics
 from topology.graph.graph import ProcessorSpec, SinkSpec, SourceSpec
 from topology.graph.topology import Topology
 
@@ -225,3 +227,29 @@ def _topic_levels(
         if not changed:
             break
     return level
+
+
+class WindowCombining:
+    """Which repartition topics of windowed counts a batch may combine (Spark's partial
+    aggregation, see :mod:`topology.engine.combine`): those it shuffles inside itself,
+    never spilled to their topic, unless a recent batch found records late and ran again
+    uncombined (then none for ``UNCOMBINED_BATCHES`` batches)."""
+
+    #: How many batches after one that ran uncombined combine no windowed count's records.
+    UNCOMBINED_BATCHES = 32
+
+    def __init__(self, topology: Topology, config: StreamsConfig) -> None:
+        self._windowed = frozenset(windowed_combined_topics(topology, config))
+        self._from = 0
+
+    def topics(self, levels: BatchLevels, batch: int) -> frozenset[str]:
+        """The topics batch number ``batch``, run in ``levels``, may combine."""
+        if batch < self._from:
+            return frozenset()
+        return self._windowed & (levels.inline.keys() - levels.spill)
+
+    def after(self, batch: int, metrics: Mapping[str, int]) -> None:
+        """Take note of batch number ``batch``'s job: its ``metrics`` count whether it had
+        to run again uncombined."""
+        if metrics.get("uncombined-batch-total"):
+            self._from = batch + 1 + self.UNCOMBINED_BATCHES

@@ -12,11 +12,10 @@ Spark ``foreachBatch`` call per batch. It keeps only its loop:
    (:mod:`runtime.thread.commit`): one transaction per batch under ``exactly_once_v2``.
 
 Its query's batches start when its trigger (:mod:`runtime.spark.trigger`) sees new
-records; when a batch leaves records behind, a wall-clock punctuator falls due or the
-group rebalances, the thread wakes the trigger, so a batch runs even if nothing new
-arrives. Under ``exactly_once`` (alpha) or with ``num.stream.threads`` > 1 a repartition
-cannot be a shuffle inside the batch (its upstream and downstream tasks commit
-separately), so its records go through the repartition topic, as in Kafka.
+records, a batch leaves records behind, a wall-clock punctuator falls due or the group
+rebalances. Under ``exactly_once`` (alpha) or with ``num.stream.threads`` > 1 a
+repartition cannot be a shuffle inside the batch (its upstream and downstream tasks
+commit separately): its records go through the repartition topic, as in Kafka.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ from runtime.tasks.task_runner import (
     BatchPlan,
 )
 from runtime.thread.batch_job import run_batch_job
-from runtime.thread.batch_levels import BatchLevels
+from runtime.thread.batch_levels import BatchLevels, WindowCombining
 from runtime.thread.commit import Batch, CommitStrategy, commit_strategy
 from runtime.thread.membership import GenerationFencedError, ThreadMembership
 from runtime.thread.output_topics import OutputCatalog, has_topic_extractors
@@ -82,17 +81,15 @@ class StreamThread:
         partitions: the partition numbers of this thread's tasks (None: all).
         levels: how sub-topologies are levelled (default: all level 0).
         shutdown_marker: a file under the storage root, and the instance's start time: a
-            shutdown request written there after that time stops the thread before its
-            next batch (another instance asked the whole application to shut down).
+            shutdown request written there since stops the thread before its next batch.
         internal_sources: source topics this application writes itself (repartition
             topics): read from their beginning when no position is committed.
         membership: the thread's member of the application's consumer group; it then
             runs the tasks the group assigns it (``partitions`` is ignored).
-        shuffle_levels: levels that shuffle repartitioned records inside the batch, used
-            for a batch when this thread owns every task and the repartition topics hold
-            nothing unread (``levels`` pass them through the topics).
-        global_topics: the topics of the global stores, planned whole for every batch
-            (:func:`runtime.tasks.global_state.plan_globals`).
+        shuffle_levels: levels that shuffle repartitioned records inside the batch, for a
+            batch when this thread owns every task and the repartition topics hold nothing
+            unread (``levels`` pass them through the topics).
+        global_topics: the global stores' topics, planned whole for every batch.
         offset_resets: source topic -> its source's own reset policy.
     """
 
@@ -129,6 +126,7 @@ class StreamThread:
         self.shuffle_levels = shuffle_levels
         #: ``batch.spark.partitions``, else Spark's parallelism (known at the first batch).
         self._spark_partitions = 0
+        self.window_combining = WindowCombining(topology, config)
         self.membership = membership
         if membership is not None:
             membership.on_rebalance = self._rebalance_noted
@@ -466,6 +464,7 @@ class StreamThread:
             visit=frozenset(self.task_ids()),
             globals=self.globals,
             spark_partitions=self._spark_partitions,
+            combine_windows=self.window_combining.topics(self.levels, self.batches),
         )
 
     def _snapshot_due(self) -> bool:
@@ -481,6 +480,7 @@ class StreamThread:
         for name, value in result.metrics.items():
             self.metrics[name] = self.metrics.get(name, 0) + value
         self._next_punctuation = result.next_punctuation
+        self.window_combining.after(self.batches, result.metrics)
         return result.rows
 
     def _run_job(

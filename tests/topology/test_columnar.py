@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from common.config import StreamsConfig
+from common.errors import CombinedRecordsLateError
 from common.serdes import Serdes
 from topology import (
     Branched,
@@ -29,7 +30,7 @@ from topology import (
 from topology.api.processor import Processor, PunctuationType
 from topology.api.windowed_serdes import WindowedSerdes
 from topology.api.windows import TimeWindows
-from topology.engine.combine import combined_topics, weights_of
+from topology.engine.combine import combined_topics, weights_of, windowed_topics
 from topology.engine.task import StreamTask
 
 S, L = Serdes.String(), Serdes.Long()
@@ -71,12 +72,15 @@ def run(
     config: dict[str, Any],
     *,
     arrow: bool = False,
+    combine_windows: Callable[[int], bool] = lambda batch: False,
 ) -> tuple[dict[str, list[Sent]], dict[str, list[Any]]]:
     """Run every sub-topology's task 0 over ``batches`` of ``(topic, key, value, ts)``
     (one commit after each; keys and values as Arrow columns with ``arrow``, as the Spark
     runtime gives them), records written to a topic a task reads handed to it as the
     next batch; return the records per topic (changelogs left out: the columnar engine
-    writes one change per key and batch) and every store's final content."""
+    writes one change per key and batch) and every store's final content.
+    ``combine_windows(i)``: whether batch ``i`` combines windowed counts' records (a
+    :class:`Rerun` naming it when they came late)."""
     settings = StreamsConfig.from_dict({**BASE, **config, "processing.engine": engine})
     collector = Collector()
     tasks = [
@@ -110,29 +114,14 @@ def run(
             )
 
     out: dict[str, list[Sent]] = {}
-    for batch in batches:
-        by_topic: dict[str, list[tuple[bytes | None, bytes | None, int, Any]]] = {}
-        for topic, key, value, ts in batch:
-            by_topic.setdefault(topic, []).append(
-                (None if key is None else key.encode(), value.encode(), ts, ())
-            )
-        for topic, rows in by_topic.items():
-            feed(topic, rows)
-        while True:  # commit; hand what the tasks wrote to the tasks reading it
-            for task in tasks:
-                task.commit()
-            sent, collector.sent = collector.sent, []
-            if not sent:
-                break
-            internal: dict[str, list[tuple[bytes | None, bytes | None, int, Any]]] = {}
-            for record in sent:
-                if record[0].endswith("-changelog"):
-                    continue
-                out.setdefault(record[0], []).append(record)
-                if record[0].endswith("-repartition"):
-                    internal.setdefault(record[0], []).append(record[1:5])
-            for topic, rows in internal.items():
-                feed(topic, rows)
+    windowed = set(windowed_topics(topology, "cmp"))
+    for number, batch in enumerate(batches):
+        for task in tasks:
+            task.combine_windows_in(windowed if combine_windows(number) else ())
+        try:
+            _run_batch(batch, feed, tasks, collector, out)
+        except CombinedRecordsLateError as exc:
+            raise Rerun(number) from exc
     stores = {
         name: sorted(store.all(), key=repr) for task in tasks for name, store in task.stores.items()
     }
@@ -141,18 +130,60 @@ def run(
     return out, stores
 
 
-def random_batches(
-    seed: int, topics: list[str], n: int = 400, keys: int = 12
+class Rerun(Exception):  # noqa: N818 - what the runtime does: run the batch again
+    def __init__(self, batch: int) -> None:
+        super().__init__(batch)
+        self.batch = batch
+
+
+def _run_batch(
+    batch: list[tuple[str, str | None, str, int]],
+    feed: Callable[[str, list[tuple[bytes | None, bytes | None, int, Any]]], None],
+    tasks: list[StreamTask],
+    collector: Collector,
+    out: dict[str, list[Sent]],
+) -> None:
+    by_topic: dict[str, list[tuple[bytes | None, bytes | None, int, Any]]] = {}
+    for topic, key, value, ts in batch:
+        by_topic.setdefault(topic, []).append(
+            (None if key is None else key.encode(), value.encode(), ts, ())
+        )
+    for topic, rows in by_topic.items():
+        feed(topic, rows)
+    while True:  # commit; hand what the tasks wrote to the tasks reading it
+        for task in tasks:
+            task.commit()
+        sent, collector.sent = collector.sent, []
+        if not sent:
+            break
+        internal: dict[str, list[tuple[bytes | None, bytes | None, int, Any]]] = {}
+        for record in sent:
+            if record[0].endswith("-changelog"):
+                continue
+            out.setdefault(record[0], []).append(record)
+            if record[0].endswith("-repartition"):
+                internal.setdefault(record[0], []).append(record[1:5])
+        for topic, rows in internal.items():
+            feed(topic, rows)
+
+
+def random_batches(  # noqa: PLR0917 - the shape of the input
+    seed: int,
+    topics: list[str],
+    n: int = 400,
+    keys: int = 12,
+    step: int = 40,
+    late_share: float = 0.15,
 ) -> list[list[tuple[str, str | None, str, int]]]:
     """``n`` records in batches of 1..60: keys from a small set (some None), words as
-    values, timestamps mostly rising with some out of order."""
+    values, timestamps rising by up to ``step`` with some (``late_share``) out of order."""
     rnd = random.Random(seed)
     words = ["apple", "banana", "cherry", "date", "elder", "fig", "grape"]
     records = []
     ts = 1_000
     for _ in range(n):
-        ts += rnd.randint(0, 40)
-        late = rnd.random() < 0.15
+        ts += rnd.randint(0, step)
+        late = rnd.random() < late_share
         key = None if rnd.random() < 0.05 else f"k{rnd.randrange(keys)}"
         value = " ".join(rnd.choice(words) for _ in range(rnd.randint(1, 4)))
         records.append((rnd.choice(topics), key, value, ts - rnd.randint(0, 300) if late else ts))
@@ -372,3 +403,83 @@ def test_a_source_with_two_branches_into_one_topic_runs_record_by_record() -> No
     )
     task.initialize()
     assert task.source_for("in").batch_children is not None
+
+
+def windowed_words(b: StreamsBuilder, materialized: Materialized) -> None:
+    """Words counted in hopping windows whose grace is about a batch's span of time."""
+    serde = WindowedSerdes.time_windowed_serde_from(S, 100)
+    (
+        b.stream("in")
+        .flat_map_values(str.split)
+        .group_by(lambda k, w: w, Grouped.with_(S, S))
+        .windowed_by(TimeWindows.of_size_and_grace(100, 250).advance_by(30))
+        .count(materialized)
+        .to_stream()
+        .to("out", Produced.with_(serde, L))
+    )
+
+
+@pytest.mark.parametrize("late_share", [0.0, 0.01, 0.1])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_windowed_count_combined_inside_batches_counts_as_record_by_record(
+    seed: int, late_share: float
+) -> None:
+    """Combined per key and window set, a batch's records give the record engine's
+    outputs and stores; a batch whose records come late runs again uncombined."""
+
+    def build() -> Topology:
+        b = StreamsBuilder()
+        windowed_words(b, Materialized.as_("store"))
+        return b.build()
+
+    batches = random_batches(seed, ["in"], n=900, step=8, late_share=late_share)
+    record = run(build(), batches, "record", {})
+    uncombined: set[int] = set()
+    while True:
+        try:
+            got = run(
+                build(),
+                batches,
+                "columnar",
+                {},
+                arrow=True,
+                combine_windows=lambda i: i not in uncombined,
+            )
+        except Rerun as rerun:
+            assert rerun.batch not in uncombined
+            uncombined.add(rerun.batch)
+            continue
+        break
+    repartition = next(t for t in record[0] if t.endswith("-repartition"))
+    assert got[0]["out"] == record[0]["out"]
+    assert got[1] == record[1]
+    assert weighted_keys(got[0][repartition]) == weighted_keys(record[0][repartition])
+    combined = [r for r in got[0][repartition] if r[4]]
+    assert combined  # combining ran (every record of a combined batch is marked)
+    assert len(got[0][repartition]) < len(record[0][repartition])
+
+
+def test_a_combined_batch_of_late_records_runs_again_uncombined() -> None:
+    """Records in ascending order, but older than the stream time's grace: combined by
+    their task, refused by the counting task, run again uncombined and dropped."""
+
+    def build() -> Topology:
+        b = StreamsBuilder()
+        windowed_words(b, Materialized.as_("store"))
+        return b.build()
+
+    batches = [
+        [("in", "k", "apple banana apple", 10_000 + i) for i in range(0, 100, 5)],
+        [("in", "k", "apple fig", 1_000 + i) for i in range(0, 50, 5)],
+        [("in", "k", "fig fig", 10_200 + i) for i in range(0, 50, 5)],
+    ]
+    record = run(build(), batches, "record", {})
+    with pytest.raises(Rerun) as rerun:
+        run(build(), batches, "columnar", {}, arrow=True, combine_windows=lambda i: True)
+    assert rerun.value.batch == 1
+    got = run(build(), batches, "columnar", {}, arrow=True, combine_windows=lambda i: i != 1)
+    assert got[0]["out"] == record[0]["out"]
+    assert got[1] == record[1]
+    marked = [r for r in got[0]["cmp-store-repartition"] if r[4]]
+    assert marked  # batches 0 and 2 were combined, batch 1 not
+    assert all(r[3] >= 10_000 for r in marked)

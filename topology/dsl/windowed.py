@@ -111,6 +111,7 @@ class TimeWindowedKStream(Generic[K, V]):
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
         value_serde: Serde[Any] | None,
+        combiner: str | None = None,
     ) -> KTable[Windowed[K], Any]:
         table = self.grouped.aggregate_with(
             prefix,
@@ -119,6 +120,7 @@ class TimeWindowedKStream(Generic[K, V]):
             make_processor=self._processor(initializer, aggregator),
             make_store=self._make_store(value_serde),
             value_serde=value_serde,
+            combiner=combiner,
         )
         table.key_serde = TimeWindowedSerde(table.key_serde, self.windows.size())
         table.window_grace_ms = self.windows.close_grace_ms()
@@ -135,7 +137,11 @@ class TimeWindowedKStream(Generic[K, V]):
             ... ).count()  # doctest: +SKIP
         """
         serde = Serdes.Long()
-        return self._aggregate(AGGREGATE, materialized, named, count_init, count_add, serde)
+        # over time windows, a batch's records may be combined per key and window set
+        combiner = None if isinstance(self.windows, SlidingWindows) else "windowed-count"
+        return self._aggregate(
+            AGGREGATE, materialized, named, count_init, count_add, serde, combiner
+        )
 
     def reduce(
         self,

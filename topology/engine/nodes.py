@@ -25,7 +25,7 @@ from topology.api.record import Record
 from topology.api.timestamps import TimestampExtractor
 from topology.engine.collector import RecordCollector
 from topology.engine.columnar import ArrowEntry, Batch
-from topology.engine.combine import combine_counts
+from topology.engine.combine import combine_counts, combine_windowed
 from topology.engine.context import Forward, NodeContext
 from topology.graph.graph import TopicNameExtractor
 
@@ -132,6 +132,8 @@ class SinkProcessor:
         "_value_serialize",
         "collector",
         "combine",
+        "combine_windows",
+        "combining_windows",
         "context",
         "name",
     )
@@ -164,6 +166,11 @@ class SinkProcessor:
         self._on_error = on_error
         #: Whether batches are combined per key (a count's repartition topic).
         self.combine = False
+        #: The time windows of the windowed count reading this sink's repartition topic,
+        #: whose batches are combined per key and window set while ``combining_windows``
+        #: (set for each batch: only where the batch shuffles the topic inside itself).
+        self.combine_windows: Any = None
+        self.combining_windows = False
 
     def process(self, record: Record[Any, Any]) -> None:
         """Serialize ``record`` and send it."""
@@ -186,6 +193,11 @@ class SinkProcessor:
         self._deliver(topic, key, value, record[2], record[3], partition)
 
     @property
+    def topic(self) -> str | None:
+        """The topic every record goes to (None: a topic extractor names it per record)."""
+        return self._topic
+
+    @property
     def batchable(self) -> bool:
         """Whether a batch can be sent whole: one topic, the default partitioner."""
         return self._topic is not None and self._partitioner is None
@@ -199,9 +211,13 @@ class SinkProcessor:
         topic = self._topic
         assert topic is not None
         send_batch = getattr(self.collector, "send_batch", None)
-        if self.combine:
+        if self.combine or self.combining_windows:
             same = _same_items(batch.keys, batch.values)
-            combined = combine_counts(batch, values_valid=same)
+            combined = (
+                combine_counts(batch, values_valid=same)
+                if self.combine
+                else combine_windowed(batch, self.combine_windows, values_valid=same)
+            )
             if combined is not None:
                 try:
                     if not (self._same_serde and same):

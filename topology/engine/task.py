@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 import enum
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -35,7 +35,12 @@ import pyarrow.compute as pc
 
 from common.columns import deserialize_column, int_list
 from common.config import StreamsConfig
-from common.errors import SerializationError, StreamsError, TopologyError
+from common.errors import (
+    CombinedRecordsLateError,
+    SerializationError,
+    StreamsError,
+    TopologyError,
+)
 from common.handlers import RawRecord
 from statestores.api import ChangelogCollector, StateStore, StateStoreContext
 from statestores.state_manager import ProcessorStateManager
@@ -58,6 +63,8 @@ from topology.engine.combine import (
     expansion,
     take_rows,
     weights_of,
+    windowed_combined_topics,
+    windowed_topics,
 )
 from topology.engine.context import (
     FixedKeyNodeContext,
@@ -181,9 +188,15 @@ class StreamTask:
         #: The topics whose records may come combined (a count's repartition topic, see
         #: :mod:`topology.engine.combine`): a combined record counts as the records it
         #: stands for.
-        self._weighted = combinable_topics(topology, self.application_id) & set(
-            topology.source_topics(subtopology_id, self.application_id)
+        own_topics = set(topology.source_topics(subtopology_id, self.application_id))
+        #: ... and those of a windowed count, combined inside a batch only (counted inside
+        #: Arrow when no record of the batch is late, else the batch runs again uncombined).
+        self._windowed = windowed_topics(topology, self.application_id) & own_topics
+        self._weighted = (combinable_topics(topology, self.application_id) & own_topics) | (
+            self._windowed
         )
+        #: The sinks that may combine a windowed count's batches (see combine_windows_in).
+        self._window_sinks: list[SinkProcessor] = []
         if self._weighted:
             self._process_one = self.process
             self.process = self._process_weighted  # type: ignore[method-assign]
@@ -209,6 +222,13 @@ class StreamTask:
         self.combine_repartitions = combine_repartitions
 
     # -- lifecycle ----------------------------------------------------------------------
+
+    def combine_windows_in(self, topics: Collection[str]) -> None:
+        """Combine a windowed count's records per key and window set in the batches sent
+        to ``topics`` (the repartition topics the coming batch shuffles inside itself;
+        see :mod:`topology.engine.combine`), and in no others."""
+        for sink in self._window_sinks:
+            sink.combining_windows = sink.topic in topics
 
     def transition(self, new: TaskState) -> None:
         """Move to ``new``; raise StreamsError naming both states if it is not allowed."""
@@ -236,9 +256,7 @@ class StreamTask:
         contexts: dict[str, NodeContext] = {}
         inits: list[tuple[str, Any, NodeContext]] = []
         batch_nodes: dict[str, BatchForward] = {}
-        combined: frozenset[str] = frozenset()
-        if self.columnar and self.combine_repartitions:
-            combined = combined_topics(topology, config)
+        combined, windowed = self._combined_sinks()
         for name in self.subtopology.nodes:
             spec = topology.nodes[name]
             stores = frozenset(spec.stores) if isinstance(spec, ProcessorSpec) else frozenset()
@@ -261,7 +279,7 @@ class StreamTask:
                     self._pattern_sources.append((spec.pattern, source))
             elif isinstance(spec, SinkSpec):
                 ctx = NodeContext(self, name, stores)
-                sink = self._sink(name, spec, ctx, combined)
+                sink = self._sink(name, spec, ctx, combined, windowed)
                 forwards[name] = sink.process
                 if sink.batchable:
                     batch_nodes[name] = sink.process_batch
@@ -294,8 +312,23 @@ class StreamTask:
         if self.columnar:
             self._bind_batches(forwards, contexts, batch_nodes)
 
+    def _combined_sinks(self) -> tuple[frozenset[str], Mapping[str, Any]]:
+        """The repartition topics whose columnar sinks combine a count's batches, and
+        those that may combine a windowed count's, with its windows."""
+        if not (self.columnar and self.combine_repartitions):
+            return frozenset(), {}
+        return (
+            combined_topics(self.topology, self.config),
+            windowed_combined_topics(self.topology, self.config),
+        )
+
     def _sink(
-        self, name: str, spec: SinkSpec, ctx: NodeContext, combined: frozenset[str]
+        self,
+        name: str,
+        spec: SinkSpec,
+        ctx: NodeContext,
+        combined: frozenset[str],
+        windowed: Mapping[str, Any],
     ) -> SinkProcessor:
         topology, config = self.topology, self.config
         sink_topic = spec.topic
@@ -315,6 +348,9 @@ class StreamTask:
             on_error=self.errors.production_failed,
         )
         sink.combine = sink_topic in combined
+        sink.combine_windows = windowed.get(sink_topic or "")
+        if sink.combine_windows is not None:
+            self._window_sinks.append(sink)
         return sink
 
     def _bind_batches(
@@ -439,6 +475,8 @@ class StreamTask:
         if headers and topic in self._weighted:
             split = weights_of((headers,))
             if split is not None:
+                if topic in self._windowed:
+                    raise _late(self.task_id, topic, "one record at a time")
                 many, headers = split[0][0], split[1][0]
         for _ in range(many):
             self._process_one(topic, key, value, timestamp, headers, offset, partition)
@@ -478,6 +516,8 @@ class StreamTask:
                     )
                 ):
                     return len(weights)
+                if topic in self._windowed:
+                    raise _late(self.task_id, topic, "by the usual path")
                 index = expansion(weights)
                 self.process_columns(
                     topic,
@@ -797,3 +837,10 @@ def _last(column: Any) -> int:
     """The last element of an int column (Arrow or a sequence)."""
     item = column[len(column) - 1]
     return int(item.as_py() if hasattr(item, "as_py") else item)
+
+
+def _late(task_id: str, topic: str, how: str) -> CombinedRecordsLateError:
+    return CombinedRecordsLateError(
+        f"[task {task_id}] records of {topic} came combined per key and window and must be "
+        f"counted {how}: the batch runs again without combining"
+    )

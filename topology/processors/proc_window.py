@@ -137,9 +137,9 @@ class TimeWindowAggregateProcessor(WindowedAggregating):
         """Count a source's raw columns per key and window inside Arrow (see
         :mod:`topology.processors.window_count`); False, having done nothing, when they
         go the usual way."""
-        if not self.counting or weights is not None:
+        if not self.counting:
             return False
-        return count_windows(self, topic, keys, timestamps, key_serde, values, value_serde)
+        return count_windows(self, topic, keys, timestamps, key_serde, values, value_serde, weights)
 
     def process(self, record: AnyRecord) -> None:
         """Update the record's open windows, drop it from the closed ones."""

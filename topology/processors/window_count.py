@@ -35,11 +35,14 @@ def count_windows(  # noqa: PLR0917 - a source's raw columns
     key_serde: Any,
     values: Any,
     value_serde: Any,
+    weights: Any = None,
 ) -> bool:
     """Count the columns into ``node``'s windows (a ``TimeWindowAggregateProcessor`` that
     counts, with a cache). Return False, having done nothing, when they must go the usual
     way: no cache, debug logging of drops, a key or value that would not deserialize, or
-    timestamps near the end of time."""
+    timestamps near the end of time; and, ``weights`` given (how many records each row
+    stands for: combined records, see :mod:`topology.engine.combine`), when any record
+    finds a window closed."""
     windows = node.windows
     if (
         not isinstance(windows, TimeWindows)
@@ -61,6 +64,9 @@ def count_windows(  # noqa: PLR0917 - a source's raw columns
     starts = first[:, None] + steps[None, :] * advance
     holding = starts <= t[:, None]
     closed = (starts + size) <= (stream - grace)[:, None]
+    late = holding & closed
+    if weights is not None and bool(late.any()):
+        return False  # a combined record's stream time is not its records' one by one
     rows, step = np.nonzero(holding & ~closed)  # in update order: record, then window start
     pairs = pa.table(
         {
@@ -68,11 +74,14 @@ def count_windows(  # noqa: PLR0917 - a source's raw columns
             "s": starts[rows, step],
             "t": t[rows],
             "p": np.arange(len(rows), dtype=np.int64),
+            "w": np.ones(len(rows), np.int64)
+            if weights is None
+            else np.asarray(weights, np.int64)[valid][rows],
         }
     )
     groups = (
         pairs.group_by(["k", "s"], use_threads=False)
-        .aggregate([("p", "max"), ("p", "count"), ("t", "max")])
+        .aggregate([("p", "max"), ("w", "sum"), ("t", "max")])
         .sort_by("p_max")
     )
     try:
@@ -87,7 +96,7 @@ def count_windows(  # noqa: PLR0917 - a source's raw columns
     updated = []
     for stored, many, latest in zip(
         store.fetch_values(decoded, starts),
-        groups.column("p_count").to_pylist(),
+        groups.column("w_sum").to_pylist(),
         groups.column("t_max").to_pylist(),
         strict=True,
     ):
@@ -101,7 +110,7 @@ def count_windows(  # noqa: PLR0917 - a source's raw columns
         node.context.set_timestamp(last_ts[-1])
     if len(t):
         node.observed_stream_time = int(stream[-1])
-    drops = len(stamps) - len(valid) + int((holding & closed).sum())
+    drops = len(stamps) - len(valid) + int(late.sum())
     node.dropped += drops
     record_dropped = getattr(node.context, "record_dropped", None)
     if record_dropped is not None:

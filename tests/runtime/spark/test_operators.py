@@ -1,8 +1,8 @@
 """Operators that need more of the runtime than a plain source-to-sink flow, run on real
 Spark through ``StreamsApp`` and compared with the ``TopologyTestDriver`` on the same
 input: a foreign-key join (its repartition topics form a cycle), a pattern source, a
-topic-name-extractor sink, a per-source offset reset, and the state listener across
-rebalances."""
+topic-name-extractor sink, a per-source offset reset, the state listener across
+rebalances, and a windowed count whose records are combined inside each batch."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from streams.testing import TopologyTestDriver
 from tests.runtime.spark.helpers import eos_config
-from topology import Consumed, StreamsBuilder, Topology
+from topology import Consumed, StreamsBuilder, TimeWindows, Topology
 
 #: A raw record: key, value, timestamp.
 Raw = tuple[bytes | None, bytes | None, int]
@@ -390,3 +390,39 @@ def test_the_state_goes_through_rebalancing_at_every_rebalance(
     assert sorted(r[:2] for r in read_topic(root, "shouted")) == sorted(
         r[:2] for r in expected["shouted"]
     )
+
+
+# -- 6. a windowed count combined inside each batch; a late batch runs again uncombined --
+
+
+def test_a_windowed_count_combines_inside_batches_and_runs_a_late_batch_again(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """Each batch's words are combined per word and window set before the shuffle (the
+    batches' timestamps ascend). The second batch's are older than the grace allows:
+    combined by their task, refused by the counting one, so the batch runs again
+    uncombined, and its words are dropped as late, as the driver drops them."""
+    for topic in ("words", "counts"):
+        admin.create(topic, 1)
+    times = [*range(100, 105), *range(10, 15), *range(105, 110)]
+    raws: list[Raw] = [(None, b"abaab"[i % 5 : i % 5 + 1], ts) for i, ts in enumerate(times)]
+    producer = Producer(admin)
+    for key, value, ts in raws:
+        producer.send("words", key, value, timestamp=ts)
+    producer.flush()
+    b = StreamsBuilder()
+    (
+        b.stream("words")
+        .group_by(lambda k, w: w)
+        .windowed_by(TimeWindows.of_size_and_grace(10, 20).advance_by(5))
+        .count()
+        .to_stream()
+        .map(lambda wk, n: (f"{wk.key}@{wk.window.start}", str(n)))
+        .to("counts")
+    )
+    topology = b.build()
+    config = config_for("windowed-combined", root, tmp_path / "state", **{"max.poll.records": 5})
+    app = run_app(spark, topology, config)
+    expected = driver_run(topology, config, [("words", raws)])["counts"]
+    assert latest(read_topic(root, "counts")) == latest(expected)
+    assert app.metrics().get("uncombined-batch-total") == 1
