@@ -252,7 +252,11 @@ def windowed(b: StreamsBuilder, materialized: Materialized) -> None:
     )
 
 
-def windowed_repartitioned(b: StreamsBuilder, materialized: Materialized) -> None:
+def windowed_repartitioned(
+    b: StreamsBuilder,
+    materialized: Materialized,
+    windows: TimeWindows = TimeWindows.of_size_and_grace(100, 120).advance_by(40),
+) -> None:
     """A windowed count behind a repartition: its task counts raw columns (inside Arrow
     when they come as Arrow), out-of-order records and closed windows included."""
     serde = WindowedSerdes.time_windowed_serde_from(S, 100)
@@ -260,7 +264,7 @@ def windowed_repartitioned(b: StreamsBuilder, materialized: Materialized) -> Non
         b.stream("in")
         .flat_map_values(str.split)
         .group_by(lambda k, w: w, Grouped.with_(S, S))
-        .windowed_by(TimeWindows.of_size_and_grace(100, 120).advance_by(40))
+        .windowed_by(windows)
         .count(materialized)
         .to_stream()
         .to("out", Produced.with_(serde, L))
@@ -407,16 +411,7 @@ def test_a_source_with_two_branches_into_one_topic_runs_record_by_record() -> No
 
 def windowed_words(b: StreamsBuilder, materialized: Materialized) -> None:
     """Words counted in hopping windows whose grace is about a batch's span of time."""
-    serde = WindowedSerdes.time_windowed_serde_from(S, 100)
-    (
-        b.stream("in")
-        .flat_map_values(str.split)
-        .group_by(lambda k, w: w, Grouped.with_(S, S))
-        .windowed_by(TimeWindows.of_size_and_grace(100, 250).advance_by(30))
-        .count(materialized)
-        .to_stream()
-        .to("out", Produced.with_(serde, L))
-    )
+    windowed_repartitioned(b, materialized, TimeWindows.of_size_and_grace(100, 250).advance_by(30))
 
 
 @pytest.mark.parametrize("late_share", [0.0, 0.01, 0.1])
