@@ -255,7 +255,7 @@ def windowed(b: StreamsBuilder, materialized: Materialized) -> None:
 def windowed_repartitioned(
     b: StreamsBuilder,
     materialized: Materialized,
-    windows: TimeWindows = TimeWindows.of_size_and_grace(100, 120).advance_by(40),
+    windows: TimeWindows | None = None,
 ) -> None:
     """A windowed count behind a repartition: its task counts raw columns (inside Arrow
     when they come as Arrow), out-of-order records and closed windows included."""
@@ -264,7 +264,7 @@ def windowed_repartitioned(
         b.stream("in")
         .flat_map_values(str.split)
         .group_by(lambda k, w: w, Grouped.with_(S, S))
-        .windowed_by(windows)
+        .windowed_by(windows or TimeWindows.of_size_and_grace(100, 120).advance_by(40))
         .count(materialized)
         .to_stream()
         .to("out", Produced.with_(serde, L))
