@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from runtime.app.topology_file import RawRecord, build_config, generated_records, load_topology_file
+from topology.engine.processing import describe_processing
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -62,9 +63,20 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "describe",
         parents=[common],
         help="print a topology file's topology",
-        description="Print FILE's topology in Kafka's TopologyDescription format.",
+        description=(
+            "Print FILE's topology in Kafka's TopologyDescription format, then how its "
+            "records run under FILE's CONFIG: which sources and nodes take batches "
+            "(processing.engine=columnar) and which take one record at a time."
+        ),
     )
     desc.add_argument("file", metavar="FILE")
+    desc.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a configuration key (repeatable); wins over FILE's CONFIG",
+    )
     desc.set_defaults(handler=_describe, needs_root=False)
 
 
@@ -116,7 +128,10 @@ def _send_all(producer: Any, topic: str, records: Iterable[RawRecord]) -> None:
 
 def _describe(args: argparse.Namespace) -> int:
     module = load_topology_file(args.file)
-    print(module.build_topology().describe(), end="")
+    topology = module.build_topology()
+    print(topology.describe(), end="")
+    config = build_config(module, root="memory://describe", properties=None, overrides=args.config)
+    print(describe_processing(topology, config), end="")
     return 0
 
 

@@ -20,6 +20,13 @@ def test_describe_prints_the_topology_of_a_file(root: str) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Topologies:\n   Sub-topology: 0\n")
     assert "Sink: KSTREAM-SINK-0000000008 (topic: word-counts-out)" in result.stdout
+    # then how its records run under the file's configuration
+    assert "\n\nProcessing (processing.engine=columnar):\n  Sub-topology: 0\n" in result.stdout
+    assert "word-counts-repartition-sink: batch, combined per key on Spark" in result.stdout
+    record = cli(root, "describe", EXAMPLE, "--config", "processing.engine=record")
+    assert record.stdout.endswith(
+        "Processing (processing.engine=record):\n  every record one at a time\n"
+    )
 
 
 def test_a_file_without_build_topology_is_refused_with_what_to_do(

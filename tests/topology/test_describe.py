@@ -1,12 +1,23 @@
-"""describe() prints Kafka's TopologyDescription text exactly (acceptance 3)."""
+"""describe() prints Kafka's TopologyDescription text exactly (acceptance 3); and
+describe_processing() says which parts of a topology take batches."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from common.serdes import Serdes
-from topology import Branched, Materialized, Produced, StreamsBuilder, Topology
+from topology import (
+    Branched,
+    Materialized,
+    Processor,
+    Produced,
+    StreamsBuilder,
+    TimeWindows,
+    Topology,
+)
+from topology.engine.processing import describe_processing
 
 GOLDEN = Path(__file__).parent / "golden"
 STORE = "KSTREAM-AGGREGATE-STATE-STORE-0000000002"
@@ -103,3 +114,64 @@ def test_subtopologies_internal_topics_and_changelogs() -> None:
     b = StreamsBuilder()
     b.stream("in").group_by_key().count(Materialized.as_("c").with_logging_disabled())
     assert b.build().changelog_topics("wc") == {}
+
+
+# -- how the records run (describe_processing) -----------------------------------------
+
+
+CONFIG = {"application.id": "app", "default.key.serde": "string", "default.value.serde": "string"}
+
+
+def test_the_word_count_runs_columnar_its_count_on_raw_columns() -> None:
+    text = str(describe_processing(word_count(), CONFIG))
+    assert text.startswith("Processing (processing.engine=columnar):\n  Sub-topology: 0\n")
+    assert "    Source: KSTREAM-SOURCE-0000000000: columnar\n" in text
+    assert "      KSTREAM-FLATMAPVALUES-0000000001: batch\n" in text
+    assert "      KSTREAM-SINK-0000000004: batch, combined per key on Spark\n" not in text
+    assert "counts-store-repartition-sink: batch, combined per key on Spark\n" in text
+    assert "      KSTREAM-AGGREGATE-0000000003: raw Arrow columns\n" in text
+    uncached = {**CONFIG, "cache.max.bytes.buffering": 0}
+    assert "combined" not in str(describe_processing(word_count(), uncached))
+
+
+class Upper(Processor):  # type: ignore[type-arg]
+    def init(self, context: Any) -> None:
+        self.context = context
+
+    def process(self, record: Any) -> None:
+        self.context.forward(record.with_value(record.value.upper()))
+
+
+def test_processor_api_nodes_merges_and_windowed_counts_as_they_run() -> None:
+    b = StreamsBuilder()
+    s = b.stream("in")
+    s.process(Upper).to("upper")
+    s.filter(lambda k, v: v).merge(s.map_values(len)).to("merged")  # two paths to one node
+    (
+        b.stream("words")
+        .group_by(lambda k, v: v)
+        .windowed_by(TimeWindows.of_size_and_grace(10, 5))
+        .count()
+        .to_stream()
+        .to("windowed")
+    )
+    got = describe_processing(b.build(), CONFIG)
+    merged, windowed, counting = got.sources
+    assert not merged.columnar  # a node reached by two paths: one record at a time
+    assert "record by record (below it a node is reached by two paths" in str(got)
+    assert windowed.columnar and windowed.nodes[-1][1].endswith("window set inside a Spark batch")
+    assert counting.columnar and counting.nodes[0][1] == "raw Arrow columns"
+    assert "KSTREAM-AGGREGATE-0000000010" in got.columnar_nodes()
+    b = StreamsBuilder()
+    b.stream("in").map_values(str.lower).process(Upper).to("out")
+    (alone,) = describe_processing(b.build(), CONFIG).sources
+    assert [how for _, how in alone.nodes] == ["batch", "record by record", "batch"]
+
+
+def test_the_record_engine_and_resuming_handlers_run_every_record_alone() -> None:
+    for extra in (
+        {"processing.engine": "record"},
+        {"processing.exception.handler": "log-and-continue"},
+    ):
+        text = str(describe_processing(word_count(), {**CONFIG, **extra}))
+        assert text.endswith("every record one at a time\n"), extra
