@@ -278,6 +278,18 @@ def joined(b: StreamsBuilder, materialized: Materialized) -> None:
     )
 
 
+def joined_derived(b: StreamsBuilder, materialized: Materialized) -> None:
+    """An inner join with a table derived without a store (read through its parent's),
+    and a left join keyed by a word of the value: each batch's join keys read at once."""
+    table = b.table("other", Consumed.with_(S, S), Materialized.as_("table"))
+    upper = table.map_values(lambda v: None if v.startswith("fig") else v.upper())
+    stream = b.stream("in").filter(lambda k, v: k is not None)
+    stream.join(upper, lambda v, t: f"{v}&{t}").to("out")
+    stream.select_key(lambda k, v: f"k{len(v) % 12}").left_join(table, lambda v, t: f"{v}/{t}").to(
+        "out-rekeyed"
+    )
+
+
 def same_sink_twice(b: StreamsBuilder, materialized: Materialized) -> None:
     """Two branches write one topic: the record order there is the record engine's only
     when the source runs record by record (which the task decides when it is built)."""
@@ -341,6 +353,7 @@ TOPOLOGIES: dict[str, Callable[[StreamsBuilder, Materialized], None]] = {
     "windowed": windowed,
     "windowed_repartitioned": windowed_repartitioned,
     "joined": joined,
+    "joined_derived": joined_derived,
     "same_sink_twice": same_sink_twice,
     "punctuated": punctuated,
 }

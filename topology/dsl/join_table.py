@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from topology.api.options import Materialized
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.engine.columnar import Batch
 from topology.engine.nodes import user_error
 from topology.graph.graph import ProcessorSpec
 from topology.processors.joins import (
@@ -28,6 +29,7 @@ from topology.processors.joins import (
     ValueGetter,
     call_joiner,
     copartition,
+    get_many,
     suffixed,
     value_getter,
 )
@@ -99,6 +101,49 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
         if self.left or other is not None:
             joined = call_joiner(self.name, self.fn, self.joiner, key, value, other)
             self.context.forward(_new(Record, (key, joined, record[2], record[3])))
+
+    def process_batch(self, batch: Batch) -> None:
+        """Join a batch of stream records: the table read once for the batch's distinct
+        join keys (the table does not change within the batch: its updates come between
+        the stream's batches, in timestamp order), the joiner called once per record."""
+        ks, vs = batch.keys, batch.values
+        if self.key_mapper is None:
+            table_keys = ks
+        else:
+            try:
+                table_keys = list(map(self.key_mapper, ks, vs))
+            except Exception as exc:
+                raise user_error(self.name, self.key_mapper, exc, "key selector") from exc
+        # by type too: 1, 1.0 and True are one dict key, not one serialized key
+        typed = list(zip(map(type, table_keys), table_keys, strict=True))
+        try:
+            distinct = [tk for tk in dict.fromkeys(typed) if tk[1] is not None]
+        except TypeError:  # an unhashable join key: one lookup per record
+            distinct = None
+        found: dict[Any, Any] = {}
+        if distinct is not None:
+            wanted = [tk for _, tk in distinct]
+            found = dict(zip(distinct, get_many(self.getter, wanted), strict=True))
+        left, keep, joined = self.left, [], []
+        for i, (key, value, table_key) in enumerate(zip(ks, vs, table_keys, strict=True)):
+            kept = left and key is None and value is not None  # KIP-962
+            if not kept and (table_key is None or value is None):
+                self.dropped += 1
+                continue
+            if table_key is None:
+                hit = None
+            elif distinct is not None:
+                hit = found[typed[i]]
+            else:
+                hit = self.getter.get(table_key)
+            other = None if hit is None else hit[0]
+            if left or other is not None:
+                keep.append(i)
+                joined.append(call_joiner(self.name, self.fn, self.joiner, key, value, other))
+        if keep:
+            taken = batch if len(keep) == len(ks) else batch.take(keep)
+            context: Any = self.context
+            context.forward_batch(taken.with_values(joined))
 
 
 class TableTableJoinProcessor(Processor[Any, Any, Any, Any]):

@@ -189,6 +189,14 @@ class StoreGetter:
         found: ValueAndTimestamp[Any] | None = self.store.get(key)
         return found
 
+    def get_many(self, keys: list[Any]) -> list[ValueAndTimestamp[Any] | None]:
+        """Return each key's stored value and timestamp, read at once where the store can."""
+        many = getattr(self.store, "get_many", None)
+        if many is None:
+            return [self.store.get(key) for key in keys]
+        found: list[ValueAndTimestamp[Any] | None] = many(keys)
+        return found
+
 
 class DerivedGetter:
     """Compute a derived table's value (``filter``/``map_values`` without a store) from its
@@ -204,7 +212,17 @@ class DerivedGetter:
 
     def get(self, key: Any) -> ValueAndTimestamp[Any] | None:
         """Return ``compute`` of the parent's value, keeping its timestamp."""
-        found = self.parent.get(key)
+        return self._computed(key, self.parent.get(key))
+
+    def get_many(self, keys: list[Any]) -> list[ValueAndTimestamp[Any] | None]:
+        """:meth:`get` of each key, the parent's values read at once."""
+        return [
+            self._computed(k, f) for k, f in zip(keys, get_many(self.parent, keys), strict=True)
+        ]
+
+    def _computed(
+        self, key: Any, found: ValueAndTimestamp[Any] | None
+    ) -> ValueAndTimestamp[Any] | None:
         if found is None:
             return None
         try:
@@ -212,6 +230,16 @@ class DerivedGetter:
         except Exception as exc:
             raise user_error(self.operator.name, self.operator.fn, exc) from exc
         return None if value is None else ValueAndTimestamp(value, found[1])
+
+
+def get_many(getter: ValueGetter, keys: list[Any]) -> list[ValueAndTimestamp[Any] | None]:
+    """Each key's value through ``getter``: at once where it can read many, else one by
+    one (the order of the calls is the keys' order)."""
+    many = getattr(getter, "get_many", None)
+    if many is not None:
+        found: list[ValueAndTimestamp[Any] | None] = many(keys)
+        return found
+    return [getter.get(key) for key in keys]
 
 
 def value_getter(table: KTable[Any, Any]) -> GetterSupplier:
