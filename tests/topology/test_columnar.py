@@ -239,6 +239,25 @@ def aggregates(b: StreamsBuilder, materialized: Materialized) -> None:
     ).to_stream().map_values(lambda n: n * 2).to("lengths", Produced.with_(S, L))
 
 
+def table_aggregates(b: StreamsBuilder, materialized: Materialized) -> None:
+    """Table-side aggregations: each update subtracts the row's old value from its old
+    group and adds the new one to its new group."""
+    table = b.table("other", Consumed.with_(S, S), Materialized.as_("rows"))
+    grouped = table.group_by(lambda k, v: (v.split()[0], v), Grouped.with_(S, S))
+    grouped.count(materialized).to_stream().to("counts", Produced.with_(S, L))
+    grouped.aggregate(
+        lambda: "",
+        lambda k, v, agg: (agg + v[:3])[-30:],
+        lambda k, v, agg: agg.replace(v[:3], "", 1),
+        Materialized.as_("letters"),
+    ).to_stream().to("letters")
+    grouped.reduce(
+        lambda agg, v: agg + "|" + v if len(agg) < 50 else v,
+        lambda agg, v: agg.replace(v, "", 1) or v,
+        Materialized.as_("reduced"),
+    ).to_stream().to("reduced")
+
+
 def windowed(b: StreamsBuilder, materialized: Materialized) -> None:
     serde = WindowedSerdes.time_windowed_serde_from(S, 100)
     (
@@ -350,6 +369,7 @@ TOPOLOGIES: dict[str, Callable[[StreamsBuilder, Materialized], None]] = {
     "word_count": word_count,
     "stateless": stateless,
     "aggregates": aggregates,
+    "table_aggregates": table_aggregates,
     "windowed": windowed,
     "windowed_repartitioned": windowed_repartitioned,
     "joined": joined,

@@ -63,6 +63,13 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
         user's error."""
         raise NotImplementedError
 
+    def one_by_one(self, batch: Batch) -> None:
+        """Process the batch's records one at a time."""
+        ks, vs, ts = batch.keys, batch.values, batch.timestamps
+        for i in range(len(ks)):
+            self.context.set_timestamp(ts[i])
+            self.process(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
+
     def fold(self, batch: Batch) -> None:
         """Fold a batch per key: each distinct key read once and written once (in the
         order of its last record, as the cache's dirty order of the record engine), the
@@ -73,9 +80,7 @@ class _Aggregating(Processor[Any, Any, Any, Any]):
             # hashes every key before any record is folded
             last = dict(zip(ks, range(len(ks)), strict=True))
         except TypeError:  # an unhashable key: record by record
-            for i in range(len(ks)):
-                self.context.set_timestamp(ts[i])
-                self.process(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
+            self.one_by_one(batch)
             return
         forwarder = self.forwarder
         cached = forwarder.buffered
@@ -465,6 +470,57 @@ class TableAggregateProcessor(_Aggregating):
         except Exception as exc:
             raise user_error(self.name, fn, exc) from exc
         self.emit(key, agg, old_agg, new_ts, record)
+
+    def process_batch(self, batch: Batch) -> None:
+        """Fold the batch's table updates per key (a null key stops the task at its record,
+        as one record at a time)."""
+        if None in batch.keys or _has_none(batch.values):
+            self.one_by_one(batch)
+            return
+        self.fold(batch)
+
+    def scan(
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool, nulls: bool
+    ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
+        """:meth:`process` per record: subtract the old value, add the new one."""
+        store, send_old, reducing = self.store, self.params.send_old_values, self.reducing
+        subtractor, adder = self.subtractor, self.adder
+        aggs: dict[Any, Any] = {}
+        stamps: dict[Any, int] = {}
+        out: list[int] = []
+        changes: list[Any] = []
+        out_ts: list[int] = []
+        fn: Any = subtractor
+        try:
+            for i, key, change, t in zip(range(len(ks)), ks, vs, ts, strict=True):
+                current = aggs.get(key, _MISSING)
+                if current is _MISSING:
+                    stored = store.get(key)
+                    current = None if stored is None else stored[0]
+                    if stored is not None:
+                        stamps[key] = stored[1]
+                agg, stamp = current, t
+                if change[1] is not None and current is not None:
+                    fn = subtractor
+                    agg = self._apply(subtractor, key, change[1], agg)
+                    stamp = max(t, stamps[key])
+                if change[0] is not None:
+                    fn = adder
+                    if agg is None:
+                        agg = change[0] if reducing else adder(key, change[0], self._init())
+                    else:
+                        agg = self._apply(adder, key, change[0], agg)
+                    if current is not None:
+                        stamp = max(t, stamps[key])
+                aggs[key] = agg
+                stamps[key] = stamp
+                if not cached:
+                    out.append(i)
+                    changes.append(Change(agg, current if send_old else None))
+                    out_ts.append(stamp)
+        except Exception as exc:
+            raise user_error(self.name, fn, exc) from exc
+        return aggs, stamps, out, changes, out_ts
 
     def _init(self) -> Any:
         assert self.initializer is not None
