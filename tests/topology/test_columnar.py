@@ -22,6 +22,7 @@ from topology import (
     Branched,
     Consumed,
     Grouped,
+    JoinWindows,
     Materialized,
     Produced,
     StreamsBuilder,
@@ -309,6 +310,19 @@ def joined_derived(b: StreamsBuilder, materialized: Materialized) -> None:
     )
 
 
+def stream_joins(b: StreamsBuilder, materialized: Materialized) -> None:
+    """Stream-stream joins, each side's records taken as batches: an inner join (each
+    batch reads the other side's window once per key) and an outer join (fed one record
+    at a time, after its window nodes took the batch)."""
+    left = b.stream("in").filter(lambda k, v: len(v) > 4)
+    right = b.stream("other").map_values(str.upper)
+    windows = JoinWindows.of_time_difference_and_grace(60, 30)
+    left.join(right, lambda a, c: f"{a}+{c}", windows).to("inner")
+    left.map_values(lambda v: v[::-1]).outer_join(
+        right.map_values(lambda v: v[:3]), lambda a, c: f"{a}|{c}", windows.after(20)
+    ).to("outer")
+
+
 def same_sink_twice(b: StreamsBuilder, materialized: Materialized) -> None:
     """Two branches write one topic: the record order there is the record engine's only
     when the source runs record by record (which the task decides when it is built)."""
@@ -374,6 +388,7 @@ TOPOLOGIES: dict[str, Callable[[StreamsBuilder, Materialized], None]] = {
     "windowed_repartitioned": windowed_repartitioned,
     "joined": joined,
     "joined_derived": joined_derived,
+    "stream_joins": stream_joins,
     "same_sink_twice": same_sink_twice,
     "punctuated": punctuated,
 }

@@ -20,6 +20,7 @@ a later match removes it. Unlike Kafka, emission is not throttled by wall-clock 
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from common.serdes import Serde
 from statestores.api import StoreBuilder
 from topology.api.processor import Processor
 from topology.api.record import Record
+from topology.engine.columnar import Batch, rows_at
 from topology.graph.stores import resolve_serde
 from topology.processors.joins import KeyedJoiner, call_joiner
 
@@ -192,6 +194,19 @@ class LeftOrRightListSerde:
         return out
 
 
+def _first(item: tuple[int, int, Any]) -> int:
+    return item[0]
+
+
+class _Alone:
+    """A record of its own (its key is unhashable): hashed by identity."""
+
+    __slots__ = ("row",)
+
+    def __init__(self, row: int) -> None:
+        self.row = row
+
+
 class TimeTracker:
     """Stream time seen by both sides of one join in one task, and the oldest timestamp
     that may wait in the outer store (Kafka's ``TimeTracker``)."""
@@ -236,6 +251,17 @@ class JoinWindowProcessor(Processor[Any, Any, Any, Any]):
         if record[0] is not None:
             self.store.put(record[0], record[1], record[2])
 
+    def process_batch(self, batch: Batch) -> None:
+        """Forward the batch, then store its records in order (the join below reads only
+        the other side's store, so each record still meets that side as it stands)."""
+        context: Any = self.context
+        context.forward_batch(batch)
+        put, set_timestamp = self.store.put, context.set_timestamp
+        for key, value, ts in zip(batch.keys, batch.values, batch.timestamps, strict=True):
+            if key is not None:
+                set_timestamp(ts)
+                put(key, value, ts)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SideSpec:
@@ -271,6 +297,8 @@ class StreamStreamJoinProcessor(Processor[Any, Any, Any, Any]):
         self.fn = fn
         self.trackers = trackers
         self.dropped = 0
+        if not spec.outer and spec.outer_store is None:  # an inner join takes batches
+            self.process_batch = self._join_batch
 
     def init(self, context: Any) -> None:
         """Open the other side's window store and the shared outer store."""
@@ -320,6 +348,52 @@ class StreamStreamJoinProcessor(Processor[Any, Any, Any, Any]):
                 tracker.min_time = min(tracker.min_time, ts)
                 parked = (ts, spec.is_left, key)
                 self.shared.put(parked, [*(self.shared.get(parked) or ()), (spec.is_left, value)])
+
+    def _join_batch(self, batch: Batch) -> None:
+        """Join a batch of this side's records (an inner join): the other side's store read
+        once per distinct key over the batch's time range (it does not change within the
+        batch), each record joined with its window's records in the store's order, the
+        joiner called once per match, the results forwarded in record order."""
+        ks, vs, ts = batch.keys, batch.values, batch.timestamps
+        before, after = self.spec.join_before_ms, self.spec.join_after_ms
+        valid = [
+            i
+            for i, (k, v) in enumerate(zip(ks, vs, strict=True))
+            if k is not None and v is not None
+        ]
+        self.tracker.stream_time = max(self.tracker.stream_time, *ts)
+        self.dropped += len(ks) - len(valid)
+        rows: dict[Any, list[int]] = {}
+        try:
+            for i in valid:  # by type too: 1 and True are one dict key, not one stored key
+                rows.setdefault((type(ks[i]), ks[i]), []).append(i)
+        except TypeError:  # an unhashable key: a fetch per record
+            rows = {_Alone(i): [i] for i in valid}
+        matches: list[tuple[int, int, Any]] = []  # (record, other timestamp, other value)
+        fetch = self.other.fetch
+        for index in rows.values():
+            key = ks[index[0]]
+            lo = max(0, min(ts[i] for i in index) - before)
+            found = list(fetch(key, lo, max(0, max(ts[i] for i in index) + after)))
+            times = [t for t, _ in found]
+            for i in index:
+                low = bisect.bisect_left(times, max(0, ts[i] - before))
+                high = bisect.bisect_right(times, max(0, ts[i] + after))
+                matches.extend((i, t, v) for t, v in found[low:high])
+        matches.sort(key=_first)  # record order (stable: each record's matches in store order)
+        joined = [self._join(ks[i], vs[i], other) for i, _, other in matches]
+        if joined:
+            index = [i for i, _, _ in matches]
+            hs = batch.headers
+            out = Batch(
+                [ks[i] for i in index],
+                joined,
+                [max(ts[i], t) for i, t, _ in matches],
+                None if hs is None else [hs[i] for i in index],
+                rows_at(batch.rows, index),
+            )
+            context: Any = self.context
+            context.forward_batch(out)
 
     def _window_open(self, ts: int, is_left: bool) -> bool:
         spec = self.spec
