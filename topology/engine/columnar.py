@@ -6,9 +6,10 @@ input row. A node that can take a batch whole (the stateless DSL operators, the 
 time-windowed aggregations, table sources, stream-table and inner stream-stream joins,
 sinks) has a ``process_batch``: the user's function is called once per record and nothing
 else is. Any other node (a Processor-API node, a session or sliding window, an outer
-stream-stream join, ``suppress``) gets a batch through :func:`record_entry`, which feeds it record by record with
-the record context a record-at-a-time run gives it (the input record's offset and headers,
-the stream time up to that record), so it behaves exactly as in the record engine.
+stream-stream join, ``suppress``) gets a batch through :func:`record_entry`, which feeds
+it record by record with the record context a record-at-a-time run gives it (the input
+record's offset and headers, the stream time up to that record), so it behaves exactly as
+in the record engine.
 
 Batches change the order in which *different* nodes see records (one node takes the whole
 batch before its child does), never the order within one node, so a source runs columnar
