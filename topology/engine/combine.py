@@ -37,7 +37,8 @@ original order either, and the counts, timestamps and cache order are those of t
 records one by one. Otherwise it raises :class:`~common.errors.CombinedRecordsLateError`
 and the stream thread runs the batch again without combining. Combined windowed records
 are never written to a topic (the runtime combines only the repartition topics a batch
-shuffles inside itself), so a record of a stored topic is always counted as it is.
+shuffles inside itself, under exactly_once_v2, whose batches run again invisibly), so a
+record of a stored topic is always counted as it is.
 """
 
 from __future__ import annotations

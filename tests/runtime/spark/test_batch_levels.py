@@ -10,11 +10,12 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
+from common.config import StreamsConfig
 from common.serdes import Serdes
 from runtime.tasks.partition_group import interleave
 from runtime.tasks.shuffle import shuffle_keys, spark_hash_int
-from runtime.thread.batch_levels import plan_levels
-from topology import Grouped, Processor, StreamsBuilder
+from runtime.thread.batch_levels import WindowCombining, plan_levels
+from topology import Grouped, Processor, StreamsBuilder, TimeWindows
 
 
 def test_the_int_hash_is_sparks(spark: SparkSession) -> None:
@@ -158,3 +159,31 @@ def test_a_processor_api_sub_topology_is_not_visited_twice_in_a_batch() -> None:
     levels = plan_levels(topology, sources, {0: 2, 1: 2}, "app", in_batch=True)
     assert levels.inline == {subscription: 1}
     assert levels.levels == {0: 0, 1: 1} and levels.visits == {}
+
+
+def test_a_windowed_count_is_combined_inside_exactly_once_v2_batches_only() -> None:
+    """Its topic is combined where the batch shuffles it, never after a batch that had to
+    run again uncombined (for a while), and never under at_least_once (whose tasks commit
+    their stores as they go: a second attempt would count the batch twice)."""
+    b = StreamsBuilder()
+    b.stream("in").group_by(lambda k, v: v).windowed_by(
+        TimeWindows.of_size_and_grace(10, 5)
+    ).count().to_stream().to("out")
+    topology = b.build()
+    (topic,) = topology.repartition_topic_names("app")  # type: ignore[attr-defined]
+    sources = {"in": 0, topic: 1}
+    shuffled = plan_levels(topology, sources, {0: 2, 1: 2}, "app", in_batch=True)  # type: ignore[arg-type]
+    through = plan_levels(topology, sources, {0: 2, 1: 2}, "app", in_batch=False)  # type: ignore[arg-type]
+    base = {
+        "application.id": "app",
+        "topics.root": "/tmp/unused",
+        "processing.guarantee": "exactly_once_v2",
+    }
+    eos = WindowCombining(topology, StreamsConfig.from_dict(base))
+    assert eos.topics(shuffled, 0) == {topic}
+    assert eos.topics(through, 0) == frozenset()
+    eos.after(3, {"uncombined-batch-total": 1})
+    assert eos.topics(shuffled, 4) == frozenset()
+    assert eos.topics(shuffled, 4 + WindowCombining.UNCOMBINED_BATCHES) == {topic}
+    alos = StreamsConfig.from_dict({**base, "processing.guarantee": "at_least_once"})
+    assert WindowCombining(topology, alos).topics(shuffled, 0) == frozenset()
