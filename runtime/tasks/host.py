@@ -32,6 +32,7 @@ from runtime.tasks.protocol import (
     send_frame,
 )
 from runtime.tasks.task_runner import ROW_SCHEMA, BatchPlan
+from topology.engine.columnar import collection_paused
 
 log = logging.getLogger(__name__)
 
@@ -110,15 +111,8 @@ def _handle(conn: socket.socket, manager: TaskManager, statics: dict[str, Any]) 
             statics.clear()
             statics[header["static_key"]] = static
         plan = BatchPlan(**static, **pickle.loads(header["plan"]))
-        rows = manager.run(
-            plan,
-            header["subtopology"],
-            header["partition"],
-            decode_inputs(plan.root, header.get("inputs", ()), body),
-            header["topics"],
-            header.get("level", 0),
-            header.get("earlier", []),
-        )
+        with collection_paused():  # the whole visit: processing, flushes, packing
+            rows = _run(manager, plan, header, body)
     except (PeerGoneError, BrokenPipeError):
         return True
     except _StopError:
@@ -131,6 +125,19 @@ def _handle(conn: socket.socket, manager: TaskManager, statics: dict[str, Any]) 
     except OSError:  # the worker is gone (Spark killed it): the batch's outcome decides
         log.info("[task host] the worker left before the result was sent")
     return True
+
+
+def _run(manager: TaskManager, plan: BatchPlan, header: dict[str, Any], body: Any) -> Any:
+    """Run the request's visit of its task; return its rows."""
+    return manager.run(
+        plan,
+        header["subtopology"],
+        header["partition"],
+        decode_inputs(plan.root, header.get("inputs", ()), body),
+        header["topics"],
+        header.get("level", 0),
+        header.get("earlier", []),
+    )
 
 
 def _send_error(conn: socket.socket, exc: BaseException) -> None:

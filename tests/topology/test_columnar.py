@@ -31,6 +31,7 @@ from topology import (
 from topology.api.processor import Processor, PunctuationType
 from topology.api.windowed_serdes import WindowedSerdes
 from topology.api.windows import TimeWindows
+from topology.engine.columnar import collection_paused
 from topology.engine.combine import combined_topics, weights_of, windowed_topics
 from topology.engine.task import StreamTask
 
@@ -526,3 +527,27 @@ def test_a_combined_batch_of_late_records_runs_again_uncombined() -> None:
     marked = [r for r in got[0]["cmp-store-repartition"] if r[4]]
     assert marked  # batches 0 and 2 were combined, batch 1 not
     assert all(r[3] >= 10_000 for r in marked)
+
+
+def test_the_garbage_collector_waits_while_a_batch_runs() -> None:
+    """A batch's containers are freed by reference counting: the cyclic collector is off
+    while it runs, back on after (and left off where the application turned it off)."""
+    import gc
+
+    seen: list[bool] = []
+    b = StreamsBuilder()
+    b.stream("in").peek(lambda k, v: seen.append(gc.isenabled())).to("out")
+    settings = StreamsConfig.from_dict({**BASE, "processing.engine": "columnar"})
+    task = StreamTask(b.build(), 0, 0, settings, Collector())
+    task.initialize()
+    assert gc.isenabled()
+    task.process_columns("in", 0, [b"k"], [b"v"], [1], [0])
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        with collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    task.close()

@@ -55,6 +55,7 @@ from topology.engine.columnar import (
     arrow_entry,
     batch_children,
     columnar_source,
+    paused_collection,
     record_entry,
 )
 from topology.engine.combine import (
@@ -489,6 +490,7 @@ class StreamTask:
             count += 1
         return count
 
+    @paused_collection
     def process_columns(  # noqa: PLR0917 - columns in record order
         self,
         topic: str,
@@ -501,7 +503,8 @@ class StreamTask:
     ) -> int:
         """Process one topic-partition's records given as columns (Arrow columns, or
         sequences: bytes for keys and values, ints for timestamps and offsets); keys and
-        values are deserialized in bulk. Return the count."""
+        values are deserialized in bulk. Return the count. The cyclic garbage collector
+        waits meanwhile (:func:`~topology.engine.columnar.collection_paused`)."""
         source = self.source_for(topic)
         if headers is not None and topic in self._weighted:
             split = weights_of(headers)
