@@ -155,8 +155,8 @@ class InvalidTimestampError(StreamsProcessingError):
 class CombinedRecordsLateError(StreamsError):
     """A windowed count's task received records combined per key and window (Spark's
     partial aggregation, inside one batch) that it could not count as the records they
-    stand for: one of the batch's records falls in a window its stream time closes, or the
-    records could not be counted inside Arrow. Never seen by an application: the stream
+    stand for: one of them falls in a window closed at the stream time it is counted at,
+    or they could not be counted inside Arrow. Never seen by an application: the stream
     thread runs the batch again, in the same transaction, without combining."""
 
 

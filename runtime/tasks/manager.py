@@ -145,6 +145,8 @@ class TaskManager:
             own = plan.task_transactions.get(task_id)
             live.collector.begin(own[2] if own is not None else plan.staging_dir, plan.outputs)
         assert live is not None
+        # what its sinks may combine in this visit (processing, flushes) and no other
+        live.task.combine_windows_in(plan.combine_windows)
         try:
             if level < plan.levels.get(subtopology_id, 0):
                 return self._visit(plan, live, partition, records, topics, level)
@@ -194,7 +196,6 @@ class TaskManager:
         topics: list[str],
     ) -> Processed:
         """Process the records; spill the shuffled ones that wait to their topic."""
-        live.task.combine_windows_in(plan.combine_windows)
         done = process_records(
             live.task,
             partition,

@@ -233,19 +233,14 @@ class WindowCombining:
     """Which repartition topics of windowed counts a batch may combine (Spark's partial
     aggregation, see :mod:`topology.engine.combine`): those it shuffles inside itself,
     never spilled to their topic, unless a recent batch found records late and ran again
-    uncombined (then none for ``UNCOMBINED_BATCHES`` batches). Only under
-    exactly_once_v2: running a batch again is then invisible (its first attempt's store
-    writes were only prepared), whereas at_least_once tasks commit their stores as they
-    go, so a second attempt would count the batch twice."""
+    uncombined (then none for ``UNCOMBINED_BATCHES`` batches); under exactly_once_v2 only
+    (:func:`~topology.engine.combine.windowed_combined_topics`)."""
 
     #: How many batches after one that ran uncombined combine no windowed count's records.
     UNCOMBINED_BATCHES = 32
 
     def __init__(self, topology: Topology, config: StreamsConfig) -> None:
-        transactional = config.processing_guarantee == "exactly_once_v2"
-        self._windowed = (
-            frozenset(windowed_combined_topics(topology, config)) if transactional else frozenset()
-        )
+        self._windowed = frozenset(windowed_combined_topics(topology, config))
         self._from = 0
 
     def topics(self, levels: BatchLevels, batch: int) -> frozenset[str]:

@@ -458,6 +458,10 @@ def test_a_source_with_two_branches_into_one_topic_runs_record_by_record() -> No
     assert task.source_for("in").batch_children is not None
 
 
+#: Windowed counts are combined inside batches under exactly_once_v2 only.
+EOS = {"processing.guarantee": "exactly_once_v2"}
+
+
 def windowed_words(b: StreamsBuilder, materialized: Materialized) -> None:
     """Words counted in hopping windows whose grace is about a batch's span of time."""
     windowed_repartitioned(b, materialized, TimeWindows.of_size_and_grace(100, 250).advance_by(30))
@@ -477,7 +481,7 @@ def test_a_windowed_count_combined_inside_batches_counts_as_record_by_record(
         return b.build()
 
     batches = random_batches(seed, ["in"], n=900, step=8, late_share=late_share)
-    record = run(build(), batches, "record", {})
+    record = run(build(), batches, "record", EOS)
     uncombined: set[int] = set()
     while True:
         try:
@@ -485,7 +489,7 @@ def test_a_windowed_count_combined_inside_batches_counts_as_record_by_record(
                 build(),
                 batches,
                 "columnar",
-                {},
+                EOS,
                 arrow=True,
                 combine_windows=lambda i: i not in uncombined,
             )
@@ -517,11 +521,11 @@ def test_a_combined_batch_of_late_records_runs_again_uncombined() -> None:
         [("in", "k", "apple fig", 1_000 + i) for i in range(0, 50, 5)],
         [("in", "k", "fig fig", 10_200 + i) for i in range(0, 50, 5)],
     ]
-    record = run(build(), batches, "record", {})
+    record = run(build(), batches, "record", EOS)
     with pytest.raises(Rerun) as rerun:
-        run(build(), batches, "columnar", {}, arrow=True, combine_windows=lambda i: True)
+        run(build(), batches, "columnar", EOS, arrow=True, combine_windows=lambda i: True)
     assert rerun.value.batch == 1
-    got = run(build(), batches, "columnar", {}, arrow=True, combine_windows=lambda i: i != 1)
+    got = run(build(), batches, "columnar", EOS, arrow=True, combine_windows=lambda i: i != 1)
     assert got[0]["out"] == record[0]["out"]
     assert got[1] == record[1]
     marked = [r for r in got[0]["cmp-store-repartition"] if r[4]]

@@ -155,7 +155,8 @@ def test_processor_api_nodes_merges_and_windowed_counts_as_they_run() -> None:
         .to_stream()
         .to("windowed")
     )
-    got = describe_processing(b.build(), CONFIG)
+    got = describe_processing(b.build(), {**CONFIG, "processing.guarantee": "exactly_once_v2"})
+    assert "window set" not in str(describe_processing(b.build(), CONFIG))  # at_least_once
     merged, windowed, counting = got.sources
     assert not merged.columnar  # a node reached by two paths: one record at a time
     assert "record by record (below it a node is reached by two paths" in str(got)

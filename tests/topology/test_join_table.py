@@ -181,6 +181,26 @@ def test_stream_table_join_with_key_and_derived_table(drive: Any) -> None:
     assert d.create_output_topic(OUT, S, S).read_key_values_to_list() == [("x", "x:buy=20")]
 
 
+def test_a_stream_record_without_value_never_reads_the_table(drive: Any) -> None:
+    """A null-value stream record is dropped before any lookup (under both engines): a
+    derived table's function never runs for it."""
+    b = StreamsBuilder()
+    looked_up: list[str] = []
+    table = b.table(RIGHT, Consumed.with_(S, I)).map_values(
+        lambda k, v: looked_up.append(k) or v, with_key=True
+    )
+    b.stream(LEFT).left_join(table, joiner).to(OUT)
+    d = drive(b.build())
+    d.create_input_topic(RIGHT, S, I).pipe_input("x", 1)
+    looked_up.clear()  # the table's own update ran it
+    stream = d.create_input_topic(LEFT, S, S)
+    stream.pipe_input("x", None)
+    assert looked_up == []
+    stream.pipe_input("x", "buy")
+    assert looked_up == ["x"]
+    assert d.create_output_topic(OUT, S, S).read_key_values_to_list() == [("x", "[buy, 1]")]
+
+
 def test_stream_table_join_repartitions_a_rekeyed_stream(drive: Any) -> None:
     b = StreamsBuilder()
     b.stream(LEFT).select_key(lambda k, v: v).join(b.table(RIGHT), joiner).to(OUT)

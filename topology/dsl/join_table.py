@@ -116,8 +116,11 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
                 raise user_error(self.name, self.key_mapper, exc, "key selector") from exc
         # by type too: 1, 1.0 and True are one dict key, not one serialized key
         typed = list(zip(map(type, table_keys), table_keys, strict=True))
+        looked_up = (  # as one record at a time: no lookup for a null value or join key
+            t for t, v in zip(typed, vs, strict=True) if t[1] is not None and v is not None
+        )
         try:
-            distinct = [tk for tk in dict.fromkeys(typed) if tk[1] is not None]
+            distinct: list[Any] | None = list(dict.fromkeys(looked_up))
         except TypeError:  # an unhashable join key: one lookup per record
             distinct = None
         found: dict[Any, Any] = {}

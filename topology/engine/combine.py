@@ -31,11 +31,13 @@ records through stream time, which decides which windows have closed. A batch wh
 timestamps all ascend is combined when none of its records would find a window closed
 even at its last timestamp; every record then carries the header (weight 1 included), at
 the position of its group's last record, with that record's timestamp (the group's
-latest). The counting task counts them inside Arrow when no window of any record of the
-batch closes even at the batch's final stream time: no record was then late in the
-original order either, and the counts, timestamps and cache order are those of the
-records one by one. Otherwise it raises :class:`~common.errors.CombinedRecordsLateError`
-and the stream thread runs the batch again without combining. Combined windowed records
+latest). The counting task counts them inside Arrow when no window of any of them is
+closed at the stream time it is counted at (the running maximum of the combined records'
+timestamps: within a combined batch, which ascends, at least every one of its records'
+own): no record was then late in the original order either, and the counts, timestamps
+and cache order are those of the records one by one. Otherwise it raises
+:class:`~common.errors.CombinedRecordsLateError` and the stream thread runs the batch
+again without combining. Combined windowed records
 are never written to a topic (the runtime combines only the repartition topics a batch
 shuffles inside itself, under exactly_once_v2, whose batches run again invisibly), so a
 record of a stored topic is always counted as it is.
@@ -131,8 +133,13 @@ def combined_topics(topology: Topology, config: StreamsConfig) -> frozenset[str]
 def windowed_combined_topics(topology: Topology, config: StreamsConfig) -> dict[str, Any]:
     """The repartition topics (runtime names) whose records a columnar sink may combine
     inside a batch (:func:`combine_windowed`), with the time windows of the windowed count
-    reading each: :func:`windowed_topics` whose count caches, timestamps the records' own."""
-    found = {}
+    reading each: :func:`windowed_topics` whose count caches, timestamps the records' own,
+    under exactly_once_v2 only (a batch that finds its combined records late runs again,
+    which only a transaction makes invisible: an at_least_once task commits its stores as
+    it goes, so a second attempt would count the batch twice)."""
+    found: dict[str, Any] = {}
+    if config.processing_guarantee != "exactly_once_v2":
+        return found
     for topic, count in _cached_readers(topology, config, WINDOWED_COUNT).items():
         windows = getattr(count.supplier(), "windows", None)
         if isinstance(windows, TimeWindows):
