@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit slow bench clean
+.PHONY: demo cluster-demo test lint unit slow bench clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed")'
@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/demo.sh
+
+# the word count on a standalone master and two workers started from pyspark's installation
+cluster-demo: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/cluster_demo.sh
 
 test: lint unit
 
@@ -37,4 +41,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/produce_consume.py
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .demo .cluster-demo .pytest_cache .mypy_cache .ruff_cache *.egg-info

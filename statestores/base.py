@@ -23,6 +23,9 @@ from statestores.sorted_keys import SortedKeys
 
 META_CF = "meta"
 
+#: Read every block of a store once when it opens (see ``RocksDBBase.verify``).
+VERIFY_KEY = "statestore.verify.on.open"
+
 
 class StoreIOError(StreamsError):
     """A store's local files could not be opened, read or written (disk full, permissions,
@@ -111,6 +114,22 @@ class MemoryBase:
         """Drop nothing: an in-memory store lives as long as its object."""
 
 
+def _scan(handle: Any) -> str | None:
+    """Iterate over every entry of ``handle`` (a database or column family); return the
+    error that stopped it, if any (an iterator ends at a corrupt block: only its status
+    says so)."""
+    it = handle.iter()
+    it.seek_to_first()
+    step, valid = it.next, it.valid
+    while valid():
+        step()
+    try:
+        it.status()
+    except Exception as exc:
+        return str(exc)
+    return None
+
+
 class RocksDBBase:
     """Committed entries in a RocksDB database (default column family) and metadata in the
     ``meta`` column family.
@@ -137,7 +156,20 @@ class RocksDBBase:
             self._meta_handle: Any = self.db.get_column_family_handle(META_CF)
         except Exception as exc:
             raise StoreIOError(f"cannot open RocksDB store {store_name} at {path}: {exc}") from exc
+        if str(app_config.get(VERIFY_KEY, True)).lower() not in ("false", "0"):
+            self.verify()
         self.get = self.db.get
+
+    def verify(self) -> None:
+        """Read every block of the database once, checking its checksum.
+
+        Raises:
+            StoreIOError: a block is corrupt (the database is closed).
+        """
+        problem = _scan(self.db) or _scan(self.meta)
+        if problem is not None:
+            self.close()
+            raise StoreIOError(f"RocksDB store at {self.path} is corrupt: {problem}")
 
     def items(
         self, lo: bytes | None, hi: bytes | None, reverse: bool

@@ -11,6 +11,11 @@ is uploaded once and shared by every snapshot that lists it; the small files (MA
 OPTIONS, CURRENT, WAL) go under the snapshot. ``MANIFEST.json`` is written last: a snapshot
 without it is incomplete and ignored. Pruning keeps the newest ``keep`` snapshots and
 deletes files no kept snapshot lists.
+
+A snapshot's files are copies of their own (never links to the live store's files), and
+its manifest holds each file's size and CRC-32, taken when the file was uploaded: a
+download checks them, so a snapshot damaged in storage is found before it is installed
+(:class:`SnapshotCorruptError`), and the store is restored from an older one instead.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import os
 import shutil
 import tempfile
 import time
+import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from statestores.base import StoreIOError
 from statestores.protocols import SnapshotStorage
 
 log = logging.getLogger(__name__)
@@ -35,13 +42,19 @@ DEFAULT_KEEP = 2
 _DOWNLOAD_THREADS = 8  # object stores serve parallel GETs much faster than serial ones
 
 
+class SnapshotCorruptError(StoreIOError):
+    """A snapshot's file does not match its manifest (damaged or truncated in storage)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo:
-    """A complete snapshot: the changelog offset it reflects and its files (key → name)."""
+    """A complete snapshot: the changelog offset it reflects, its files (key → name), and
+    each file's ``[size, crc32]`` (key → pair; empty for a snapshot written without)."""
 
     offset: int
     files: dict[str, str]
     created_ms: int
+    checksums: dict[str, list[int]] = field(default_factory=dict)
 
 
 class SnapshotManager:
@@ -73,7 +86,11 @@ class SnapshotManager:
         base = self._store_prefix(store)
         identity = _identity(checkpoint_dir)
         existing = set(self.storage.list_keys(f"{base}/files/{identity}/"))
+        # a shared file keeps the checksum it was uploaded with (not the local file's:
+        # that one may have been damaged since)
+        known = {k: v for s in self.list(store) for k, v in s.checksums.items()}
         files: dict[str, str] = {}
+        checksums: dict[str, list[int]] = {}
         for name in sorted(os.listdir(checkpoint_dir)):
             local = os.path.join(checkpoint_dir, name)
             if name.endswith(".sst"):
@@ -84,8 +101,15 @@ class SnapshotManager:
                 key = f"{base}/{offset:020d}/{name}"
                 self.storage.put_file(local, key)
             files[key] = name
-        info = SnapshotInfo(offset, files, int(time.time() * 1000))
-        manifest = {"offset": offset, "files": files, "created_ms": info.created_ms}
+            kept = known.get(key) if key in existing else None
+            checksums[key] = kept if kept is not None else _sum(local)
+        info = SnapshotInfo(offset, files, int(time.time() * 1000), checksums)
+        manifest = {
+            "offset": offset,
+            "files": files,
+            "created_ms": info.created_ms,
+            "checksums": checksums,
+        }
         self.storage.put_bytes(f"{base}/{offset:020d}/{MANIFEST}", json.dumps(manifest).encode())
         log.info("[snapshot %s/%s] uploaded offset=%d files=%d", base, store, offset, len(files))
         return info
@@ -102,7 +126,10 @@ class SnapshotManager:
                     data = json.loads(raw)
                     out.append(
                         SnapshotInfo(
-                            int(data["offset"]), dict(data["files"]), int(data["created_ms"])
+                            int(data["offset"]),
+                            dict(data["files"]),
+                            int(data["created_ms"]),
+                            dict(data.get("checksums", {})),
                         )
                     )
                 except (ValueError, KeyError, TypeError):
@@ -115,19 +142,35 @@ class SnapshotManager:
         return found[-1] if found else None
 
     def download(self, info: SnapshotInfo, target_dir: str) -> None:
-        """Download the files of ``info`` into ``target_dir`` (created; must not exist)."""
+        """Download the files of ``info`` into ``target_dir`` (created; must not exist).
+
+        Raises:
+            SnapshotCorruptError: a file is missing or does not match the manifest.
+        """
         tmp = tempfile.mkdtemp(prefix=".download-", dir=os.path.dirname(target_dir) or ".")
         try:
             with ThreadPoolExecutor(max_workers=_DOWNLOAD_THREADS) as pool:
-                fetches = [
-                    pool.submit(self.storage.get_file, key, os.path.join(tmp, name))
+                fetches = {
+                    key: pool.submit(self._fetch, info, key, os.path.join(tmp, name))
                     for key, name in info.files.items()
-                ]
-                for fetch in fetches:
+                }
+                for fetch in fetches.values():
                     fetch.result()
             os.replace(tmp, target_dir)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _fetch(self, info: SnapshotInfo, key: str, local: str) -> None:
+        try:
+            self.storage.get_file(key, local)
+        except FileNotFoundError as exc:
+            raise SnapshotCorruptError(f"snapshot file {key} is missing") from exc
+        expected = info.checksums.get(key)
+        if expected is not None and _sum(local) != list(expected):
+            raise SnapshotCorruptError(
+                f"snapshot file {key} does not match its manifest (size and CRC-32 "
+                f"{_sum(local)}, expected {list(expected)})"
+            )
 
     def prune(self, store: str) -> builtins.list[int]:
         """Delete all but the newest ``keep`` snapshots and unreferenced files.
@@ -159,6 +202,16 @@ class SnapshotManager:
         read by a restore from a snapshot (compaction may clean it)."""
         snapshots = self.list(store)
         return snapshots[0].offset if snapshots else None
+
+
+def _sum(path: str) -> list[int]:
+    """A file's ``[size, crc32]``."""
+    crc, size = 0, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+            size += len(chunk)
+    return [size, crc]
 
 
 def _identity(checkpoint_dir: str) -> str:

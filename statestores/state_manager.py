@@ -21,6 +21,7 @@ Every ``statestore.snapshot.interval`` commits the persistent stores are snapsho
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -31,6 +32,7 @@ from typing import Any
 
 from common.errors import StreamsError, TaskCorruptedError
 from statestores.api import ChangelogCollector, StateStore
+from statestores.base import StoreIOError
 from statestores.bytes_layer import bottom
 from statestores.checkpoint import OffsetCheckpoint
 from statestores.logging_layer import ChangeLoggingBytesStore
@@ -118,6 +120,8 @@ class ProcessorStateManager:
         self.stores: dict[str, _Registered] = {}
         self.restored: dict[str, int] = {}
         self.corrupted: set[str] = set()
+        #: Store name -> what its restoration started from (a snapshot, the changelog).
+        self.sources: dict[str, str] = {}
         self.commit_requested = False
         self._commits = 0
 
@@ -256,16 +260,28 @@ class ProcessorStateManager:
 
     def _restore(self, entry: _Registered) -> None:
         name = entry.store.name
+        reason = entry.bottom.wipe_reason if name in self.corrupted else None
         try:
             self._resolve_prepared(entry)
             self._catch_up(entry)
         except TaskCorruptedError as exc:
             if self.reader is None:
                 raise
-            log.warning("[task %s] %s: wiping store %s and restoring it", self._task_id, exc, name)
+            reason = str(exc)
             self.corrupted.add(name)
             entry.bottom.wipe()
             self._catch_up(entry)
+        if reason is not None:
+            # one line says what happened and what was done about it
+            log.warning(
+                "[task %s] store %s was unusable (%s): wiped and rebuilt from %s and %d "
+                "changelog records",
+                self._task_id,
+                name,
+                reason,
+                self.sources.get(name, "the changelog"),
+                self.restored.get(name, 0),
+            )
         entry.store.on_restored()
 
     def _resolve_prepared(self, entry: _Registered) -> None:
@@ -312,15 +328,31 @@ class ProcessorStateManager:
                     raise self._corrupted(f"store {b.name} has data but no committed offset")
                 return start
             return checkpointed
-        if self.snapshots is not None and b.persistent():
-            info = self.snapshots.newest(b.name, at_most=end)
-            if info is not None and info.offset >= start:
-                manager = self.snapshots
-                b.install(lambda path: manager.download(info, path))
-                log.info(
-                    "[task %s] store %s from snapshot offset=%d", self._task_id, b.name, info.offset
+        if self.snapshots is None or not b.persistent():
+            self.sources[b.name] = f"the changelog from offset {start}"
+            return start
+        manager = self.snapshots
+        usable = [s for s in manager.list(b.name) if start <= s.offset <= end]
+        for info in reversed(usable):  # the newest first; an older one if it is damaged
+            try:
+                b.install(functools.partial(manager.download, info))
+            except StoreIOError as exc:
+                log.warning(
+                    "[task %s] store %s: snapshot at offset %d is unusable (%s): trying an "
+                    "older one, else the changelog",
+                    self._task_id,
+                    b.name,
+                    info.offset,
+                    exc,
                 )
-                return b.committed_offset() or info.offset
+                b.wipe()
+                continue
+            log.info(
+                "[task %s] store %s from snapshot offset=%d", self._task_id, b.name, info.offset
+            )
+            self.sources[b.name] = f"snapshot at offset {info.offset}"
+            return b.committed_offset() or info.offset
+        self.sources[b.name] = f"the changelog from offset {start}"
         return start
 
     def _replay(self, entry: _Registered, offset: int, end: int) -> None:

@@ -81,6 +81,8 @@ class TransactionalBytesStore:
         self._requester: Callable[[], None] | None = None
         self._early_commit_requested = False
         self.wiped_on_open = False
+        #: Why the store was wiped when it opened.
+        self.wipe_reason = ""
 
     # -- StateStore ----------------------------------------------------------------------
 
@@ -119,9 +121,10 @@ class TransactionalBytesStore:
         except StoreIOError as exc:
             if not self._managed or self.path is None:
                 raise
-            # the task's state manager rebuilds it from snapshot + changelog
-            log.warning("[store %s] unreadable, wiped for restoration: %s", self.name, exc)
+            # the task's state manager rebuilds it from snapshot + changelog (and says so)
+            log.info("[store %s] unreadable, wiped for restoration: %s", self.name, exc)
             self.wiped_on_open = True
+            self.wipe_reason = str(exc)
             destroy(self.path)
             self._open_base()
         if not self._managed and self.prepared_transaction() is not None:

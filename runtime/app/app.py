@@ -46,10 +46,12 @@ from runtime.group.coordinator import GroupState
 from runtime.spark.source_topics import PatternWatch, internal_topic_names, pattern_sources
 from runtime.spark.startup import SessionStart
 from runtime.spark.trigger import BatchTrigger
+from runtime.storage.fs import StorageRoot, register_storage_options
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.client import shutdown_hosts
 from runtime.thread.batch_levels import BatchLevels, plan_levels
 from runtime.thread.membership import ThreadMembership, task_partitions
+from runtime.thread.placement import shutdown_executor_hosts
 from runtime.thread.stream_thread import ApplicationShutdownError, StreamThread, TaskMigratedError
 from topology.graph.topology import Topology
 
@@ -88,6 +90,7 @@ class StreamsApp:
         self._spark = spark
         self._session_start: SessionStart | None = None
         self._machine = AppStateMachine(self.application_id)
+        register_storage_options(self.config.topics_root, self.config.storage_options)
         self.admin = TopicAdmin(self.config.topics_root)
         self.process_id = ""
         self.threads: list[StreamThread] = []
@@ -278,8 +281,29 @@ class StreamsApp:
         return self._spark
 
     def checkpoint_location(self) -> str:
-        """Where Spark keeps this application's query checkpoint."""
-        return self.admin.root.uri_of("_apps", self.application_id, "checkpoint")
+        """Where Spark keeps this application's query checkpoints: under
+        ``checkpoint.location`` when set, else under the storage root when it is a local
+        path, else under ``state.dir`` (Spark cannot write an object store without its
+        Hadoop connector, and the checkpoint is disposable)."""
+        configured = self.config.checkpoint_location
+        if configured:
+            return f"{configured.rstrip('/')}/{self.application_id}"
+        if self.admin.root.is_local:
+            return self.admin.root.uri_of("_apps", self.application_id, "checkpoint")
+        state_dir = os.path.abspath(self.config.state_dir)
+        return os.path.join(state_dir, self.application_id, "spark-checkpoint")
+
+    def _clear_checkpoint(self, name: str) -> None:
+        """Delete query ``name``'s checkpoint (a local path, or one under the root)."""
+        location = f"{self.checkpoint_location()}/{name}"
+        if "://" not in location or location.startswith("file://"):
+            shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
+            return
+        try:
+            root = StorageRoot(location)
+            root.delete_dir(root.base)
+        except StreamsError as exc:  # a URI pyarrow cannot reach: Spark's own is used as is
+            log.info("could not clear the Spark checkpoint %s: %s", location, exc)
 
     @property
     def thread(self) -> StreamThread | None:
@@ -397,9 +421,10 @@ class StreamsApp:
             query.stop()
         for thread in self.threads:
             thread.close()
-        # the task hosts of this machine close their tasks (on a cluster, the executors'
-        # hosts close when idle or when their executor ends)
+        # the task hosts close their tasks: this machine's, and on a cluster the
+        # executors' (a host not told closes when idle or when its executor ends)
         shutdown_hosts(self.config.state_dir, self.application_id)
+        shutdown_executor_hosts(t.placement for t in self.threads)
 
     def _start_query(self, thread: StreamThread, index: int) -> StreamingQuery:
         """Start thread ``index``'s query: its trigger's batches, each a ``foreachBatch``
@@ -407,9 +432,7 @@ class StreamsApp:
         checkpoint holds nothing to recover, so each start begins with an empty one."""
         assert thread.trigger is not None
         name = f"{self.process_id}-thread-{index}"
-        self.admin.root.delete_dir(
-            self.admin.root.path("_apps", self.application_id, "checkpoint", name)
-        )
+        self._clear_checkpoint(name)
         return (
             thread.trigger.dataframe(self.spark)
             .writeStream.foreachBatch(thread.run_batch)

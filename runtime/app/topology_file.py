@@ -12,6 +12,7 @@ from typing import Any
 from common.config import StreamsConfig
 from common.errors import ConfigError
 from common.serdes import JsonSerde
+from runtime.storage.fs import register_storage_options
 
 
 def load_topology_file(path: str) -> ModuleType:
@@ -67,7 +68,9 @@ def build_config(
     sources: list[Any] = [base]
     if properties:
         sources.append(properties)
-    return StreamsConfig.load(*sources, overrides=extra)
+    config = StreamsConfig.load(*sources, overrides=extra)
+    register_storage_options(config.topics_root, config.storage_options)
+    return config
 
 
 #: A generated record ready to send: key, value, timestamp (None: the time of sending).

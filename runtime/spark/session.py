@@ -1,11 +1,13 @@
 """Get the SparkSession a streams application runs on.
 
-An application uses the active session when there is one (``spark-submit`` made it, or the
-user did); otherwise it builds a local one from these defaults, quiet (``conf/log4j2``),
-with the UI off and few shuffle partitions, which suits ``local[2]``, with its driver
-JVM's classes shared from an archive made by an earlier run (:mod:`runtime.spark.cds`),
-and Python workers forked with their modules imported (:mod:`runtime.spark.worker_daemon`).
-A session from ``spark-submit`` (or the user) is used as it is.
+An application uses the active session when there is one (the user made it), as it is.
+Under ``spark-submit`` it builds the session with spark-submit's master and settings, which
+win over the defaults here (those fill only what spark-submit leaves unset). Otherwise it
+builds one on ``SPARK_MASTER`` (default ``local[2]``) from these defaults, quiet
+(``conf/log4j2``), with the UI off and few shuffle partitions, which suits ``local[2]``,
+with its driver JVM's classes shared from an archive made by an earlier run
+(:mod:`runtime.spark.cds`), and Python workers forked with their modules imported
+(:mod:`runtime.spark.worker_daemon`).
 """
 
 from __future__ import annotations
@@ -64,11 +66,22 @@ def get_or_create_session(
     # Python workers must run this interpreter (its venv has pyarrow, rocksdict, ...),
     # not whatever ``python3`` comes first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    master = master or os.environ.get("SPARK_MASTER", "local[2]")
-    builder = SparkSession.builder.appName(app_name).master(master)
+    submitted = submitted_conf()
+    if submitted is not None:
+        # spark-submit started this driver: its master and settings win, ours fill gaps
+        master = submitted.get("spark.master", "local[*]")
+        builder = SparkSession.builder.appName(app_name)
+    else:
+        master = master or os.environ.get("SPARK_MASTER", "local[2]")
+        builder = SparkSession.builder.appName(app_name).master(master)
     local = LOCAL_SPARK_CONF if master.startswith("local") else {}
     settings = {**DEFAULT_SPARK_CONF, **local, **(conf or {})}
-    sharing = cds.plan(settings)
+    if submitted is not None:
+        settings = {k: v for k, v in settings.items() if k not in submitted}
+        settings.pop("spark.driver.extraJavaOptions", None)  # its JVM runs already
+        sharing = cds.CdsPlan(java_options="", dumps=False)
+    else:
+        sharing = cds.plan(settings)
     if sharing.java_options:
         options = settings.get("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = f"{options} {sharing.java_options}".strip()
@@ -85,6 +98,17 @@ def get_or_create_session(
         "started SparkSession master=%s version=%s", session.sparkContext.master, session.version
     )
     return session
+
+
+def submitted_conf() -> dict[str, str] | None:
+    """Return spark-submit's settings when ``spark-submit`` started this driver (its JVM
+    runs already, with ``--master`` and ``--conf`` as system properties); else None."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM
+    return dict(SparkConf().getAll())
 
 
 def _let_jvm_exit(proc: subprocess.Popen[bytes] | None, timeout_s: float = 60.0) -> None:

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -193,17 +194,25 @@ class RootSnapshotStorage:
         self.root = root if isinstance(root, StorageRoot) else StorageRoot(root)
 
     def put_file(self, local_path: str, key: str) -> None:
-        """Copy a local file to ``key`` (an SST file is hard-linked on a local root)."""
+        """Copy a local file to ``key``: a copy of its own, never a link to the live store's
+        file (a store's corrupted file must not corrupt its snapshots). On a local root the
+        copy is written under a temporary name and renamed."""
         target = self.root.path(key)
         self.root.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-        if not (self.root.is_local and _link_immutable(local_path, target)):
+        if self.root.is_local:
+            tmp = f"{target}.tmp-{os.getpid()}"
+            shutil.copyfile(local_path, tmp)
+            os.replace(tmp, target)
+        else:  # an object store's PUT is atomic
             pafs.copy_files(local_path, target, destination_filesystem=self.root.fs)
 
     def get_file(self, key: str, local_path: str) -> None:
-        """Copy ``key`` to a local file (an SST file is hard-linked on a local root)."""
+        """Copy ``key`` to a local file (a copy of its own)."""
         os.makedirs(os.path.dirname(local_path) or ".", exist_ok=True)
         source = self.root.path(key)
-        if not (self.root.is_local and _link_immutable(source, local_path)):
+        if self.root.is_local:
+            shutil.copyfile(source, local_path)
+        else:
             pafs.copy_files(source, local_path, source_filesystem=self.root.fs)
 
     def put_bytes(self, key: str, data: bytes) -> None:
@@ -229,17 +238,3 @@ class RootSnapshotStorage:
         """Delete ``keys``."""
         for key in keys:
             self.root.delete_file(self.root.path(key))
-
-
-def _link_immutable(source: str, target: str) -> bool:
-    """Hard-link ``source`` to ``target`` if it is an SST file (RocksDB never changes one
-    after writing it, so sharing the inode is safe); return whether it was linked."""
-    if not source.endswith(".sst"):
-        return False
-    try:
-        tmp = f"{target}.tmp-link"
-        os.link(source, tmp)
-        os.replace(tmp, target)
-    except OSError:
-        return False
-    return True

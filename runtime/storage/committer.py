@@ -34,7 +34,7 @@ from common.errors import (
     StreamsError,
 )
 from runtime.storage.delta_log import OFFSETS_KEY, LogEntry, read_entry
-from runtime.storage.fs import StorageRoot
+from runtime.storage.fs import StorageRoot, storage_options
 from runtime.storage.records import FILE_SCHEMA, TABLE_SCHEMA, AppendResult
 from runtime.storage.topics import TopicAdmin
 
@@ -126,7 +126,8 @@ class TopicCommitter:
         """Return the topic's Delta table, brought up to date."""
         try:
             if self._table is None:
-                self._table = DeltaTable(self.admin.table_uri(self.topic))
+                uri = self.admin.table_uri(self.topic)
+                self._table = DeltaTable(uri, storage_options=storage_options(uri))
             else:
                 self._table.update_incremental()
         except DeltaError as exc:

@@ -3,18 +3,84 @@
 Everything under the root (Delta logs, data files, offset-index snapshots) is reached
 through one :class:`StorageRoot`, so local paths and ``s3://``/``gs://``/``abfs://`` URIs
 behave alike. Errors of the filesystem are wrapped as :class:`StorageError`.
+
+An object store's options (endpoint, credentials, region) are delta-rs's storage options
+(``storage.options.<NAME>`` in the configuration), registered once per process for the
+root's bucket (:func:`register_storage_options`: by the driver from its configuration, by
+each executor from the batch plan's). Every :class:`StorageRoot` and every delta-rs table
+of that bucket then uses them (:func:`storage_options`); pyarrow's S3 filesystem gets them
+translated. Without registered options both libraries read the ``AWS_*`` environment.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
 from common.errors import StorageError
+
+#: scheme://bucket -> the delta-rs storage options registered for it.
+_OPTIONS: dict[str, dict[str, str]] = {}
+_OPTIONS_LOCK = threading.Lock()
+
+#: delta-rs (object_store) S3 option names -> pyarrow S3FileSystem arguments.
+_S3_ARGUMENTS = {
+    "aws_access_key_id": "access_key",
+    "access_key_id": "access_key",
+    "aws_secret_access_key": "secret_key",
+    "secret_access_key": "secret_key",
+    "aws_session_token": "session_token",
+    "session_token": "session_token",
+    "aws_region": "region",
+    "aws_default_region": "region",
+    "region": "region",
+}
+_S3_ENDPOINTS = ("aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
+
+
+def _bucket(uri: str) -> str:
+    parts = urlsplit(uri)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
+
+
+def register_storage_options(root: str, options: Mapping[str, str]) -> None:
+    """Use ``options`` (delta-rs storage options) for the bucket of ``root`` in this
+    process (nothing for a local root or no options)."""
+    bucket = _bucket(root)
+    if bucket and options and not root.startswith("file://"):
+        with _OPTIONS_LOCK:
+            _OPTIONS[bucket] = {str(k): str(v) for k, v in options.items()}
+
+
+def storage_options(uri: str) -> dict[str, str] | None:
+    """Return the storage options registered for the bucket of ``uri`` (for delta-rs)."""
+    options = _OPTIONS.get(_bucket(uri))
+    return dict(options) if options else None
+
+
+def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem of ``uri`` and the path in it, with the registered options."""
+    options = _OPTIONS.get(_bucket(uri))
+    if not options or not uri.startswith(("s3://", "s3a://")):
+        fs, path = pafs.FileSystem.from_uri(uri)
+        return fs, str(path)
+    kwargs: dict[str, object] = {}
+    for name, value in options.items():
+        lowered = name.lower()
+        if lowered in _S3_ARGUMENTS:
+            kwargs[_S3_ARGUMENTS[lowered]] = value
+        elif lowered in _S3_ENDPOINTS:
+            endpoint = urlsplit(value)
+            kwargs["endpoint_override"] = endpoint.netloc or value
+            kwargs["scheme"] = endpoint.scheme or "https"
+    parts = urlsplit(uri)
+    return pafs.S3FileSystem(**kwargs), f"{parts.netloc}{parts.path}"
 
 
 class StorageRoot:
@@ -32,7 +98,7 @@ class StorageRoot:
             raise StorageError("the storage root is empty; set topics.root (or --root)")
         if "://" in text and not text.startswith("file://"):
             try:
-                fs, base = pafs.FileSystem.from_uri(text)
+                fs, base = _filesystem(text)
             except Exception as exc:
                 raise StorageError(f"cannot open storage root {text!r}: {exc}") from exc
             self.fs: pafs.FileSystem = fs

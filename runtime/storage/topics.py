@@ -26,7 +26,7 @@ from common.errors import (
     UnknownTopicError,
 )
 from runtime.storage.delta_log import PARTITIONS_PROPERTY
-from runtime.storage.fs import StorageRoot
+from runtime.storage.fs import StorageRoot, storage_options
 from runtime.storage.names import collides, validate_topic_name
 from runtime.storage.offset_index import OffsetIndex, TopicLog
 from runtime.storage.records import TABLE_SCHEMA
@@ -170,6 +170,7 @@ class TopicAdmin:
             DeltaTable.create(
                 self.table_uri(topic),
                 TABLE_SCHEMA,
+                storage_options=storage_options(self.table_uri(topic)),
                 mode="error",
                 partition_by=["partition"],
                 name=topic,
@@ -255,7 +256,8 @@ class TopicAdmin:
                 "'streams-eos topics --create'"
             )
         try:
-            return DeltaTable(self.table_uri(topic))
+            uri = self.table_uri(topic)
+            return DeltaTable(uri, storage_options=storage_options(uri))
         except DeltaError as exc:
             raise StorageError(f"cannot open topic {topic!r}: {exc}") from exc
 

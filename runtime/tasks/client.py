@@ -9,6 +9,14 @@ for them only when it does not know that key yet.
 A host that dies in the middle of a request (killed, out of memory) costs a retry here:
 the server forks a new one, which rebuilds the task from its committed state (a prepared
 batch of the dead host's transaction is settled by the outcomes the driver sends).
+
+On a cluster a task lives on one executor: the driver's plan names, for each task, the
+executor whose host committed its last batch (``BatchPlan.placement``, from the
+:data:`~runtime.tasks.task_runner.PLACED` rows each visit returns). A worker of another
+executor sends the visit there over TCP, so a task's stores are opened on one executor only
+while it stays there, wherever Spark runs its Spark task. When that executor cannot be
+reached (it was lost), the worker's own executor takes the task over: its host restores
+the stores from their snapshot and the changelog's tail, and the next plan names it.
 """
 
 from __future__ import annotations
@@ -21,17 +29,19 @@ import os
 import pickle
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark import cloudpickle
 
 from common.errors import StreamsError
+from runtime.tasks.executor import DRIVER, advertised_address, executor_id, executor_state_dir
 from runtime.tasks.protocol import (
     SERVER_SOCKET,
     InputPiece,
     PeerGoneError,
+    connect_tcp,
     encode_inputs,
     host_socket,
     read_table,
@@ -64,16 +74,18 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
     topics: list[str],
     level: int = 0,
     earlier: list[int] | None = None,
-) -> list[pa.RecordBatch]:
+) -> tuple[list[pa.RecordBatch], tuple[str, str] | None]:
     """Run the visit at ``level`` of task ``<subtopology_id>_<partition>`` in the batch on
     its host (``earlier``: the levels of the batch it ran before) over its input
-    ``pieces`` (see :func:`~runtime.tasks.protocol.encode_inputs`); return its rows.
+    ``pieces`` (see :func:`~runtime.tasks.protocol.encode_inputs`); return its rows, and
+    on a cluster where it ran: (executor id, that executor's server address).
 
     Raises:
         the task's own exception, re-raised as the host sent it; or TaskHostError.
     """
     config = plan.config
-    directory = socket_dir(config.state_dir, config.application_id)
+    executor = executor_id()
+    directory = socket_dir(executor_state_dir(config.state_dir), config.application_id)
     task_id = f"{subtopology_id}_{partition}"
     items, body = encode_inputs(pieces)
     header: dict[str, Any] = {
@@ -86,27 +98,78 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
         "earlier": earlier or [],
         "static_key": plan.static_key,
         "plan": _dynamic(plan),
+        "secret": plan.host_secret,
     }
+    placed = plan.placement.get(task_id)
+    if placed is not None and placed[0] != executor:
+        try:
+            answer, payload = _run_remote(placed[1], task_id, header, plan, body)
+            return _rows(answer, payload), placed
+        except (OSError, PeerGoneError) as exc:
+            log.warning(
+                "[task %s] executor %s (%s) cannot be reached (%s): executor %s takes the "
+                "task over, restoring its stores from their snapshot and changelog",
+                task_id,
+                placed[0],
+                placed[1],
+                exc,
+                executor,
+            )
     last: BaseException | None = None
     for attempt in range(ATTEMPTS):
         try:
-            return _request(host_socket(directory, task_id), header, plan, body)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(host_socket(directory, task_id))
+                answer, payload = _exchange(sock, header, plan, body)
+            break
         except (FileNotFoundError, ConnectionRefusedError, PeerGoneError, ConnectionError) as exc:
             last = exc
             if attempt:
                 log.warning("[task %s] host unreachable (%s): starting a new one", task_id, exc)
-            _ensure_host(directory, task_id)
-    raise TaskHostError(f"[task {task_id}] the task host could not be reached: {last}")
+            _ensure_host(directory, task_id, plan, executor)
+    else:
+        raise TaskHostError(f"[task {task_id}] the task host could not be reached: {last}")
+    here = (executor, str(answer.get("server", ""))) if executor != DRIVER else None
+    return _rows(answer, payload), here
 
 
-def _request(path: str, header: dict[str, Any], plan: Any, body: list[Any]) -> list[pa.RecordBatch]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.connect(path)
-        send_frame(sock, header, body)
+def _run_remote(
+    server: str, task_id: str, header: dict[str, Any], plan: Any, body: list[Any]
+) -> tuple[dict[str, Any], bytes]:
+    """Send the visit to ``task_id``'s host on the executor whose server is at ``server``.
+
+    Raises:
+        OSError or PeerGoneError: that executor cannot be reached.
+    """
+    with connect_tcp(server, plan.host_secret) as sock:
+        sock.settimeout(SERVER_START_S)
+        send_frame(sock, {"op": "host", "task": task_id})
+        answer, _ = recv_frame(sock)
+    address = answer.get("address")
+    if not answer.get("ok") or not address:
+        raise ConnectionError(f"its host server answered {answer.get('message', answer)}")
+    with connect_tcp(str(address), plan.host_secret) as sock:
+        return _exchange(sock, header, plan, body)
+
+
+def _exchange(
+    sock: socket.socket, header: dict[str, Any], plan: Any, body: list[Any]
+) -> tuple[dict[str, Any], bytes]:
+    """Send the visit on ``sock``; return the host's answer and its payload."""
+    send_frame(sock, header, body)
+    answer, payload = recv_frame(sock)
+    if answer.get("need_static"):  # a new host: the topology and configuration, once
+        send_frame(sock, {**header, "static": static_bytes(plan)}, body)
         answer, payload = recv_frame(sock)
-        if answer.get("need_static"):  # a new host: the topology and configuration, once
-            send_frame(sock, {**header, "static": static_bytes(plan)}, body)
-            answer, payload = recv_frame(sock)
+    return answer, payload
+
+
+def _rows(answer: dict[str, Any], payload: bytes) -> list[pa.RecordBatch]:
+    """The result rows of a host's answer.
+
+    Raises:
+        the task's own exception, as the host sent it.
+    """
     if not answer.get("ok"):
         raise _error(answer)
     table = read_table(payload)
@@ -160,7 +223,7 @@ def _cloud_dumps(obj: object) -> bytes:
     return data
 
 
-def _ensure_host(directory: str, task_id: str) -> None:
+def _ensure_host(directory: str, task_id: str, plan: Any, executor: str) -> None:
     """Have the server fork ``task_id``'s host if it has none alive (starting the server
     when there is none)."""
     deadline = time.monotonic() + SERVER_START_S
@@ -170,7 +233,7 @@ def _ensure_host(directory: str, task_id: str) -> None:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(SERVER_START_S)
                 sock.connect(os.path.join(directory, SERVER_SOCKET))
-                send_frame(sock, {"op": "host", "task": task_id})
+                send_frame(sock, {"op": "host", "task": task_id, "secret": plan.host_secret})
                 answer, _ = recv_frame(sock)
             if answer.get("ok"):
                 return
@@ -182,16 +245,31 @@ def _ensure_host(directory: str, task_id: str) -> None:
                     f"{SERVER_START_S:.0f} s ({exc})"
                 ) from exc
             if not started:
-                _start_server(directory)
+                ip = advertised_address(plan.driver_host) if executor != DRIVER else ""
+                _start_server(directory, executor, ip)
                 started = True
             time.sleep(0.05)
 
 
-def _start_server(directory: str) -> None:
+def _start_server(directory: str, executor: str, ip: str) -> None:
     """Start a server for ``directory`` watching this worker's daemon (whose life is the
     executor's): a fork of this worker, whose daemon imported the task engine already."""
     os.makedirs(directory, exist_ok=True)
-    fork_server(directory, os.getppid())
+    fork_server(directory, os.getppid(), executor, ip)
+
+
+def shutdown_remote_hosts(servers: Iterable[str], secret: str, timeout_s: float = 30.0) -> None:
+    """Stop the hosts of the host servers at ``servers`` (TCP addresses of executors of a
+    cluster: the application closed); a server that cannot be reached is left (its
+    hosts close when idle or when their executor ends)."""
+    for server in sorted(servers):
+        try:
+            with connect_tcp(server, secret) as sock:
+                sock.settimeout(timeout_s)
+                send_frame(sock, {"op": "shutdown"})
+                recv_frame(sock)
+        except (OSError, PeerGoneError) as exc:
+            log.info("the task hosts at %s were not told to stop: %s", server, exc)
 
 
 def shutdown_hosts(state_dir: str, application_id: str, timeout_s: float = 30.0) -> bool:

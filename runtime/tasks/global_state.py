@@ -60,6 +60,7 @@ from common.errors import StreamsError
 from runtime.storage.fs import StorageRoot
 from runtime.storage.reader import FileSlice, TopicReader, read_slices
 from runtime.storage.slices import TopicSlices
+from runtime.tasks.executor import executor_state_dir
 from statestores.api import StateStore
 from statestores.state_directory import StateDirectory, TaskDirectoryLockedError
 from topology.engine.read_only_stores import read_only
@@ -209,7 +210,7 @@ class GlobalStateManager:
         if self._slot is not None and self._directory is not None:
             self._directory.wipe(self._slot)
             return os.path.join(self._directory.app_dir, self._slot)
-        directory = StateDirectory(self.config.state_dir, self.application_id)
+        directory = StateDirectory(executor_state_dir(self.config.state_dir), self.application_id)
         for n in range(MAX_SLOTS):
             slot = os.path.join("global", str(n))
             try:
@@ -388,5 +389,5 @@ class GlobalStores:
         shape = cls._shapes.get(plan.topology)
         if shape is None:  # once per unpickled topology, not once per task
             shape = cls._shapes[plan.topology] = str(plan.topology.describe())
-        state_dir = os.path.abspath(config.state_dir)
+        state_dir = executor_state_dir(config.state_dir)
         return (plan.root, state_dir, config.application_id, shape, config.model_dump_json())

@@ -18,14 +18,19 @@ import contextlib
 import logging
 import os
 import pickle
+import select
 import signal
 import socket
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.storage.fs import register_storage_options
 from runtime.tasks.manager import TaskManager
 from runtime.tasks.protocol import (
     PeerGoneError,
+    authenticated,
     batches_bytes,
     decode_inputs,
     recv_frame,
@@ -60,26 +65,37 @@ def warm_up() -> None:
     pc.filter(column, pc.equal(column, "warm"))
 
 
-def serve(listener: socket.socket, server_pid: int, task_id: str) -> None:
-    """Serve requests on ``listener`` until the server is gone, a stop, or idleness."""
+def serve(  # noqa: PLR0917 - what the server hands its host
+    listener: socket.socket,
+    server_pid: int,
+    task_id: str,
+    tcp: socket.socket | None = None,
+    secrets: Sequence[str] = (),
+    server_address: str = "",
+) -> None:
+    """Serve requests on ``listener`` (and ``tcp``, whose peers must send one of
+    ``secrets`` first) until the server is gone, a stop, or idleness. Answers name
+    ``server_address``, where other executors reach the server of this one."""
     manager = TaskManager()
-    statics: dict[str, Any] = {}
+    known = _Known(secrets=list(secrets), server=server_address)
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    listener.settimeout(1.0)
+    listeners = [listener, *([tcp] if tcp is not None else [])]
     last = time.monotonic()
     try:
         while True:
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
+            ready, _, _ = select.select(listeners, [], [], 1.0)
+            if not ready:
                 if os.getppid() != server_pid or time.monotonic() - last > IDLE_TIMEOUT_S:
                     return
                 continue
             last = time.monotonic()
+            conn, _ = ready[0].accept()
             with conn:
+                if not authenticated(conn, known.secrets):
+                    continue
                 conn.settimeout(None)
-                if not _handle(conn, manager, statics):
+                if not _handle(conn, manager, known):
                     return
     except _StopError:
         return
@@ -92,7 +108,18 @@ def _raise_stop(signum: int, frame: Any) -> None:
     raise _StopError
 
 
-def _handle(conn: socket.socket, manager: TaskManager, statics: dict[str, Any]) -> bool:
+@dataclass
+class _Known:
+    """What a host keeps between requests besides its tasks: the static part of the last
+    plan (topology and configuration, by key), the secrets that open a TCP connection,
+    and its server's TCP address (named in every answer)."""
+
+    secrets: list[str]
+    server: str
+    statics: dict[str, Any] = field(default_factory=dict)
+
+
+def _handle(conn: socket.socket, manager: TaskManager, known: _Known) -> bool:
     """Answer one request; return False when told to stop."""
     try:
         header, body = recv_frame(conn)
@@ -101,16 +128,19 @@ def _handle(conn: socket.socket, manager: TaskManager, statics: dict[str, Any]) 
     if header.get("op") == "stop":
         send_frame(conn, {"ok": True})
         return False
+    secret = header.get("secret")
+    if secret and conn.family == socket.AF_UNIX and secret not in known.secrets:
+        known.secrets.append(secret)  # from this executor's worker: trusted
     try:
-        static = statics.get(header["static_key"])
+        static = known.statics.get(header["static_key"])
         if static is None and header.get("static") is None:
             send_frame(conn, {"need_static": True})
             header, body = recv_frame(conn)
         if static is None:
             static = pickle.loads(header["static"])
-            statics.clear()
-            statics[header["static_key"]] = static
+            known.statics = {header["static_key"]: static}
         plan = BatchPlan(**static, **pickle.loads(header["plan"]))
+        register_storage_options(plan.root, plan.config.storage_options)
         with collection_paused():  # the whole visit: processing, flushes, packing
             rows = _run(manager, plan, header, body)
     except (PeerGoneError, BrokenPipeError):
@@ -121,7 +151,7 @@ def _handle(conn: socket.socket, manager: TaskManager, statics: dict[str, Any]) 
         _send_error(conn, exc)
         return True
     try:
-        send_frame(conn, {"ok": True}, batches_bytes(rows, ROW_SCHEMA))
+        send_frame(conn, {"ok": True, "server": known.server}, batches_bytes(rows, ROW_SCHEMA))
     except OSError:  # the worker is gone (Spark killed it): the batch's outcome decides
         log.info("[task host] the worker left before the result was sent")
     return True

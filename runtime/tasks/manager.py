@@ -4,8 +4,9 @@ A task (its :class:`~topology.engine.task.StreamTask`, stores, caches, stream ti
 schedules) is built by the :class:`~topology.engine.task_creator.ActiveTaskCreator` at its first
 batch and kept. Each later batch first settles the previous one:
 
-1. the batch comes from another owner (a new instance, another thread): close the task
-   dirty and build it again from its committed state;
+1. the batch comes from another owner (a new instance, another thread), or on a cluster
+   another executor's host committed the task's last batch: close the task dirty and
+   build it again from its committed state;
 2. the previous batch left a prepared transaction (KIP-892): if the driver's outcomes say
    it committed, apply the stores' prepared writes and go on with the same task;
    otherwise (aborted, retried by Spark, unknown) close the task dirty: its stores drop
@@ -30,6 +31,7 @@ import pyarrow as pa
 from common.errors import StreamsError
 from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.tasks.collector import StagingCollector
+from runtime.tasks.executor import executor_id, executor_state_dir
 from runtime.tasks.global_state import GlobalStores
 from runtime.tasks.partition_group import Processed, process_records
 from runtime.tasks.task_runner import (
@@ -323,6 +325,15 @@ class TaskManager:
             log.info("[task %s] new owner %s: rebuilding from committed state", task_id, plan.owner)
             self.close(task_id, dirty=True)
             return False
+        placed = plan.placement.get(task_id)
+        if placed is not None and placed[0] != executor_id():
+            log.info(
+                "[task %s] executor %s committed its last batch: rebuilding from committed state",
+                task_id,
+                placed[0],
+            )
+            self.close(task_id, dirty=True)
+            return False
         if live.prepared is None:
             return True
         outcome = plan.outcomes.get(live.prepared)
@@ -353,7 +364,11 @@ class TaskManager:
         task_id = f"{subtopology_id}_{partition}"
         collector = StagingCollector(plan.root, plan.outputs, plan.staging_dir)
         has_stores = bool(topology.subtopology(subtopology_id).stores)
-        directory = StateDirectory(config.state_dir, config.application_id) if has_stores else None
+        directory = (
+            StateDirectory(executor_state_dir(config.state_dir), config.application_id)
+            if has_stores
+            else None
+        )
         state_dir = directory.lock(task_id, wait_ms=LOCK_WAIT_MS) if directory else None
         creator = ActiveTaskCreator(
             topology,

@@ -1,13 +1,18 @@
-"""The frames between a Spark worker and a task host (and its server) on a Unix socket.
+"""The frames between a Spark worker and a task host (and its server).
 
 A frame is a header (a pickled dict) and a body (bytes: an Arrow IPC stream of records or
-result rows, or nothing), each preceded by its length. Hosts and workers run the same
-installation of the project on the same machine, so pickle is safe here.
+result rows, or nothing), each preceded by its length. A worker reaches the hosts of its
+own executor on Unix sockets, which only the user running them can open. On a cluster it
+reaches another executor's hosts over TCP: such a connection first sends the
+application's secret (:data:`SECRET_BYTES` random bytes the driver makes and sends with
+every batch plan), and the other end reads nothing more, and unpickles nothing, from a
+connection without it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import pickle
 import socket
@@ -27,6 +32,12 @@ _LENGTHS = struct.Struct(">QQ")
 SERVER_SOCKET = "server.sock"
 SERVER_LOCK = "server.lock"
 
+#: The length of an application's secret, which opens a TCP connection.
+SECRET_BYTES = 32
+
+#: How long a TCP peer has to send the secret, and a connection to open.
+AUTH_TIMEOUT_S = 10.0
+
 
 def socket_dir(state_dir: str, application_id: str) -> str:
     """Return the directory of the sockets of this state directory's hosts (short: a Unix
@@ -34,6 +45,49 @@ def socket_dir(state_dir: str, application_id: str) -> str:
     key = f"{os.path.abspath(state_dir)}\0{application_id}".encode()
     digest = hashlib.sha1(key).hexdigest()[:16]
     return os.path.join(tempfile.gettempdir(), f"streams-eos-{os.getuid()}", digest)
+
+
+def listen_tcp(ip: str) -> tuple[socket.socket, str]:
+    """Return a TCP listener on ``ip`` (a free port) and its ``ip:port``."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((ip, 0))
+    sock.listen(64)
+    return sock, f"{ip}:{sock.getsockname()[1]}"
+
+
+def connect_tcp(address: str, secret: str, timeout_s: float = AUTH_TIMEOUT_S) -> socket.socket:
+    """Open an authenticated connection to ``address`` (``ip:port``); the caller closes it.
+
+    Raises:
+        OSError: nothing listens there (the executor is gone) or it did not answer in time.
+    """
+    ip, _, port = address.rpartition(":")
+    sock = socket.create_connection((ip, int(port)), timeout=timeout_s)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(bytes.fromhex(secret))
+        sock.settimeout(None)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def authenticated(conn: socket.socket, secrets: Sequence[str]) -> bool:
+    """Read a TCP peer's secret; return whether it is one of ``secrets`` (a Unix socket's
+    peer needs none)."""
+    if conn.family == socket.AF_UNIX:
+        return True
+    conn.settimeout(AUTH_TIMEOUT_S)
+    try:
+        given = _recv_exactly(conn, SECRET_BYTES)
+    except (OSError, PeerGoneError):
+        return False
+    ok = any(hmac.compare_digest(given, bytes.fromhex(s)) for s in secrets)
+    if ok:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return ok
 
 
 def host_socket(directory: str, task_id: str) -> str:

@@ -1,6 +1,7 @@
 """The host server of an executor: forks one :mod:`task host <runtime.tasks.host>` per task.
 
-One server runs per (``state.dir``, ``application.id``) on a machine, forked by the first
+One server runs per executor and ``application.id`` (its executor's state directory,
+:func:`~runtime.tasks.executor.executor_state_dir`, names its socket directory), forked by the first
 Spark worker that needs a task there (:func:`fork_server`: the worker's daemon imported
 the task engine before it forked the worker, so the server has it at once; it keeps none
 of the worker's sockets). It forks each host from that state, so a host starts in
@@ -10,9 +11,15 @@ imports the engine first.)
 
 It answers ``{"op": "host", "task": id}`` with the path of that task's host socket (forking
 the host if it has none alive) and ``{"op": "shutdown"}`` (the application closed) by
-stopping every host. It exits, stopping its hosts, when the process it watches (the Spark
-worker daemon, whose life is the executor's) ends, or when it has had no request and no
-live host for ``IDLE_TIMEOUT_S``.
+stopping every host. On a cluster (an executor id other than ``driver``) the server and
+each host also listen on TCP at the executor's address, so that a worker of another
+executor reaches the host of a task that lives here (see :mod:`runtime.tasks.client`):
+such a connection must open with a secret the server learnt from its own executor's
+workers (:func:`~runtime.tasks.protocol.authenticated`).
+
+It exits, stopping its hosts, when the process it watches (the Spark worker daemon, whose
+life is the executor's) ends, or when it has had no request and no live host for
+``IDLE_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -23,16 +30,20 @@ import gc
 import importlib
 import logging
 import os
+import select
 import signal
 import socket
 import sys
 import time
 
+from runtime.tasks.executor import DRIVER, EXECUTOR_ENV
 from runtime.tasks.protocol import (
     SERVER_LOCK,
     SERVER_SOCKET,
     PeerGoneError,
+    authenticated,
     host_socket,
+    listen_tcp,
     recv_frame,
     send_frame,
 )
@@ -42,6 +53,9 @@ log = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 600.0
 STOP_WAIT_S = 20.0
 
+#: How many applications' secrets a server keeps (the newest ones).
+KEPT_SECRETS = 8
+
 
 class HostServer:
     """Forks and watches the task hosts of one state directory.
@@ -49,35 +63,46 @@ class HostServer:
     Args:
         directory: the socket directory (:func:`socket_dir`).
         watch_pid: the process whose end ends the server (0: none).
+        ip: the executor's address, to listen on TCP there too (None: Unix sockets only).
     """
 
-    def __init__(self, directory: str, watch_pid: int) -> None:
+    def __init__(self, directory: str, watch_pid: int, ip: str | None = None) -> None:
         self.directory = directory
         self.watch_pid = watch_pid
+        self.ip = ip
         self.hosts: dict[str, int] = {}
+        self.host_addresses: dict[str, str] = {}
         self.listener: socket.socket | None = None
+        self.tcp: socket.socket | None = None
+        self.address = ""
+        self.secrets: list[str] = []
 
     def serve(self) -> None:
         """Accept requests until the watched process ends, a shutdown, or idleness."""
         listener = self.listener or _listen(os.path.join(self.directory, SERVER_SOCKET))
         self.listener = listener
-        listener.settimeout(0.5)
+        if self.ip is not None and self.tcp is None:
+            self.tcp, self.address = listen_tcp(self.ip)
+        listeners = [listener, *([self.tcp] if self.tcp is not None else [])]
         last = time.monotonic()
         try:
             while True:
-                try:
-                    conn, _ = listener.accept()
-                except TimeoutError:
+                ready, _, _ = select.select(listeners, [], [], 0.5)
+                if not ready:
                     self._reap()
                     idle = not self.hosts and time.monotonic() - last > IDLE_TIMEOUT_S
                     if idle or not _alive(self.watch_pid):
                         return
                     continue
                 last = time.monotonic()
-                with conn:
-                    conn.settimeout(30.0)
-                    if not self._answer(conn):
-                        return
+                for ready_listener in ready:
+                    conn, _ = ready_listener.accept()
+                    with conn:
+                        if not authenticated(conn, self.secrets):
+                            continue
+                        conn.settimeout(30.0)
+                        if not self._answer(conn):
+                            return
         finally:
             self.stop_hosts()
 
@@ -95,32 +120,47 @@ class HostServer:
         if op != "host":
             send_frame(conn, {"ok": False, "message": f"unknown request {op!r}"})
             return True
+        secret = header.get("secret")
+        if secret and conn.family == socket.AF_UNIX and secret not in self.secrets:
+            self.secrets = [*self.secrets, secret][-KEPT_SECRETS:]  # from this executor
         task_id = str(header["task"])
         self._reap()
         if task_id not in self.hosts:
             self.hosts[task_id] = self._fork_host(task_id)
+        answer = {
+            "ok": True,
+            "path": host_socket(self.directory, task_id),
+            "address": self.host_addresses.get(task_id, ""),
+            "server": self.address,
+        }
         with contextlib.suppress(OSError):
-            send_frame(conn, {"ok": True, "path": host_socket(self.directory, task_id)})
+            send_frame(conn, answer)
         return True
 
     def _fork_host(self, task_id: str) -> int:
         listener = _listen(host_socket(self.directory, task_id))
+        tcp = None
+        if self.ip is not None:
+            tcp, self.host_addresses[task_id] = listen_tcp(self.ip)
         server_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # the host
             code = 0
             try:
-                if self.listener is not None:
-                    self.listener.close()
+                for inherited in (self.listener, self.tcp):
+                    if inherited is not None:
+                        inherited.close()
                 from runtime.tasks import host  # imported by main() already
 
-                host.serve(listener, server_pid, task_id)
+                host.serve(listener, server_pid, task_id, tcp, self.secrets, self.address)
             except BaseException:
                 log.exception("[task host %s] failed", task_id)
                 code = 1
             finally:
                 os._exit(code)
         listener.close()
+        if tcp is not None:
+            tcp.close()
         log.info("[host server] task %s: host pid=%d", task_id, pid)
         return pid
 
@@ -131,6 +171,7 @@ class HostServer:
                 if not done:
                     continue
             del self.hosts[task_id]
+            self.host_addresses.pop(task_id, None)
 
     def stop_hosts(self) -> None:
         """Ask every host to close its task and exit; kill those that do not in time."""
@@ -172,8 +213,12 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m runtime.tasks.server <socket dir> <pid to watch>``."""
+    """``python -m runtime.tasks.server <socket dir> <pid to watch> [<executor id> <ip>]``
+    (an executor other than ``driver`` listens on TCP at ``ip`` too)."""
     directory, watch_pid = argv[0], int(argv[1])
+    executor = argv[2] if len(argv) > 2 else DRIVER
+    ip = argv[3] if len(argv) > 3 and executor != DRIVER else None
+    os.environ[EXECUTOR_ENV] = executor  # the hosts' executor_id()
     os.makedirs(directory, exist_ok=True)
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -201,13 +246,13 @@ def main(argv: list[str]) -> int:
     # what is imported lives as long as the process: the collector never scans it again,
     # in this server or in the hosts forked from it (a full collection in a host would)
     gc.freeze()
-    server = HostServer(directory, watch_pid)
+    server = HostServer(directory, watch_pid, ip)
     server.listener = listener
     server.serve()
     return 0
 
 
-def fork_server(directory: str, watch_pid: int) -> None:
+def fork_server(directory: str, watch_pid: int, executor: str = DRIVER, ip: str = "") -> None:
     """Start a server for ``directory`` as a fork of this process (a Spark worker, which
     has the task engine imported: its daemon preloads it), not as a fresh interpreter that
     imports it again (about a second before its first host). The server is a grandchild,
@@ -223,7 +268,7 @@ def fork_server(directory: str, watch_pid: int) -> None:
             code = 0
         else:
             _detach()
-            code = main([directory, str(watch_pid)])
+            code = main([directory, str(watch_pid), executor, ip])
     except BaseException:  # a server that cannot start: the worker's wait says so
         with contextlib.suppress(BaseException):
             log.exception("[host server] could not start in %s", directory)

@@ -45,10 +45,12 @@ import pyarrow.compute as pc
 
 from common.config import StreamsConfig
 from common.errors import StreamsError, StreamsProcessingError
+from runtime.storage.fs import register_storage_options
 from runtime.storage.records import HEADERS_TYPE, rows_where
 from runtime.storage.slices import TopicSlices, read_topic_slices
 from runtime.tasks.client import run_on_host
 from runtime.tasks.collector import OutputTopic
+from runtime.tasks.executor import executor_id
 from runtime.tasks.protocol import INPUT_COLUMNS, InputPiece
 from runtime.tasks.shuffle import shuffle_keys_of
 from topology.graph.topology import Topology
@@ -59,9 +61,13 @@ log = logging.getLogger(__name__)
 #: later level (packed: see :func:`pack`), a task that prepared writes in the batch's
 #: transaction, when a task's next wall-clock punctuation is due (``timestamp``), and a
 #: task of a later level to visit even without records, and a task that ran an earlier
-#: level of the batch (``offset``) and must find it open at its last level (``count``).
+#: level of the batch (``offset``) and must find it open at its last level (``count``),
+#: and on a cluster the executor a task ran on (see :func:`placed_row`).
 FILE, POSITION, METRIC, RECORD = "file", "position", "metric", "record"
-PREPARED, WAKE, VISIT, OPEN = "prepared", "wake", "visit", "open"
+PREPARED, WAKE, VISIT, OPEN, PLACED = "prepared", "wake", "visit", "open", "placed"
+
+#: The metric counting visits a worker sent to a task's host on another executor.
+REMOTE_VISITS = "remote-visit-total"
 
 #: One row per staged file, consumed position, metric, or pack of records in flight
 #: between levels: ``value`` holds the records (an Arrow IPC stream), ``count`` how many,
@@ -131,6 +137,12 @@ class BatchPlan:
     ``combine_windows`` names the repartition topics of windowed counts that this batch
     shuffles inside itself: their writers may combine records per key and window set
     (:mod:`topology.engine.combine`); empty when the batch runs again without combining.
+
+    On a cluster, ``placement`` maps each task to the executor whose host committed its
+    last batch: (executor id, the TCP address of its host server); a worker of another
+    executor sends the task's visits there (:mod:`runtime.tasks.client`), with
+    ``host_secret`` (hex), which opens those connections. ``driver_host`` is the driver's
+    address (an executor listens on the interface that reaches it).
     """
 
     topology: Topology
@@ -157,6 +169,9 @@ class BatchPlan:
     batch: int = 0
     spark_partitions: int = 0
     combine_windows: frozenset[str] = frozenset()
+    placement: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    host_secret: str = ""
+    driver_host: str = ""
 
     def spark_partitions_of(self, tasks: int) -> int:
         """How many Spark partitions run a level of ``tasks`` tasks: at most
@@ -246,6 +261,7 @@ def run_source_level(
     it. Every task of ``plan.visit`` at level 0 runs, with or without records; the Spark
     partition of partition number 0 also sends a visit to each task of a later level.
     """
+    register_storage_options(plan.root, plan.config.storage_options)
     table = _collect(batches)
     if table is None:
         return
@@ -292,6 +308,7 @@ def run_inner_level(
     """Level ``level`` > 0: run the tasks over the packs of records shuffled to this Spark
     task, handed to their hosts as they arrived (and the tasks visited without records);
     pass every other row through."""
+    register_storage_options(plan.root, plan.config.storage_options)
     table = _collect(batches)
     if table is None:
         return
@@ -369,7 +386,7 @@ def _run_level(
     for partition in sorted(tasks):
         pieces = inputs.get(partition, [])
         for sub_id, topics in sorted(tasks[partition].items()):
-            yield from run_on_host(
+            rows, placed = run_on_host(
                 plan,
                 sub_id,
                 partition,
@@ -378,6 +395,23 @@ def _run_level(
                 level,
                 sorted((earlier or {}).get(f"{sub_id}_{partition}", ())),
             )
+            yield from rows
+            if placed is not None:
+                yield placed_row(f"{sub_id}_{partition}", placed)
+                if placed[0] != executor_id():
+                    yield _metric_row(REMOTE_VISITS, 1)
+
+
+def _metric_row(name: str, count: int) -> pa.RecordBatch:
+    row = {"kind": METRIC, "topic": name, "count": count}
+    return pa.RecordBatch.from_pylist([row], schema=ROW_SCHEMA)
+
+
+def placed_row(task_id: str, placed: tuple[str, str]) -> pa.RecordBatch:
+    """The row telling the driver where ``task_id`` ran: ``path`` its executor's id,
+    ``topic`` the TCP address of that executor's host server."""
+    row = {"kind": PLACED, "task": task_id, "path": placed[0], "topic": placed[1]}
+    return pa.RecordBatch.from_pylist([row], schema=ROW_SCHEMA)
 
 
 def _groups(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:

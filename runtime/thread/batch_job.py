@@ -30,6 +30,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from common.errors import CombinedRecordsLateError, StreamsError
+from runtime.spark.locality import executor_hosts, group_partitions, located_rows
 from runtime.tasks.task_runner import (
     METRIC,
     RECORD,
@@ -136,7 +137,9 @@ def _source_rows(df: DataFrame, plan: BatchPlan, partitions: Mapping[int, int]) 
     what a stream thread does; its query's own rows only trigger the batch), one row per
     partition number, in ``plan.spark_partitions_of`` Spark partitions (consecutive
     numbers share one), made by the JVM alone (``range``): no Python process runs to
-    produce them. Otherwise the source's rows (records, or its own read plans)."""
+    produce them; on a cluster, grouped by the executor their tasks live on, each group's
+    Spark partition preferring that executor (:mod:`runtime.spark.locality`). Otherwise the
+    source's rows (records, or its own read plans)."""
     if plan.inputs is None:
         return df
     visited = [
@@ -146,9 +149,24 @@ def _source_rows(df: DataFrame, plan: BatchPlan, partitions: Mapping[int, int]) 
     if count == 0:
         return df
     spark_partitions = plan.spark_partitions_of(count)
-    return df.sparkSession.range(0, count, 1, spark_partitions).selectExpr(
+    spark = df.sparkSession
+    owner = _first_level_owners(plan, count)
+    hosts = executor_hosts(spark) if owner else {}
+    if hosts:  # on a cluster: each row's Spark partition prefers its tasks' executor
+        return located_rows(spark, group_partitions(count, spark_partitions, owner), hosts)
+    return spark.range(0, count, 1, spark_partitions).selectExpr(
         "CAST(id AS INT) AS partition", "CAST(NULL AS BINARY) AS task_input"
     )
+
+
+def _first_level_owners(plan: BatchPlan, count: int) -> dict[int, str]:
+    """Partition number -> the executor its first-level tasks live on (on a cluster)."""
+    owner: dict[int, str] = {}
+    for task, (executor, _) in sorted(plan.placement.items()):
+        sub, _, partition = task.partition("_")
+        if plan.levels.get(int(sub), 0) == 0 and int(partition) < count:
+            owner.setdefault(int(partition), executor)
+    return owner
 
 
 def _collect(out: DataFrame, plan: BatchPlan) -> tuple[list[Any], int]:

@@ -50,6 +50,7 @@ from runtime.thread.batch_levels import BatchLevels, WindowCombining
 from runtime.thread.commit import Batch, CommitStrategy, commit_strategy
 from runtime.thread.membership import GenerationFencedError, ThreadMembership
 from runtime.thread.output_topics import OutputCatalog, has_topic_extractors
+from runtime.thread.placement import TaskPlacement
 from runtime.thread.read_plan import BatchReads, ReadPlanner
 from topology.graph.topology import Topology
 
@@ -124,8 +125,8 @@ class StreamThread:
         self.levels = levels or BatchLevels({}, {}, {})
         self.topic_levels = self.levels
         self.shuffle_levels = shuffle_levels
-        #: ``batch.spark.partitions``, else Spark's parallelism (known at the first batch).
-        self._spark_partitions = 0
+        #: Spark partitions per level, and on a cluster the executor each task lives on.
+        self.placement = TaskPlacement(config)
         self.window_combining = WindowCombining(topology, config)
         self.membership = membership
         if membership is not None:
@@ -271,6 +272,7 @@ class StreamThread:
                 self._validate_generation,
             )
             self.positions.update(self.commit.commit_batch(batch))
+            self.placement.committed(self.metrics)
         except ProducerFencedError as exc:
             self.failure = TaskMigratedError(
                 f"[thread {self.transactional_id}] batch {batch_id}: fenced by a newer "
@@ -463,8 +465,8 @@ class StreamThread:
             static_key=self.static_key,
             visit=frozenset(self.task_ids()),
             globals=self.globals,
-            spark_partitions=self._spark_partitions,
             combine_windows=self.window_combining.topics(self.levels, self.batches),
+            **self.placement.for_plan(),
         )
 
     def _snapshot_due(self) -> bool:
@@ -491,10 +493,8 @@ class StreamThread:
         task_txns: Mapping[str, tuple[str, int, str]],
     ) -> list[Any]:
         """Run the batch's job for the commit strategy; return its rows."""
-        if not self._spark_partitions:
-            self._spark_partitions = self.config.batch_spark_partitions or int(
-                df.sparkSession.sparkContext.defaultParallelism
-            )
+        self.placement.prepare(df.sparkSession)
         rows = self._collect_rows(df, self._plan(staging, txn, task_txns))
+        self.placement.noted(rows)
         self._fed_back |= any(r["kind"] == FILE and r["topic"] in self.sources for r in rows)
         return rows

@@ -21,7 +21,7 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from common.errors import CoordinatorError
-from runtime.storage.fs import StorageRoot
+from runtime.storage.fs import StorageRoot, storage_options
 from runtime.txn.cas_backend import READ_ATTEMPTS, VERSION_FILE, VOID, Void, parse_document
 
 #: Key of the document in a delta commit's commitInfo.
@@ -124,7 +124,7 @@ class DeltaLog:
         self._table = None
         for attempt in range(READ_ATTEMPTS):
             try:
-                self._table = DeltaTable(self.uri)
+                self._table = DeltaTable(self.uri, storage_options=storage_options(self.uri))
                 break
             except TableNotFoundError:
                 break
@@ -144,6 +144,7 @@ class DeltaLog:
                 self._table = DeltaTable.create(
                     self.uri,
                     _SCHEMA,
+                    storage_options=storage_options(self.uri),
                     mode="ignore",
                     configuration=_TABLE_CONFIG,
                     commit_properties=props,
@@ -206,7 +207,8 @@ class DeltaLog:
         if cut <= commits[0][0]:
             return
         try:
-            DeltaTable(self.uri, version=cut).create_checkpoint()  # the log now starts at cut
+            options = storage_options(self.uri)  # the log starts at cut after this checkpoint
+            DeltaTable(self.uri, version=cut, storage_options=options).create_checkpoint()
         except DeltaError:
             if self.versions()[:1] > [commits[0][0]]:
                 return  # another compactor is deleting: leave it to that one

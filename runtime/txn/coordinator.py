@@ -47,6 +47,7 @@ from common.errors import (
     UnknownTopicError,
 )
 from runtime.storage.committer import StagedFile, TopicCommitter
+from runtime.storage.fs import storage_options
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
 from runtime.txn.cas_log import CasLog
@@ -422,7 +423,9 @@ class TransactionCoordinator:
         if not ids:
             return 0
         try:
-            actions = DeltaTable(self.admin.table_uri(topic)).get_add_actions(flatten=True)
+            uri = self.admin.table_uri(topic)
+            table = DeltaTable(uri, storage_options=storage_options(uri))
+            actions = table.get_add_actions(flatten=True)
         except (DeltaError, UnknownTopicError):
             return 0
         table_path = self.admin.table_path(topic)

@@ -104,13 +104,24 @@ def _run(args: argparse.Namespace) -> int:
             app.close()
     thread = app.thread
     if thread is not None:
-        summary = {
+        summary: dict[str, Any] = {
             "application.id": config.application_id,
             "processing.guarantee": config.processing_guarantee,
+            "master": app.spark.sparkContext.master,
             "batches": thread.batches,
             "seconds": round(time.perf_counter() - started, 2),
         }
+        executors: dict[str, list[str]] = {}
+        for each in app.threads:
+            for executor, tasks in each.placement.by_executor().items():
+                executors.setdefault(executor, []).extend(tasks)
+        if executors:  # on a cluster: where the tasks live
+            summary["executors"] = executors
         print(json.dumps(summary), file=sys.stderr)
+    master = str(app.spark.sparkContext.master)
+    if not master.startswith("local["):
+        # a cluster's executors are released before the driver exits, not lost with it
+        app.spark.stop()
     return 0
 
 

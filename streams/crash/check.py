@@ -380,7 +380,10 @@ def _referenced(uri: str, table: str) -> set[str]:
 
     from deltalake import DeltaTable
 
-    paths = DeltaTable(uri).get_add_actions(flatten=True).column("path").to_pylist()
+    from runtime.storage.fs import storage_options
+
+    delta = DeltaTable(uri, storage_options=storage_options(uri))
+    paths = delta.get_add_actions(flatten=True).column("path").to_pylist()
     return {os.path.join(table, unquote(p)) for p in paths}
 
 

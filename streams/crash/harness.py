@@ -101,6 +101,8 @@ class CrashTest:
         inputs: records to produce before the first run.
         generate: or ask FILE's ``generate(n)`` for ``n`` records of its ``INPUT``.
         workdir: where the root (``root/``), state (``state/``) and logs go (default: new).
+            A ``topics.root`` in ``config`` (an object store's URI, with its
+            ``storage.options.*``) puts the root there instead; it must be empty.
         guarantee: ``processing.guarantee`` of the runs.
         config: more ``--config`` pairs for the runs.
         env: more environment variables for the runs.
@@ -125,7 +127,8 @@ class CrashTest:
             raise ConfigError(f"guarantee {guarantee!r}: expected one of {', '.join(GUARANTEES)}")
         self.file = str(file)
         self.workdir = str(workdir or tempfile.mkdtemp(prefix="crashtest-"))
-        self.root = os.path.join(self.workdir, "root")
+        configured_root = str((config or {}).get("topics.root") or "")
+        self.root = configured_root or os.path.join(self.workdir, "root")
         self.state_dir = os.path.join(self.workdir, "state")
         self.guarantee = guarantee
         self.seed = seed
@@ -170,13 +173,14 @@ class CrashTest:
         from runtime.storage.producer import Producer
         from runtime.storage.topics import TopicAdmin
 
-        if os.path.isdir(self.root) and os.listdir(self.root):
-            raise CrashTestError(
-                f"{self.workdir} already holds a crash test (root/ is not empty): its input "
-                "would be produced twice; give a new --workdir"
-            )
         os.makedirs(os.path.join(self.workdir, "logs"), exist_ok=True)
         self.admin = admin = TopicAdmin(self.root)
+        local = "://" not in self.root
+        if (local and os.path.isdir(self.root) and os.listdir(self.root)) or admin.list():
+            raise CrashTestError(
+                f"{self.root} already holds a crash test (it has topics): its input would be "
+                "produced twice; give a new --workdir (or an empty topics.root)"
+            )
         default_partitions = self.config.num_partitions
         for topic, n in dict(getattr(self.module, "TOPICS", {}) or {}).items():
             admin.create(topic, int(n), if_not_exists=True)

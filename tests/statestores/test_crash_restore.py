@@ -166,3 +166,72 @@ def test_at_least_once_writes_a_kafka_checkpoint_file(root: str, tmp_path: Path)
     task.close()
     assert struct.unpack(">q", struct.pack(">q", 2)) == (2,)
     assert OFFSET_KEY == b"changelog_offset"
+
+
+def _damage(path: str) -> None:
+    """Overwrite 64 bytes in the middle of ``path`` (a data block of an SST file)."""
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.seek(size // 3)
+        f.write(b"\xff" * 64)
+
+
+def _big_history(task: Task, commits: int, keys: int = 3000) -> dict[str, str]:
+    """``commits`` commits of ``keys`` keys each (enough for SST files of several blocks)."""
+    expected: dict[str, str] = {}
+    for n in range(commits):
+        items = {f"key-{i:06d}": f"value-{n}-{i}" * 3 for i in range(keys)}
+        task.write(dict(items))
+        expected.update(items)
+    return expected
+
+
+def test_a_corrupt_sst_file_is_found_at_open_and_the_store_rebuilt(
+    root: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state_dir = str(tmp_path / "state")
+    task = Task(root, state_dir, config={"statestore.snapshot.interval": 2})
+    expected = _big_history(task, 3)  # a snapshot after commit 2, one more commit
+    db_dir = bottom(task.store).path
+    assert db_dir is not None
+    task.close()
+    local = sorted(Path(db_dir).glob("*.sst"), key=lambda p: p.stat().st_size)[-1]
+    snapshots = [p for p in Path(root, "snapshots").rglob("*.sst")]
+    assert snapshots and all(p.stat().st_ino != local.stat().st_ino for p in snapshots)
+    _damage(str(local))
+
+    with caplog.at_level("WARNING"):
+        rebuilt = Task(root, state_dir)
+    assert rebuilt.manager.corrupted == {STORE}
+    assert rebuilt.state() == expected
+    lines = [r.getMessage() for r in caplog.records if "was unusable" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "block checksum mismatch" in lines[0] and "snapshot at offset" in lines[0]
+    rebuilt.close()
+
+
+def test_a_damaged_snapshot_is_skipped_for_an_older_one(
+    root: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    state_dir = str(tmp_path / "state")
+    task = Task(root, state_dir, config={"statestore.snapshot.interval": 2})
+    expected = _big_history(task, 5)  # snapshots after commits 2 and 4
+    snapshots = task.manager.snapshots
+    assert snapshots is not None
+    older, newest = snapshots.list(STORE)
+    task.close()
+    shutil.rmtree(state_dir)
+    # damage a file only the newest snapshot has
+    only_newest = sorted(set(newest.files) - set(older.files))
+    assert only_newest
+    _damage(os.path.join(root, *only_newest[-1].split("/")))
+
+    with caplog.at_level("WARNING"):
+        rebuilt = Task(root, state_dir)
+    assert rebuilt.state() == expected
+    assert rebuilt.manager.sources[STORE] == f"snapshot at offset {older.offset}"
+    skipped = [r.getMessage() for r in caplog.records if "is unusable" in r.getMessage()]
+    assert len(skipped) == 1 and f"offset {newest.offset}" in skipped[0], skipped
+    end = rebuilt.reader.offsets(f"{APP}-{STORE}-changelog", 0)
+    assert end is not None and rebuilt.manager.restored[STORE] == end[1] - older.offset
+    rebuilt.close()

@@ -45,6 +45,25 @@ def error_of(mapping: dict[str, object]) -> str:
     return str(info.value)
 
 
+def test_storage_options_are_gathered_from_their_prefixed_keys() -> None:
+    config = StreamsConfig.from_dict(
+        {
+            **BASE,
+            "storage.options.AWS_ENDPOINT_URL": "http://localhost:9000",
+            "storage.options.AWS_REGION": "eu-west-1",
+        }
+    )
+    assert config.storage_options == {
+        "AWS_ENDPOINT_URL": "http://localhost:9000",
+        "AWS_REGION": "eu-west-1",
+    }
+    properties = config.to_properties()
+    assert properties["storage.options.AWS_REGION"] == "eu-west-1"
+    assert StreamsConfig.from_dict(properties) == config  # round trip
+    with pytest.raises(ConfigError, match="storage.options"):
+        StreamsConfig.from_dict({**BASE, "storage.options": "AWS_REGION=eu-west-1"})
+
+
 def test_minimal_config_has_the_documented_defaults() -> None:
     config = make()
     assert config.to_properties() == {
@@ -75,6 +94,8 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "default.timestamp.extractor": "fail_on_invalid",
         "cache.max.bytes.buffering": "10485760",
         "statestore.snapshot.interval": "100",
+        "statestore.verify.on.open": "true",
+        "checkpoint.location": "",
         "state.cleanup.delay.ms": "600000",
         "rocksdb.config.setter": "",
         "delete.retention.ms": "86400000",
@@ -486,6 +507,8 @@ def test_defaults_file_matches_the_model() -> None:
         "state.dir",
         "rocksdb.config.setter",
         "errors.dead.letter.queue.topic.name",
+        "storage.options",
+        "checkpoint.location",
     }
     defaults = make().to_properties()
     assert defaults["state.dir"] == os.path.join(tempfile.gettempdir(), "spark-streams-eos")

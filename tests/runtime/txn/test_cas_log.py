@@ -175,28 +175,37 @@ RACER = textwrap.dedent(
 )
 
 
-def race(tmp_path: Path, backend: Backend, writers: int, rounds: int, compact_every: int) -> int:
-    """Run racing writer processes; return their successful appends (checked per writer)."""
-    args = [str(tmp_path), backend]
+def run_racers(script: str, sync: Path, argv: list[list[str]]) -> list[Any]:
+    """Start one process of ``script`` per argument list; once each has written
+    ``<sync>/ready-<n>``, let them go (``<sync>/go``); return each one's JSON output."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", RACER, *args, str(w), str(rounds), str(compact_every)],
+            [sys.executable, "-c", script, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for w in range(writers)
+        for args in argv
     ]
     deadline = time.monotonic() + 60
-    while not all((tmp_path / f"ready-{w}").exists() for w in range(writers)):
+    while not all((sync / f"ready-{w}").exists() for w in range(len(argv))):
         assert time.monotonic() < deadline, "racers did not start"
         time.sleep(0.01)
-    (tmp_path / "go").touch()
+    (sync / "go").touch()
     results = []
     for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
         results.append(json.loads(out))
+    return results
+
+
+def race(tmp_path: Path, backend: Backend, writers: int, rounds: int, compact_every: int) -> int:
+    """Run racing writer processes; return their successful appends (checked per writer)."""
+    argv = [
+        [str(tmp_path), backend, str(w), str(rounds), str(compact_every)] for w in range(writers)
+    ]
+    results = run_racers(RACER, tmp_path, argv)
     losses, errors = (sum(r[k] for r in results) for k in ("losses", "errors"))
     print(f"\n{backend}: {sum(r['wins'] for r in results)} appends, {losses} lost races, {errors=}")
     assert all(r["wins"] == rounds for r in results)

@@ -1,0 +1,114 @@
+"""Where a stream thread's tasks run: Spark's parallelism here, and on a cluster the
+executor each task lives on.
+
+On a cluster a task lives on the executor whose host committed its last batch; every
+batch plan names it (``BatchPlan.placement``), and a worker of another executor sends the
+task's visit there (:mod:`runtime.tasks.client`). What a batch's rows say of where its
+tasks ran (:data:`~runtime.tasks.task_runner.PLACED`) counts only once the batch has
+committed: a batch that did not commit leaves the tasks where the last one put them.
+
+One secret per driver process opens the executors' TCP connections (it travels with each
+plan, as Spark sends its tasks' closures).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from common.config import StreamsConfig
+from runtime.tasks.client import shutdown_remote_hosts
+from runtime.tasks.protocol import SECRET_BYTES
+from runtime.tasks.task_runner import PLACED
+
+log = logging.getLogger(__name__)
+
+#: The metric counting tasks that moved to another executor.
+MOVED = "task-moved-total"
+
+#: Opens the task hosts' TCP connections of the applications this driver process runs.
+HOST_SECRET = secrets.token_hex(SECRET_BYTES)
+
+
+class TaskPlacement:
+    """The Spark side of a thread's batches: how many Spark partitions a level takes, the
+    driver's address, and the executor each task lives on.
+
+    Args:
+        config: the application's configuration (``batch.spark.partitions``).
+    """
+
+    def __init__(self, config: StreamsConfig) -> None:
+        self.config = config
+        #: ``batch.spark.partitions``, else Spark's parallelism (known at the first batch).
+        self.spark_partitions = 0
+        self.driver_host = ""
+        #: task id -> (executor id, its host server's TCP address), as last committed.
+        self.placed: dict[str, tuple[str, str]] = {}
+        self._noted: dict[str, tuple[str, str]] = {}
+
+    def prepare(self, spark: SparkSession) -> None:
+        """Learn what the first batch needs of the session (once)."""
+        if self.spark_partitions:
+            return
+        context = spark.sparkContext
+        self.spark_partitions = self.config.batch_spark_partitions or int(
+            context.defaultParallelism
+        )
+        self.driver_host = context.getConf().get("spark.driver.host") or ""
+
+    def for_plan(self) -> dict[str, Any]:
+        """The batch plan's fields of placement."""
+        return {
+            "spark_partitions": self.spark_partitions,
+            "placement": dict(self.placed),
+            "host_secret": HOST_SECRET,
+            "driver_host": self.driver_host,
+        }
+
+    def noted(self, rows: Iterable[Any]) -> None:
+        """Note where the batch's tasks ran (from its rows), until it commits."""
+        self._noted = {r["task"]: (r["path"], r["topic"]) for r in rows if r["kind"] == PLACED}
+
+    def committed(self, metrics: dict[str, int]) -> None:
+        """The batch committed: its tasks live where it ran them (a task that lived on
+        another executor before counts in ``metrics`` as ``task-moved-total``)."""
+        placed = {t: p for t, p in self._noted.items() if self.placed.get(t) != p}
+        moved = sum(1 for t in placed if t in self.placed)
+        self.placed.update(self._noted)
+        self._noted = {}
+        if moved:
+            metrics[MOVED] = metrics.get(MOVED, 0) + moved
+        if placed:
+            log.info("tasks placed on executors: %s", _by_executor(placed))
+
+    def by_executor(self) -> dict[str, list[str]]:
+        """Executor id -> the tasks that live there."""
+        return _by_executor(self.placed)
+
+    def counts(self) -> Counter[str]:
+        """Executor id -> how many tasks live there."""
+        return Counter(executor for executor, _ in self.placed.values())
+
+    def servers(self) -> set[str]:
+        """The TCP addresses of the host servers of the executors the tasks live on."""
+        return {address for _, address in self.placed.values() if address}
+
+
+def shutdown_executor_hosts(placements: Iterable[TaskPlacement]) -> None:
+    """Stop the task hosts on the executors of ``placements`` (the application closes)."""
+    servers = set().union(*(p.servers() for p in placements))
+    if servers:
+        shutdown_remote_hosts(servers, HOST_SECRET)
+
+
+def _by_executor(placed: Mapping[str, tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for task, (executor, _) in sorted(placed.items()):
+        out.setdefault(executor, []).append(task)
+    return out

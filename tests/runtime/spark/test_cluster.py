@@ -1,0 +1,138 @@
+"""On a Spark cluster: ``local-cluster[2,1,1024]``, two executor JVMs with Python workers
+and a state directory of their own (``<state.dir>/executor-<id>``).
+
+The word count and the enrichment join run exactly once there; their tasks spread over
+both executors, each task's stores are opened once, on the executor the task lives on,
+whichever executor Spark runs its Spark task on (a visit goes to the task's executor).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.app.topology_file import generated_records
+from tests.examples.harness import (
+    assert_same_outputs,
+    driver_outputs,
+    load_example,
+    output_topics,
+    topic_outputs,
+)
+
+MASTER = "local-cluster[2,1,1024]"
+N = 1500
+ROOT_DIR = Path(__file__).resolve().parents[3]
+
+
+def run_command(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` from the project's directory; fail the test on a non-zero exit."""
+    result = subprocess.run(
+        args, capture_output=True, text=True, env=env, cwd=ROOT_DIR, timeout=900, check=False
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+def run_on_cluster(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
+    """Run ``cluster_app`` with ``args`` on the test cluster; return its JSON lines."""
+    env = {**os.environ, "SPARK_MASTER": MASTER, "PYSPARK_PYTHON": sys.executable}
+    result = run_command([sys.executable, "-m", "tests.runtime.spark.cluster_app", *args], env)
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def word_counts(root: str, example: Any) -> tuple[dict[str, int], Counter[tuple[str, int]]]:
+    """The last count of each word in the output topic, and how often each (word, count)
+    update appears there."""
+    updates: Counter[tuple[str, int]] = Counter()
+    last: dict[str, int] = {}
+    for records in topic_outputs(root, [example.OUTPUT])[example.OUTPUT].values():
+        for key, value, _ in records:
+            word, n = key.decode(), int.from_bytes(value, "big", signed=True)
+            updates[(word, n)] += 1
+            last[word] = n
+    return last, updates
+
+
+def expected_counts(example: Any, lines: list[str]) -> Counter[str]:
+    return Counter(w for line in lines for w in example.WORD.findall(line.lower()))
+
+
+def test_word_count_and_enrichment_run_exactly_once_on_two_executors(tmp_path: Path) -> None:
+    root, state = str(tmp_path / "root"), str(tmp_path / "state")
+    runs = run_on_cluster(tmp_path, root, state, str(N), "wordcount", "enrichment")
+    assert [r["example"] for r in runs] == ["wordcount", "enrichment"]
+    for run in runs:
+        assert run["master"] == MASTER
+        # the tasks spread over both executors, and stayed there: each task was built
+        # once and each store opened once, on its own executor, though Spark ran some of
+        # their Spark tasks on the other one (those visits went to the task's executor)
+        placed = run["executors"]
+        print(run["example"], "tasks per executor:", placed, "metrics:", run["metrics"])
+        assert len(placed) == 2 and all(placed.values()), placed
+        metrics = run["metrics"]
+        tasks = sum(len(t) for t in placed.values())
+        assert metrics["task-created-total"] == tasks
+        assert metrics["store-open-total"] == 4  # one store in each of 4 stateful tasks
+        assert metrics.get("task-moved-total", 0) == 0
+        assert metrics.get("task-closed-dirty-total", 0) == 0
+    for executor in ("0", "1"):  # each executor's stores in its own state directory
+        assert (Path(state) / f"executor-{executor}").is_dir()
+
+    wordcount = load_example("wordcount")
+    lines = [v.decode() for _, v, _ in generated_records(wordcount, N)[wordcount.INPUT]]
+    last, updates = word_counts(root, wordcount)
+    assert last == dict(expected_counts(wordcount, lines))
+    assert max(updates.values()) == 1  # no count was written twice
+
+    enrichment = load_example("enrichment")
+    expected = driver_outputs(enrichment, generated_records(enrichment, N))
+    assert_same_outputs(topic_outputs(root, output_topics(enrichment)), expected)
+
+
+def test_an_executor_killed_in_a_batch_costs_a_retry_not_a_record(tmp_path: Path) -> None:
+    root, state = str(tmp_path / "root"), str(tmp_path / "state")
+    (run,) = run_on_cluster(tmp_path, root, state, str(N), "wordcount", "--kill-executor")
+    print("killed:", run["killed"], "tasks per executor:", run["executors"], run["metrics"])
+    assert run["killed"].get("executor") in ("0", "1"), run["killed"]
+    wordcount = load_example("wordcount")
+    # the input: generate(N), the line "slow", generate(N) again
+    lines = [v.decode() for _, v, _ in generated_records(wordcount, N)[wordcount.INPUT]]
+    last, updates = word_counts(root, wordcount)
+    assert last == dict(expected_counts(wordcount, [*lines, "slow", *lines]))
+    assert max(updates.values()) == 1
+    # the lost executor's tasks live on the other executors now, restored there
+    assert run["killed"]["executor"] not in run["executors"]
+    assert run["metrics"].get("task-moved-total", 0) >= 1
+
+
+@pytest.mark.slow
+def test_the_cluster_demo_runs_on_a_standalone_master_and_two_workers(tmp_path: Path) -> None:
+    root = tmp_path / "storage"
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "DEMO_DIR": str(tmp_path / "demo"),
+        "STREAMS_ROOT": str(root),
+        "LINES": str(N),
+    }
+    result = run_command(["bash", "examples/cluster_demo.sh"], env)
+    summary = json.loads(
+        next(line for line in result.stdout.splitlines() if line.startswith('{"application.id"'))
+    )
+    print(summary)
+    assert summary["master"].startswith("spark://")
+    assert len(summary["executors"]) == 2
+    wordcount = load_example("wordcount")
+    lines = [v.decode() for _, v, _ in generated_records(wordcount, N)[wordcount.INPUT]]
+    last, updates = word_counts(str(root), wordcount)
+    assert last == dict(expected_counts(wordcount, lines))
+    assert max(updates.values()) == 1
