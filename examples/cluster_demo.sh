@@ -50,7 +50,7 @@ echo "== producing $LINES lines and counting their words on the cluster (exactly
 spark-submit --master "$MASTER" --conf spark.executor.cores=1 --conf spark.cores.max=2 \
   --conf spark.executor.memory=1g \
   examples/wordcount.py --generate "$LINES" --until-idle --config "state.dir=$STATE_DIR" \
-  2>"$DEMO/logs/driver.log"
+  >"$DEMO/logs/driver.log" 2>&1 || { tail -n 30 "$DEMO/logs/driver.log" >&2; exit 1; }
 echo "(the run's summary: the master, the batches, and the tasks on each executor)"
 grep '^{"application.id"' "$DEMO/logs/driver.log"
 

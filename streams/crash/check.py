@@ -19,11 +19,12 @@ left in the storage root and state directory and compare:
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import pyarrow.fs as pafs
 
 from common.config import StreamsConfig
 from runtime.storage.partitioner import partition_for_key
@@ -351,15 +352,17 @@ def open_transactions(admin: TopicAdmin) -> list[str]:
 
 def sweep_and_list_staged(admin: TopicAdmin, root_path: str) -> tuple[int, list[str]]:
     """Run the coordinator's orphan sweep (no age limit); return how many staged files it
-    deleted and the staged files still left under any topic."""
+    deleted and the staged files still left under any topic (on a local root or an object
+    store; ``root_path`` is kept for callers, the admin's root is what is listed)."""
+    del root_path
     deleted = TransactionCoordinator(admin).delete_orphans(min_age_ms=0)
     left: list[str] = []
     for topic in admin.list():
-        table = os.path.join(root_path, "topics", topic)
+        table = admin.table_path(topic)
         staged = [
             p
             for staging in (STAGING_DIR, ALOS_STAGING_DIR)
-            for p in _parquet_under(os.path.join(table, staging))
+            for p in _parquet_under(admin, f"{table}/{staging}")
         ]
         if staged:
             referenced = _referenced(admin.table_uri(topic), table)
@@ -367,11 +370,11 @@ def sweep_and_list_staged(admin: TopicAdmin, root_path: str) -> tuple[int, list[
     return deleted, left
 
 
-def _parquet_under(path: str) -> Iterable[str]:
-    for folder, _dirs, files in os.walk(path):
-        for name in files:
-            if name.endswith(".parquet"):
-                yield os.path.join(folder, name)
+def _parquet_under(admin: TopicAdmin, path: str) -> Iterable[str]:
+    selector = pafs.FileSelector(path, allow_not_found=True, recursive=True)
+    for info in admin.root.fs.get_file_info(selector):
+        if info.type == pafs.FileType.File and info.base_name.endswith(".parquet"):
+            yield info.path
 
 
 def _referenced(uri: str, table: str) -> set[str]:
@@ -384,7 +387,7 @@ def _referenced(uri: str, table: str) -> set[str]:
 
     delta = DeltaTable(uri, storage_options=storage_options(uri))
     paths = delta.get_add_actions(flatten=True).column("path").to_pylist()
-    return {os.path.join(table, unquote(p)) for p in paths}
+    return {f"{table}/{unquote(p)}" for p in paths}
 
 
 def offsets_lag(admin: TopicAdmin, group: str, topics: Iterable[str]) -> dict[str, int]:

@@ -263,13 +263,12 @@ class CrashTest:
         return any(seq > proc.base_txns.get(tid, -1) for tid, seq in now.items())
 
     def _log_entries(self, topics: Sequence[str]) -> int:
+        """The commits of ``topics``' Delta logs (on a local root or an object store)."""
+        root = self.admin.root
         total = 0
         for topic in topics:
-            path = os.path.join(self.admin.table_path(topic), "_delta_log")
-            try:
-                total += sum(1 for n in os.listdir(path) if n.endswith(".json"))
-            except FileNotFoundError:
-                continue
+            path = f"{self.admin.table_path(topic)}/_delta_log"
+            total += sum(1 for info in root.list_dir(path) if info.base_name.endswith(".json"))
         return total
 
     def _offset_commits(self) -> int:

@@ -97,6 +97,7 @@ def test_word_count_and_enrichment_run_exactly_once_on_two_executors(tmp_path: P
     assert_same_outputs(topic_outputs(root, output_topics(enrichment)), expected)
 
 
+@pytest.mark.slow  # 70 s: the default suite runs the cluster test above
 def test_an_executor_killed_in_a_batch_costs_a_retry_not_a_record(tmp_path: Path) -> None:
     root, state = str(tmp_path / "root"), str(tmp_path / "state")
     (run,) = run_on_cluster(tmp_path, root, state, str(N), "wordcount", "--kill-executor")
