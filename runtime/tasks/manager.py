@@ -155,9 +155,19 @@ class TaskManager:
             own = plan.task_transactions.get(task_id)
             transaction = (own[0], own[1]) if own is not None else plan.transaction
             return self._run_batch(plan, live, partition, records, topics, transaction)
-        except BaseException:
+        except BaseException as exc:
             live.collector.discard()
-            self.close(task_id, dirty=True)
+            corrupt = corruption_of(exc)
+            self.close(task_id, dirty=True, wipe=corrupt is not None)
+            if corrupt is not None:  # Kafka's TaskCorruptedException: wipe, revive, retry
+                log.warning(
+                    "[task %s] a store is corrupt (%s): its directory was wiped; the batch "
+                    "runs again and the task rebuilds its stores from their snapshot and "
+                    "changelog",
+                    task_id,
+                    corrupt,
+                )
+                raise BatchRetryError(f"[task {task_id}] a store is corrupt: {corrupt}") from exc
             raise
 
     def _visit(  # noqa: PLR0917 - one visit of one task
@@ -409,8 +419,9 @@ class TaskManager:
         log.info("[task %s] created for owner %s", task_id, plan.owner)
         return live
 
-    def close(self, task_id: str, *, dirty: bool) -> None:
-        """Close ``task_id`` (dirty: drop what is not committed) and release its lock."""
+    def close(self, task_id: str, *, dirty: bool, wipe: bool = False) -> None:
+        """Close ``task_id`` (dirty: drop what is not committed; wipe: delete its local
+        state too, before the lock is released) and release its lock."""
         live = self.live.pop(task_id, None)
         if live is None:
             return
@@ -423,6 +434,8 @@ class TaskManager:
             log.warning("[task %s] error while closing", task_id, exc_info=True)
         finally:
             if live.directory is not None:
+                if wipe:
+                    live.directory.wipe(task_id)
                 live.directory.unlock(task_id)
         if dirty:
             self._count(TASK_CLOSED_DIRTY)
@@ -439,6 +452,19 @@ class TaskManager:
 #: How long a new host waits for the previous holder of a task directory (a host being
 #: shut down, or killed with its executor) to release it.
 LOCK_WAIT_MS = 30_000
+
+
+def corruption_of(error: BaseException) -> str | None:
+    """RocksDB's report of a corrupt file, when ``error`` (or what caused it) is one."""
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            return None
+        text = str(seen)
+        if "Corruption:" in text:
+            return text.strip().splitlines()[0]
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _placed(topic: str, target: int, chunk: pa.Table) -> pa.Table:
