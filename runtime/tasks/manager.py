@@ -31,6 +31,7 @@ import pyarrow as pa
 from common.errors import StreamsError
 from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.tasks.collector import StagingCollector
+from runtime.tasks.errors import BatchRetryError
 from runtime.tasks.executor import executor_id, executor_state_dir
 from runtime.tasks.global_state import GlobalStores
 from runtime.tasks.partition_group import Processed, process_records
@@ -41,7 +42,6 @@ from runtime.tasks.task_runner import (
     ROW_SCHEMA,
     WAKE,
     BatchPlan,
-    BatchRetryError,
     PlanOutcomes,
     file_row,
     open_row,

@@ -33,7 +33,6 @@ because only the result that reached the driver is committed.
 
 from __future__ import annotations
 
-import base64
 import logging
 import pickle
 from collections.abc import Iterator, Mapping
@@ -44,7 +43,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common.config import StreamsConfig
-from common.errors import StreamsError, StreamsProcessingError
 from runtime.storage.fs import register_storage_options
 from runtime.storage.records import HEADERS_TYPE, rows_where
 from runtime.storage.slices import TopicSlices, read_topic_slices
@@ -194,56 +192,6 @@ class PlanOutcomes:
     def committed(self, transactional_id: str, sequence: int) -> bool | None:
         """Return True, False, or None when the driver did not say (drop and replay)."""
         return self.outcomes.get((transactional_id, sequence))
-
-
-# -- errors across the JVM -----------------------------------------------------------------
-
-_ERROR_TAG = "streams-task-error:"
-
-
-class BatchRetryError(StreamsError):
-    """A task's batch cannot go on in this attempt of the Spark job (the host that ran its
-    earlier levels is gone): the job runs again, untagged, as for a lost worker."""
-
-
-class TaskFailedError(Exception):
-    """Carries a task's exception to the driver through Spark, which passes only text: the
-    original exception pickled and base64-encoded behind a tag (see :func:`task_error`)."""
-
-
-def guarded(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Yield ``rows``; turn an exception into a :class:`TaskFailedError` the driver decodes."""
-    try:
-        yield from rows
-    except BatchRetryError:
-        raise
-    except Exception as exc:
-        try:
-            payload = base64.b64encode(pickle.dumps(exc)).decode()
-        except Exception:  # not picklable: the driver rebuilds it from the text
-            payload = ""
-        raise TaskFailedError(f"{_ERROR_TAG}{payload}:{type(exc).__name__}: {exc}") from exc
-
-
-def task_error(error: BaseException) -> BaseException | None:
-    """Return the task's original exception carried in Spark's ``error``, if any."""
-    text = str(error)
-    at = text.find(_ERROR_TAG)
-    if at < 0:
-        return None
-    payload = text[at + len(_ERROR_TAG) :].split(":", 1)[0]
-    if payload:
-        try:
-            original = pickle.loads(base64.b64decode(payload))
-            if isinstance(original, BaseException):
-                return original
-        except Exception:  # fall back to the message below
-            pass
-    message = text[at + len(_ERROR_TAG) :].split(":", 1)[-1].strip().splitlines()[0]
-    return StreamsProcessingError(message)
-
-
-# -- Spark shuffle placement ------------------------------------------------------------
 
 
 # -- the level functions ------------------------------------------------------------------

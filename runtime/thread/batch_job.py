@@ -31,16 +31,15 @@ from pyspark.sql import DataFrame
 
 from common.errors import CombinedRecordsLateError, StreamsError
 from runtime.spark.locality import executor_hosts, group_partitions, located_rows
+from runtime.tasks.errors import guarded, task_error
 from runtime.tasks.task_runner import (
     METRIC,
     RECORD,
     ROW_DDL,
     WAKE,
     BatchPlan,
-    guarded,
     run_inner_level,
     run_source_level,
-    task_error,
 )
 
 log = logging.getLogger(__name__)

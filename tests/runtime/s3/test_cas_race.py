@@ -8,6 +8,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from runtime.storage.fs import StorageRoot
 from runtime.txn.cas_log import CasLog
 from tests.runtime.txn.test_cas_log import run_racers
@@ -42,10 +44,11 @@ RACER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # 30 s; the default suite runs an application on S3 (test_app_on_s3)
 def test_racing_processes_win_each_version_once_on_s3(
     s3_server: S3Server, s3_root: str, tmp_path: Path
 ) -> None:
-    writers, rounds = 4, 20
+    writers, rounds = 4, 25
     options = json.dumps(s3_server.options())
     argv = [[s3_root, options, str(tmp_path), str(w), str(rounds)] for w in range(writers)]
     results = run_racers(RACER, tmp_path, argv)

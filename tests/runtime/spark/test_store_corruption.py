@@ -10,10 +10,18 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
+from runtime.app.app import StreamsApp
 from runtime.app.topology_file import generated_records
-from tests.examples.harness import EXAMPLES, load_example, topic_outputs
+from runtime.storage.topics import TopicAdmin
+from tests.examples.harness import EXAMPLES, load_example, produce, topic_outputs
 
 N = 400
+
+
+#: Small batches, a snapshot every second commit.
+CONFIG = {"commit.interval.ms": 100, "max.poll.records": 40, "statestore.snapshot.interval": 2}
 
 
 def run(root: Path, state: Path, generate: int) -> subprocess.CompletedProcess[str]:
@@ -21,12 +29,9 @@ def run(root: Path, state: Path, generate: int) -> subprocess.CompletedProcess[s
     env = {**os.environ, "STREAMS_ROOT": str(root), "PYSPARK_PYTHON": sys.executable}
     cmd = [
         sys.executable, "-m", "streams.cli", "run", str(EXAMPLES / "wordcount.py"),
-        "--generate", str(generate), "--until-idle",
-        "--config", f"state.dir={state}",
-        "--config", "commit.interval.ms=100",
-        "--config", "max.poll.records=40",
-        "--config", "statestore.snapshot.interval=2",
+        "--generate", str(generate), "--until-idle", "--config", f"state.dir={state}",
     ]  # fmt: skip
+    cmd += [a for k, v in CONFIG.items() for a in ("--config", f"{k}={v}")]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
@@ -39,9 +44,18 @@ def damage(path: Path) -> None:
         f.write(b"\xff" * 64)
 
 
-def test_a_corrupted_sst_file_is_rebuilt_by_itself_with_exact_output(tmp_path: Path) -> None:
+def test_a_corrupted_sst_file_is_rebuilt_by_itself_with_exact_output(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     root, state = tmp_path / "root", tmp_path / "state"
-    run(root, state, N)
+    # the first run in this process (its hosts close their stores when it closes), the
+    # restart as a command, whose output holds the task hosts' log lines
+    wordcount = load_example("wordcount")
+    admin = TopicAdmin(str(root))
+    produce(admin, wordcount, N)
+    config = {**wordcount.CONFIG, **CONFIG, "topics.root": str(root)}
+    config["state.dir"] = str(state)
+    StreamsApp(wordcount.build_topology(), config, spark=spark).run_until_idle()
     stores = sorted((state / "wordcount").glob("*/rocksdb/word-counts"))
     assert stores, "no local store"
     store = stores[0]
@@ -60,7 +74,6 @@ def test_a_corrupted_sst_file_is_rebuilt_by_itself_with_exact_output(tmp_path: P
     assert f"[task {task}] store word-counts" in lines[0]
     assert "corrupt" in lines[0] and "rebuilt from snapshot at offset" in lines[0]
 
-    wordcount = load_example("wordcount")
     text = [v.decode() for _, v, _ in generated_records(wordcount, N)[wordcount.INPUT]]
     expected = Counter(w for line in text * 2 for w in wordcount.WORD.findall(line.lower()))
     last: dict[str, int] = {}

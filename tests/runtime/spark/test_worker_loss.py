@@ -103,7 +103,10 @@ def run_with_kill(
         # a worker: every Python worker of the session; a host: the one running "slow"
         pids = spark_workers(spark) if victim == "worker" else [int(Path(marker).read_text())]
         for pid in pids:
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # an idle worker that ended since it was listed
+                continue
             killed.append(pid)
 
     killer = threading.Thread(target=kill_when_slow, daemon=True)
