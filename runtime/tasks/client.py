@@ -104,7 +104,6 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
     if placed is not None and placed[0] != executor:
         try:
             answer, payload = _run_remote(placed[1], task_id, header, plan, body)
-            return _rows(answer, payload), placed
         except (OSError, PeerGoneError) as exc:
             log.warning(
                 "[task %s] executor %s (%s) cannot be reached (%s): executor %s takes the "
@@ -115,6 +114,8 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
                 exc,
                 executor,
             )
+        else:  # the task's own error, if any, is raised here (not taken for a lost executor)
+            return _rows(answer, payload), placed
     last: BaseException | None = None
     for attempt in range(ATTEMPTS):
         try:
