@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from runtime.app.app import StreamsApp
@@ -44,6 +45,7 @@ def damage(path: Path) -> None:
         f.write(b"\xff" * 64)
 
 
+@pytest.mark.slow  # 25 s; tests/statestores covers the same detection and rebuild quickly
 def test_a_corrupted_sst_file_is_rebuilt_by_itself_with_exact_output(
     spark: SparkSession, tmp_path: Path
 ) -> None:
