@@ -29,6 +29,8 @@ from tests.examples.harness import (
 
 MASTER = "local-cluster[2,1,1024]"
 N = 1500
+#: Lines of the default-suite test: two batches of each example.
+SMALL = 800
 ROOT_DIR = Path(__file__).resolve().parents[3]
 
 
@@ -67,7 +69,7 @@ def expected_counts(example: Any, lines: list[str]) -> Counter[str]:
 
 def test_word_count_and_enrichment_run_exactly_once_on_two_executors(tmp_path: Path) -> None:
     root, state = str(tmp_path / "root"), str(tmp_path / "state")
-    runs = run_on_cluster(tmp_path, root, state, str(N), "wordcount", "enrichment")
+    runs = run_on_cluster(tmp_path, root, state, str(SMALL), "wordcount", "enrichment")
     assert [r["example"] for r in runs] == ["wordcount", "enrichment"]
     for run in runs:
         assert run["master"] == MASTER
@@ -87,13 +89,13 @@ def test_word_count_and_enrichment_run_exactly_once_on_two_executors(tmp_path: P
         assert (Path(state) / f"executor-{executor}").is_dir()
 
     wordcount = load_example("wordcount")
-    lines = [v.decode() for _, v, _ in generated_records(wordcount, N)[wordcount.INPUT]]
+    lines = [v.decode() for _, v, _ in generated_records(wordcount, SMALL)[wordcount.INPUT]]
     last, updates = word_counts(root, wordcount)
     assert last == dict(expected_counts(wordcount, lines))
     assert max(updates.values()) == 1  # no count was written twice
 
     enrichment = load_example("enrichment")
-    expected = driver_outputs(enrichment, generated_records(enrichment, N))
+    expected = driver_outputs(enrichment, generated_records(enrichment, SMALL))
     assert_same_outputs(topic_outputs(root, output_topics(enrichment)), expected)
 
 
