@@ -277,6 +277,38 @@ class StreamsConfig(BaseModel):
     delete_retention_ms: _Int = _key(
         "delete.retention.ms", "an integer >= 0", default=86400000, ge=0
     )
+    statestore_snapshots_kept: _Int = _key(
+        "statestore.snapshots.kept", _AT_LEAST_ONE, default=2, ge=1
+    )
+    # The log cleaner (Kafka's log manager and log cleaner, Kafka Streams' repartition
+    # purge), run by each instance on the topics its application reads and writes.
+    log_cleaner_enable: bool = _key("log.cleaner.enable", "true or false", default=True)
+    log_retention_check_interval_ms: _Int = _key(
+        "log.retention.check.interval.ms", _POSITIVE, default=300000, gt=0
+    )
+    log_cleaner_backoff_ms: _Int = _key("log.cleaner.backoff.ms", _POSITIVE, default=15000, gt=0)
+    repartition_purge_interval_ms: _Int = _key(
+        "repartition.purge.interval.ms", _POSITIVE, default=30000, gt=0
+    )
+    # Topic settings where a topic sets none (Kafka's broker log.* defaults).
+    log_retention_ms: _Int = _key(
+        "log.retention.ms", "-1 (unbounded) or an integer >= 0", default=604800000, ge=-1
+    )
+    log_retention_bytes: _Int = _key(
+        "log.retention.bytes", "-1 (unbounded) or an integer >= 0", default=-1, ge=-1
+    )
+    log_segment_bytes: _Int = _key(
+        "log.segment.bytes", "an integer >= 1024", default=67108864, ge=1024
+    )
+    log_segment_delete_delay_ms: _Int = _key(
+        "log.segment.delete.delay.ms", "an integer >= 0", default=60000, ge=0
+    )
+    log_cleaner_min_compaction_lag_ms: _Int = _key(
+        "log.cleaner.min.compaction.lag.ms", "an integer >= 0", default=0, ge=0
+    )
+    log_delta_retention_ms: _Int = _key(
+        "log.delta.retention.ms", "an integer >= 0", default=86400000, ge=0
+    )
     deserialization_exception_handler: str = _key(
         "deserialization.exception.handler", _HANDLERS["deserialization"], default="log-and-fail"
     )

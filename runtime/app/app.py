@@ -41,6 +41,7 @@ from runtime.app.app_state import (
     StateListener,
 )
 from runtime.app.internal_topics import TopicPlan, plan_topics
+from runtime.app.log_manager import LogManager, application_topics
 from runtime.app.process_id import load_or_create_process_id
 from runtime.group.coordinator import GroupState
 from runtime.spark.source_topics import PatternWatch, internal_topic_names, pattern_sources
@@ -101,6 +102,8 @@ class StreamsApp:
         ) = None
         self.replaced_threads = 0
         self._started_ms = 0
+        #: Retention, compaction, merging, purges of the app's topics (log.cleaner.enable).
+        self.log_manager: LogManager | None = None
         self._levels: BatchLevels | None = None
         self._shuffle_levels: BatchLevels | None = None
         self._error: BaseException | None = None
@@ -164,6 +167,9 @@ class StreamsApp:
             self._started_ms = time.time_ns() // 1_000_000
             for index in range(1, self.config.num_stream_threads + 1):
                 self._start_thread(index)
+            if self.config.log_cleaner_enable:
+                self.log_manager = LogManager(self.admin, self.config, self._cleaned_topics)
+                self.log_manager.start()
         except BaseException:
             self._machine.transit(AppState.PENDING_ERROR)
             self._machine.transit(AppState.ERROR)
@@ -416,7 +422,17 @@ class StreamsApp:
             self.admin.root.write_bytes(self._shutdown_marker(), f"{stamp}\n{exc}".encode())
         self._fail(exc)
 
+    def _cleaned_topics(self) -> set[str]:
+        """The topics the log manager cleans: every topic the app reads or writes."""
+        assert self.plan is not None
+        read = {t for thread in self.threads for t in thread.sources}
+        return application_topics(
+            [*self.plan.sources, *read], self.plan.outputs, self.plan.global_topics
+        )
+
     def _stop_all(self) -> None:
+        if self.log_manager is not None:
+            self.log_manager.close()
         for query in self.queries:
             query.stop()
         for thread in self.threads:

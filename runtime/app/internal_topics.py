@@ -32,6 +32,11 @@ from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
 
+#: Kafka Streams' settings of the topics it creates: a repartition topic keeps its records
+#: until every group consumed them (then purged), a changelog the latest value per key.
+REPARTITION_CONFIGS = {"cleanup.policy": "delete", "retention.ms": "-1"}
+CHANGELOG_CONFIGS = {"cleanup.policy": "compact"}
+
 
 @dataclass(frozen=True)
 class TopicPlan:
@@ -112,7 +117,7 @@ def plan_topics(
                 continue
             runtime = topology.topic_name(spec.topic, application_id, internal=spec.internal)
             if spec.internal:
-                _ensure(admin, runtime, internal_counts[runtime])
+                _ensure(admin, runtime, internal_counts[runtime], REPARTITION_CONFIGS)
             outputs[runtime] = OutputTopic(
                 admin.table_path(runtime), _partitions(admin, runtime, "sink")
             )
@@ -121,7 +126,7 @@ def plan_topics(
         for store in sub.stores:
             if store in changelogs and sub.id in tasks:
                 topic = changelogs[store]
-                _ensure(admin, topic, tasks[sub.id])
+                _ensure(admin, topic, tasks[sub.id], CHANGELOG_CONFIGS)
                 outputs[topic] = OutputTopic(admin.table_path(topic), tasks[sub.id])
     dead_letters = config.errors_dead_letter_queue_topic_name if config is not None else ""
     if dead_letters and dead_letters not in outputs:
@@ -217,9 +222,11 @@ def _partitions(admin: TopicAdmin, topic: str, role: str) -> int:
     return admin.num_partitions(topic)
 
 
-def _ensure(admin: TopicAdmin, topic: str, partitions: int) -> None:
+def _ensure(
+    admin: TopicAdmin, topic: str, partitions: int, configs: dict[str, str] | None = None
+) -> None:
     if not admin.exists(topic):
-        admin.create(topic, partitions, if_not_exists=True)
+        admin.create(topic, partitions, configs=configs, if_not_exists=True)
         return
     found = admin.num_partitions(topic)
     if found != partitions:

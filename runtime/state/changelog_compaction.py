@@ -5,15 +5,14 @@ application's changelogs (``<application.id>-<store>-changelog``), and how far e
 partition may be cleaned. The horizon is the offset of the oldest kept snapshot of the
 store's task (every restore starts from a snapshot or a live store's committed offset, never
 below), lowered to the caller's bounds; a partition without a snapshot is left alone. The
-runtime runs :func:`compact_changelogs` in the background through a
-:class:`ChangelogCompactor` (Kafka's log cleaner), after snapshotting.
+runtime's log manager (:mod:`runtime.app.log_manager`) compacts each changelog below
+:func:`snapshot_horizons` in the background; :func:`compact_changelogs` does it at once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from common.config import StreamsConfig
@@ -32,6 +31,18 @@ from statestores.snapshots import MANIFEST, SnapshotManager
 log = logging.getLogger(__name__)
 
 _CHANGELOG_SUFFIX = "-changelog"
+
+
+def changelog_store(application_id: str, topic: str) -> str | None:
+    """Return the store whose changelog ``topic`` is (``<application.id>-<store>-changelog``),
+    or None when it is no changelog of the application."""
+    prefix = f"{application_id}-"
+    if not (topic.startswith(prefix) and topic.endswith(_CHANGELOG_SUFFIX)):
+        return None
+    store = topic[len(prefix) : -len(_CHANGELOG_SUFFIX)]
+    if not store or changelog_topic(application_id, store) != topic:
+        return None
+    return store
 
 
 def snapshot_horizons(storage: SnapshotStorage, application_id: str, store: str) -> dict[int, int]:
@@ -89,12 +100,9 @@ def compact_changelogs(
     default_retention = _config_retention(config)
     bounds = lower_bounds or {}
     results = []
-    prefix = f"{application_id}-"
     for topic in admin.list():
-        if not (topic.startswith(prefix) and topic.endswith(_CHANGELOG_SUFFIX)):
-            continue
-        store = topic[len(prefix) : -len(_CHANGELOG_SUFFIX)]
-        if not store or changelog_topic(application_id, store) != topic:
+        store = changelog_store(application_id, topic)
+        if store is None:
             continue
         configs = admin.configs(topic)
         if "compact" not in configs.get("cleanup.policy", "compact"):
@@ -133,42 +141,3 @@ def _config_retention(config: StreamsConfig | Mapping[str, Any] | None) -> int:
         return DEFAULT_DELETE_RETENTION_MS
     value = config.get("delete.retention.ms")
     return DEFAULT_DELETE_RETENTION_MS if value is None else int(value)
-
-
-class ChangelogCompactor:
-    """Runs :func:`compact_changelogs` in a background thread, one run at a time; a failed
-    run is logged and the next one tries again (processing goes on).
-
-    Args:
-        admin: the storage root's topic admin.
-        config: the application configuration.
-        owner: who runs it, for the log (the stream thread's transactional id).
-    """
-
-    def __init__(self, admin: TopicAdmin, config: StreamsConfig, owner: str) -> None:
-        self.admin = admin
-        self.config = config
-        self.owner = owner
-        self._pool: ThreadPoolExecutor | None = None
-        self._running: Future[None] | None = None
-
-    def submit(self) -> None:
-        """Start a run unless one is running."""
-        if self._running is not None and not self._running.done():
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="changelog-compaction")
-        self._running = self._pool.submit(self._run)
-
-    def _run(self) -> None:
-        try:
-            for result in compact_changelogs(self.admin, self.config.application_id, self.config):
-                log.info("[thread %s] compacted %s", self.owner, result)
-        except Exception:  # the next run tries again
-            log.warning("[thread %s] changelog compaction failed", self.owner, exc_info=True)
-
-    def close(self) -> None:
-        """Wait for a running compaction; stop the background thread."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None

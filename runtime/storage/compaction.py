@@ -31,49 +31,31 @@ Invariants kept here:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import random
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import CommitFailedError, DeltaError
-from deltalake.transaction import AddAction, RemoveAction
 
-from common.errors import CommitOutcomeUnknownError, CommitTimeoutError, StorageError, StreamsError
-from runtime.storage.committer import ROW_GROUP_SIZE, TopicCommitter
-from runtime.storage.delta_log import read_entry
+from runtime.storage import rewrite
 from runtime.storage.fs import StorageRoot
-from runtime.storage.offset_index import (
-    COMPACTION_KEY,
-    OFFSET_COLUMN,
-    Segment,
-    compaction_metadata,
-)
+from runtime.storage.offset_index import Segment
 from runtime.storage.reader import FileSlice, read_slices
-from runtime.storage.records import FILE_SCHEMA, TABLE_SCHEMA
+from runtime.storage.rewrite import NewFile, Rewrite, RewriteConflictError, write_file
 from runtime.storage.topics import TopicAdmin
 from statestores.compaction import ChangelogRecord, compact
 
 log = logging.getLogger(__name__)
 
-#: Columns of a compacted data file: a topic file's columns plus each record's offset.
-COMPACTED_FILE_SCHEMA = pa.schema([*FILE_SCHEMA, pa.field(OFFSET_COLUMN, pa.int64())])
-
 #: Kafka's default ``delete.retention.ms`` (one day).
 DEFAULT_DELETE_RETENTION_MS = 86_400_000
 
 
-class CompactionConflictError(StorageError):
-    """A file a compaction was replacing was removed by another writer (another compactor)
-    first. Nothing was committed and the file it wrote was deleted; run it again."""
+#: A file a compaction was replacing was removed by another writer first (nothing was
+#: committed, the file it wrote was deleted; run it again).
+CompactionConflictError = RewriteConflictError
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,22 +107,29 @@ class CompactionResult:
 
 @dataclass(frozen=True, slots=True)
 class CompactionPlan:
-    """A prepared compaction: the files it replaces and the file it wrote (if any)."""
+    """A prepared compaction: what it will do and the rewrite (files replaced, file
+    written, if any) to commit."""
 
     result: PartitionCompaction
-    removed: tuple[Segment, ...]
-    added: Segment | None
-    size: int
-    min_timestamp: int | None
-    commit_id: str
+    rewrite: Rewrite
+
+    @property
+    def removed(self) -> tuple[Segment, ...]:
+        """Return the segments the compaction replaces."""
+        return tuple(s for _, s in self.rewrite.removed)
+
+    @property
+    def added(self) -> Segment | None:
+        """Return the segment of the file it wrote (None: every record was dropped)."""
+        return self.rewrite.added[0].segment if self.rewrite.added else None
 
 
 class ChangelogCompactor:
-    """Compacts the partitions of one changelog topic (prepare → commit, or abort).
+    """Compacts the partitions of one compacted topic (prepare → commit, or abort).
 
     Args:
         admin: the topic admin of the storage root.
-        topic: the changelog topic.
+        topic: the topic (a changelog, ``__consumer_offsets``, or any compacted topic).
         compression: parquet codec of the compacted files.
         timeout_ms: how long a commit keeps retrying lost compare-and-swaps.
     """
@@ -157,7 +146,7 @@ class ChangelogCompactor:
         self.topic = topic
         self.compression = compression
         self.timeout_ms = timeout_ms
-        self.committer = TopicCommitter(admin, topic)
+        self.log = admin.topic_log(topic)
         self.table_path = admin.table_path(topic)
 
     def compact(
@@ -166,7 +155,7 @@ class ChangelogCompactor:
         """Prepare and commit the compaction of ``partition`` below ``horizon``.
 
         Raises:
-            CompactionConflictError: another compactor replaced the same files first.
+            CompactionConflictError: another cleaner replaced the same files first.
             CommitTimeoutError: producers kept winning the compare-and-swap too long.
         """
         plan = self.prepare(
@@ -184,7 +173,7 @@ class ChangelogCompactor:
         Returns:
             The plan to commit, or None when compaction would remove nothing.
         """
-        plog = self.committer.log.refresh().log(partition)
+        plog = self.log.refresh().log(partition)
         limit = min(horizon, plog.end - 1)  # the record before the log end always stays
         head = _head_below(plog.segments, limit)
         if not head:
@@ -203,9 +192,27 @@ class ChangelogCompactor:
         result = PartitionCompaction(
             self.topic, partition, clean, before, kept.num_rows, tombstones, len(head)
         )
-        if kept.num_rows == 0:
-            return CompactionPlan(result, tuple(head), None, 0, None, uuid.uuid4().hex)
-        return self._write(result, tuple(head), kept)
+        details = {
+            "partition": partition,
+            "horizon": clean,
+            "records": [before, kept.num_rows],
+            "tombstones_removed": tombstones,
+        }
+        added: tuple[NewFile, ...] = ()
+        if kept.num_rows:
+            added = (
+                write_file(
+                    self.admin,
+                    self.topic,
+                    partition,
+                    kept,
+                    prefix="compacted",
+                    span_end=clean,
+                    codec=self.compression,
+                ),
+            )
+        removed = tuple((partition, s) for s in head)
+        return CompactionPlan(result, Rewrite(self.topic, "compaction", removed, added, details))
 
     def commit(self, plan: CompactionPlan) -> PartitionCompaction:
         """Phase 2: commit the plan in one Delta commit (compare-and-swap, retried while
@@ -216,134 +223,7 @@ class ChangelogCompactor:
             CommitTimeoutError: other writers kept winning past ``timeout_ms``.
             CommitOutcomeUnknownError: a failed commit's outcome could not be read.
         """
-        deadline = time.monotonic() + self.timeout_ms / 1000
-        attempt = 0
-        while True:
-            table, version = self._check_live(plan)
-            try:
-                # a compare-and-swap on the version just checked: no update in between
-                table.create_write_transaction(
-                    self._actions(plan),
-                    "append",
-                    TABLE_SCHEMA,
-                    partition_by=["partition"],
-                    commit_properties=CommitProperties(
-                        custom_metadata={COMPACTION_KEY: _metadata(plan)},
-                        max_commit_retries=0,
-                    ),
-                )
-                return self._committed(plan, version + 1)
-            except DeltaError as exc:
-                landed = self._landed(version, plan.commit_id)
-                if landed is not None:
-                    return self._committed(plan, landed)
-                if not isinstance(exc, CommitFailedError):
-                    self.abort(plan)
-                    raise StorageError(f"cannot commit compaction of {self.topic}: {exc}") from exc
-                attempt += 1
-                if time.monotonic() > deadline:
-                    self.abort(plan)
-                    raise CommitTimeoutError(
-                        f"compaction of {self.topic}-{plan.result.partition}: gave up after "
-                        f"{attempt} lost compare-and-swaps; nothing was committed"
-                    ) from exc
-                time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))
-
-    def abort(self, plan: CompactionPlan) -> None:
-        """Phase 3 (on failure): delete the file the plan wrote."""
-        if plan.added is not None:
-            self.admin.root.delete_file(self._full(plan.added.path))
-
-    # -- internals -----------------------------------------------------------------------
-
-    def _write(
-        self, result: PartitionCompaction, head: tuple[Segment, ...], kept: pa.Table
-    ) -> CompactionPlan:
-        codec = self.compression
-        rel = f"partition={result.partition}/compacted-{uuid.uuid4().hex}.{codec}.parquet"
-        full = self._full(rel)
-        try:
-            with self.admin.root.output(full) as out:
-                pq.write_table(
-                    kept.select(COMPACTED_FILE_SCHEMA.names).cast(COMPACTED_FILE_SCHEMA),
-                    out,
-                    compression=None if codec == "none" else codec,
-                    row_group_size=ROW_GROUP_SIZE,
-                    use_dictionary=False,
-                    write_statistics=["timestamp", OFFSET_COLUMN],
-                )
-        except (OSError, pa.ArrowException) as exc:
-            self.admin.root.delete_file(full)
-            raise StorageError(f"cannot write compacted file {full}: {exc}") from exc
-        offsets = kept.column(OFFSET_COLUMN)
-        first = int(offsets[0].as_py())
-        lo, hi = pc.min_max(kept.column("timestamp")).values()
-        added = Segment(first, kept.num_rows, rel, hi.as_py(), result.horizon - first)
-        size = self.admin.root.file_size(full)
-        return CompactionPlan(result, head, added, size, lo.as_py(), uuid.uuid4().hex)
-
-    def _check_live(self, plan: CompactionPlan) -> tuple[DeltaTable, int]:
-        """Bring the table and the index to the latest version; return both if every file
-        being replaced is still live there, else abort the plan and raise
-        CompactionConflictError."""
-        table = self.committer.table()
-        index = self.committer.log.refresh(upto=table.version())
-        while index.version > table.version():  # the index ran ahead of the table
-            table.update_incremental()
-            index = self.committer.log.refresh(upto=table.version())
-        live = {s.path for s in index.log(plan.result.partition).segments}
-        missing = [s.path for s in plan.removed if s.path not in live]
-        if missing:
-            self.abort(plan)
-            raise CompactionConflictError(
-                f"compaction of {self.topic}-{plan.result.partition}: {len(missing)} of the "
-                f"files it replaces (e.g. {missing[0]}) were removed by another writer at or "
-                f"before version {index.version}; nothing was committed, run it again"
-            )
-        return table, index.version
-
-    def _actions(self, plan: CompactionPlan) -> list[AddAction | RemoveAction]:
-        now = int(time.time() * 1000)
-        values: dict[str, str | None] = {"partition": str(plan.result.partition)}
-        actions: list[AddAction | RemoveAction] = [
-            RemoveAction(s.path, False, now, None, values) for s in plan.removed
-        ]
-        if plan.added is not None:
-            stats = {
-                "numRecords": plan.added.count,
-                "minValues": {"timestamp": plan.min_timestamp},
-                "maxValues": {"timestamp": plan.added.max_timestamp},
-                "nullCount": {"timestamp": 0},
-            }
-            actions.append(
-                AddAction(
-                    plan.added.path,
-                    plan.size,
-                    values,
-                    now,
-                    False,
-                    json.dumps(stats, separators=(",", ":")),
-                )
-            )
-        return actions
-
-    def _landed(self, version: int, commit_id: str) -> int | None:
-        """Return the version of a commit that reported failure but was written."""
-        try:
-            table = self.committer.table()
-            for v in range(version + 1, table.version() + 1):
-                entry = read_entry(self.admin.root, self.table_path, v)
-                meta = None if entry is None else compaction_metadata(entry)
-                if meta is not None and meta.get("id") == commit_id:
-                    return v
-        except (DeltaError, StreamsError) as exc:
-            raise CommitOutcomeUnknownError(
-                f"compaction of {self.topic}: a commit failed and the log could not be read "
-                f"back to see whether it landed: {exc}"
-            ) from exc
-        return None
-
-    def _committed(self, plan: CompactionPlan, version: int) -> PartitionCompaction:
+        version = rewrite.commit(self.admin, plan.rewrite, timeout_ms=self.timeout_ms)
         r = plan.result
         log.info(
             "[compaction %s-%d] committed version=%d horizon=%d records=%d->%d "
@@ -359,8 +239,12 @@ class ChangelogCompactor:
         )
         return dataclasses.replace(r, version=version)
 
+    def abort(self, plan: CompactionPlan) -> None:
+        """Phase 3 (on failure): delete the file the plan wrote."""
+        rewrite.abort(self.admin, plan.rewrite)
+
     def _nothing(self, partition: int, horizon: int) -> PartitionCompaction:
-        plog = self.committer.log.index.log(partition)
+        plog = self.log.index.log(partition)
         head = _head_below(plog.segments, min(horizon, plog.end - 1))
         count = sum(s.count for s in head)
         clean = head[-1].end if head else plog.start
@@ -368,27 +252,6 @@ class ChangelogCompactor:
 
     def _full(self, rel: str) -> str:
         return rel if "://" in rel else f"{self.table_path}/{rel}"
-
-
-def _metadata(plan: CompactionPlan) -> str:
-    """Return the commitInfo metadata the offset index reads (``streams.compaction``)."""
-    r, added = plan.result, plan.added
-    files = (
-        []
-        if added is None
-        else [[added.path, r.partition, added.base, added.span, added.count, added.max_timestamp]]
-    )
-    meta = {
-        "v": 1,
-        "id": plan.commit_id,
-        "partition": r.partition,
-        "horizon": r.horizon,
-        "files": files,
-        "removed": [s.path for s in plan.removed],
-        "records": [r.records_before, r.records_after],
-        "tombstones_removed": r.tombstones_removed,
-    }
-    return json.dumps(meta, separators=(",", ":"))
 
 
 def _head_below(segments: Iterable[Segment], limit: int) -> list[Segment]:

@@ -15,19 +15,25 @@ How a version assigns bases:
 - A foreign append (Spark or delta-rs writing the table directly) gets offsets in the order
   of its add actions, with counts from the Delta statistics (``numRecords``) or the parquet
   footer. So users may fill input topics with any Delta writer.
-- A remove drops the file from the index (retention): the log-start offset moves up.
-- A changelog compaction (:mod:`runtime.storage.compaction`) carries ``streams.compaction``
-  in its commitInfo: it removes the files of a partition's head and adds one file whose
-  records keep their offsets in an explicit ``offset`` column. Its segment is *sparse*: it
-  spans the offsets of the files it replaced, holds fewer records, and readers take each
-  record's offset from the column. Log-end offsets never change; log-start becomes the
-  first offset kept.
+- A remove drops the file from the index (retention, purge): the log-start offset moves
+  up. The removed file stays on storage until the vacuum deletes it, ``file.delete.delay.ms``
+  later (a reader that planned it before the removal still finds it): the index keeps the
+  removed files and when they were removed (:attr:`OffsetIndex.removed`) until then.
+- A rewrite (:mod:`runtime.storage.rewrite`: a compaction, or a merge of small files)
+  carries ``streams.compaction`` in its commitInfo: it removes files of a partition and adds
+  files whose records keep their offsets in an explicit ``offset`` column. A compacted
+  segment is *sparse*: it spans the offsets of the files it replaced, holds fewer records,
+  and readers take each record's offset from the column; a merged one holds every offset
+  it spans and is read as a dense one. Log-end offsets never change; log-start becomes
+  the first offset kept.
 - Any other rewrite (``dataChange = false`` adds, e.g. OPTIMIZE) would re-order records and
   is refused: offsets must never silently change.
 
 Snapshots of the index are kept under ``<table>/_streams_index/`` every
-``SNAPSHOT_EVERY`` versions, so opening a topic never replays more than that many commits,
-and offsets stay answerable after Delta cleans up old log files.
+``SNAPSHOT_EVERY`` versions (and by the log cleaner before it lets Delta delete old log
+files), so opening a topic never replays more than that many commits, and offsets stay
+answerable after Delta cleans up old log files. An index that finds a version missing while
+newer ones exist (cleaned up while it was not looking) reloads the newest snapshot.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ import gzip
 import json
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +56,9 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_EVERY = 100
 SNAPSHOTS_KEPT = 3
+#: An index not refreshed for this long checks, at the log end, that Delta's log cleanup did
+#: not remove commits it has not read (cleanup keeps at least an hour of commits).
+GAP_CHECK_AFTER_S = 600.0
 INDEX_DIR = "_streams_index"
 _FORMAT = 1
 
@@ -72,6 +82,7 @@ class Segment:
     path: str
     max_timestamp: int | None
     span: int | None = None
+    size: int | None = None  # bytes of the file (None: not known, an old index snapshot)
 
     @property
     def end(self) -> int:
@@ -156,6 +167,8 @@ class OffsetIndex:
         self.version = -1
         self.num_partitions = 0
         self.logs: dict[int, PartitionLog] = {}
+        #: Files removed from the log and not vacuumed yet: path -> when (epoch ms).
+        self.removed: dict[str, int] = {}
 
     def log(self, partition: int) -> PartitionLog:
         """Return the log of ``partition`` (empty when nothing was written there yet)."""
@@ -186,27 +199,40 @@ class OffsetIndex:
             )
         if entry.partitions is not None:
             self.num_partitions = entry.partitions
+        when = int(entry.commit_info.get("timestamp") or 0)
         for action in entry.removes:
-            self._remove(relative_file_path(action["path"]))
+            path = relative_file_path(action["path"])
+            self._remove(path)
+            self.removed[path] = int(action.get("deletionTimestamp") or when)
         compaction = compaction_metadata(entry)
         meta = entry.offsets_metadata
+        sizes = {relative_file_path(a["path"]): a.get("size") for a in entry.adds}
         if compaction is not None:
-            self._apply_compaction(entry, compaction)
+            self._apply_compaction(entry, compaction, sizes)
         elif meta is not None:
-            self._apply_ours(entry, meta)
+            self._apply_ours(entry, meta, sizes)
         else:
             self._apply_foreign(entry, count_rows)
         self.version = entry.version
 
-    def _apply_compaction(self, entry: LogEntry, meta: dict[str, Any]) -> None:
+    def vacuumed(self, paths: Iterable[str]) -> None:
+        """Forget removed files that the vacuum deleted."""
+        for path in paths:
+            self.removed.pop(path, None)
+
+    def _apply_compaction(
+        self, entry: LogEntry, meta: dict[str, Any], sizes: dict[str, Any]
+    ) -> None:
         for path, partition, base, span, count, max_ts in meta.get("files", []):
-            segment = Segment(int(base), int(count), path, max_ts, int(span))
+            # a merged file holds every offset it spans: dense, read without its offsets
+            gaps = None if int(span) == int(count) else int(span)
+            segment = Segment(int(base), int(count), path, max_ts, gaps, sizes.get(path))
             try:
                 self.log(int(partition)).insert(segment)
             except StorageError as exc:
                 raise StorageError(f"topic {self.topic} version {entry.version}: {exc}") from exc
 
-    def _apply_ours(self, entry: LogEntry, meta: dict[str, Any]) -> None:
+    def _apply_ours(self, entry: LogEntry, meta: dict[str, Any], sizes: dict[str, Any]) -> None:
         for path, partition, base, count, max_ts in meta.get("files", []):
             plog = self.log(int(partition))
             if base != plog.end:
@@ -215,7 +241,7 @@ class OffsetIndex:
                     f"offset {base} but partition {partition} ends at {plog.end}; the log "
                     "was changed by a writer that does not keep offsets"
                 )
-            plog.append(Segment(int(base), int(count), path, max_ts))
+            plog.append(Segment(int(base), int(count), path, max_ts, None, sizes.get(path)))
 
     def _apply_foreign(self, entry: LogEntry, count_rows: Callable[[str], int]) -> None:
         for add in entry.adds:
@@ -238,7 +264,8 @@ class OffsetIndex:
                 count = count_rows(path)
             max_ts = (stats.get("maxValues") or {}).get("timestamp")
             plog = self.log(int(raw))
-            plog.append(Segment(plog.end, int(count), path, _as_millis(max_ts)))
+            size = add.get("size")
+            plog.append(Segment(plog.end, int(count), path, _as_millis(max_ts), None, size))
 
     def _remove(self, path: str) -> None:
         for plog in self.logs.values():
@@ -259,6 +286,7 @@ class OffsetIndex:
                 }
                 for p, plog in sorted(self.logs.items())
             },
+            "removed": self.removed,
         }
 
     @classmethod
@@ -271,14 +299,19 @@ class OffsetIndex:
         index.num_partitions = int(data["partitions"])
         for p, raw in data["logs"].items():
             plog = index.log(int(p))
-            for base, count, path, max_ts, *span in raw["segments"]:
-                plog.append(Segment(base, count, path, max_ts, span[0] if span else None))
+            for base, count, path, max_ts, *rest in raw["segments"]:
+                span = rest[0] if rest else None
+                size = rest[1] if len(rest) > 1 else None
+                plog.append(Segment(base, count, path, max_ts, span, size))
             plog.end = int(raw["end"])
+        index.removed = {str(k): int(v) for k, v in (data.get("removed") or {}).items()}
         return index
 
 
 def _segment_json(segment: Segment) -> list[Any]:
     row: list[Any] = [segment.base, segment.count, segment.path, segment.max_timestamp]
+    if segment.size is not None:
+        return [*row, segment.span, segment.size]
     return row if segment.span is None else [*row, segment.span]
 
 
@@ -335,6 +368,7 @@ class TopicLog:
         self._snapshot_version = -1
         self._lock = threading.RLock()
         self.last_entries: list[LogEntry] = []
+        self._refreshed_at = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -370,9 +404,14 @@ class TopicLog:
             self._index = self._load_snapshot()
         index = self._index
         self.last_entries = []
+        stale = time.monotonic() - self._refreshed_at > GAP_CHECK_AFTER_S
         while upto is None or index.version < upto:
             entry = read_entry(self.root, self.table_path, index.version + 1)
             if entry is None:
+                if stale and self._cleaned_past(index.version):
+                    index = self._index = self._reload(index.version)
+                    stale = False
+                    continue
                 break
             index.apply(entry, self._count_rows)
             self.last_entries.append(entry)
@@ -392,7 +431,49 @@ class TopicLog:
             )
         if index.version - self._snapshot_version >= SNAPSHOT_EVERY:
             self._write_snapshot(index)
+        self._refreshed_at = time.monotonic()
         return index
+
+    def write_snapshot(self) -> OffsetIndex:
+        """Refresh, and snapshot the index at the latest version unless one exists (the
+        log cleaner calls this before Delta may delete old log files)."""
+        with self._lock:
+            index = self._refresh(None)
+            if index.version > self._snapshot_version:
+                self._write_snapshot(index)
+            return index
+
+    def forget_removed(self, paths: Iterable[str]) -> None:
+        """Forget removed files the vacuum deleted (see :attr:`OffsetIndex.removed`)."""
+        with self._lock:
+            if self._index is not None:
+                self._index.vacuumed(paths)
+
+    def _cleaned_past(self, version: int) -> bool:
+        """Whether Delta's log cleanup removed commits after ``version`` (its newest
+        checkpoint is past it; cleanup only removes versions before a checkpoint)."""
+        raw = self.root.read_bytes(f"{self.table_path}/_delta_log/_last_checkpoint")
+        try:
+            return raw is not None and int(json.loads(raw)["version"]) > version
+        except (ValueError, KeyError, TypeError):
+            return False
+
+    def _reload(self, version: int) -> OffsetIndex:
+        newer = self._load_snapshot()
+        if newer.version <= version:
+            raise StorageError(
+                f"topic {self.topic}: the Delta log's commits after version {version} were "
+                "cleaned up (delta.logRetentionDuration) and no offset index snapshot "
+                f"under {self._snapshot_dir()} covers them; offsets cannot be derived. "
+                "Keep readers of this topic running or lengthen delta.logRetentionDuration"
+            )
+        log.info(
+            "[topic %s] log cleaned past version %d: reloaded index at %d",
+            self.topic,
+            version,
+            newer.version,
+        )
+        return newer
 
     def _count_rows(self, path: str) -> int:
         import pyarrow.parquet as pq

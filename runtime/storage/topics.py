@@ -41,11 +41,41 @@ _POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
 _LONG_AT_LEAST = {
     "retention.ms": -1,
     "retention.bytes": -1,
+    "segment.bytes": 1024,
+    "file.delete.delay.ms": 0,
     "delete.retention.ms": 0,
     "min.compaction.lag.ms": 0,
     "max.compaction.lag.ms": 1,
 }
-TOPIC_CONFIG_KEYS = ("cleanup.policy", *_LONG_AT_LEAST)
+#: Delta's own table properties, kept as they are (Delta readers and writers honour them).
+LOG_RETENTION_PROPERTY = "delta.logRetentionDuration"
+CHECKPOINT_INTERVAL_PROPERTY = "delta.checkpointInterval"
+_DELTA_KEYS = (LOG_RETENTION_PROPERTY, CHECKPOINT_INTERVAL_PROPERTY)
+TOPIC_CONFIG_KEYS = ("cleanup.policy", *_LONG_AT_LEAST, *_DELTA_KEYS)
+#: Set on every topic created here: Delta log commits are deleted only by the log cleaner,
+#: behind an offset index snapshot (see runtime.storage.vacuum), never by a commit's hook.
+_CREATE_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
+
+_INTERVAL = re.compile(
+    r"^\s*interval\s+(\d+)\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE
+)
+_UNIT_MS = {
+    "millisecond": 1,
+    "second": 1000,
+    "minute": 60_000,
+    "hour": 3_600_000,
+    "day": 86_400_000,
+    "week": 604_800_000,
+}
+
+
+def parse_interval_ms(value: str) -> int | None:
+    """Return Delta's ``interval <n> <unit>`` (``delta.logRetentionDuration``) in ms, or
+    None when ``value`` is not one."""
+    found = _INTERVAL.match(value or "")
+    if found is None:
+        return None
+    return int(found.group(1)) * _UNIT_MS[found.group(2).lower()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +116,17 @@ def validate_topic_config(configs: Mapping[str, str]) -> dict[str, str]:
                     "compact, compact,delete"
                 )
             out[key] = norm
+        elif key == LOG_RETENTION_PROPERTY:
+            if parse_interval_ms(value) is None:
+                raise TopicError(
+                    f"topic config {key}={value!r} is invalid; allowed: 'interval <n> <unit>' "
+                    "with unit millisecond, second, minute, hour, day or week"
+                )
+            out[key] = value
+        elif key == CHECKPOINT_INTERVAL_PROPERTY:
+            if not re.fullmatch(r"\d+", value) or int(value) < 1:
+                raise TopicError(f"topic config {key}={value!r} is invalid; allowed: >= 1")
+            out[key] = value
         elif key in _LONG_AT_LEAST:
             low = _LONG_AT_LEAST[key]
             if not re.fullmatch(r"-?\d+", value) or int(value) < low:
@@ -164,8 +205,8 @@ class TopicAdmin:
                     topic,
                     other,
                 )
-        properties = {PARTITIONS_PROPERTY: str(partitions)}
-        properties |= {TOPIC_CONFIG_PREFIX + k: v for k, v in overrides.items()}
+        properties = {PARTITIONS_PROPERTY: str(partitions), **_CREATE_PROPERTIES}
+        properties |= _stored(overrides)
         try:
             DeltaTable.create(
                 self.table_uri(topic),
@@ -213,7 +254,7 @@ class TopicAdmin:
         return {
             k.removeprefix(TOPIC_CONFIG_PREFIX): v
             for k, v in sorted(props.items())
-            if k.startswith(TOPIC_CONFIG_PREFIX) and v is not None
+            if (k.startswith(TOPIC_CONFIG_PREFIX) or k in _DELTA_KEYS) and v is not None
         }
 
     def alter_partitions(self, topic: str, partitions: int) -> None:
@@ -235,7 +276,7 @@ class TopicAdmin:
     def alter_configs(self, topic: str, configs: Mapping[str, str]) -> None:
         """Set topic-level configuration overrides."""
         overrides = validate_topic_config(configs)
-        self._set_properties(topic, {TOPIC_CONFIG_PREFIX + k: v for k, v in overrides.items()})
+        self._set_properties(topic, _stored(overrides))
 
     def delete(self, topic: str) -> None:
         """Delete a topic: its data files, Delta log and offset index.
@@ -267,6 +308,12 @@ class TopicAdmin:
             table.alter.set_table_properties(dict(properties), raise_if_not_exists=False)
         except DeltaError as exc:
             raise StorageError(f"cannot alter topic {topic!r}: {exc}") from exc
+
+
+def _stored(overrides: Mapping[str, str]) -> dict[str, str]:
+    """Return the table properties of validated topic configs (Delta's own keys as they
+    are, the others under ``streams.topic.``)."""
+    return {(k if k in _DELTA_KEYS else TOPIC_CONFIG_PREFIX + k): v for k, v in overrides.items()}
 
 
 def _check_partition_count(partitions: int) -> None:

@@ -20,6 +20,7 @@ commit separately): its records go through the repartition topic, as in Kafka.
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import threading
@@ -34,7 +35,6 @@ from common.config import StreamsConfig
 from common.errors import ProducerFencedError, StreamsError
 from runtime.spark.source_topics import PatternFollower
 from runtime.spark.trigger import BatchTrigger
-from runtime.state.changelog_compaction import ChangelogCompactor
 from runtime.storage.reader import TopicReader
 from runtime.storage.slices import TopicSlices
 from runtime.storage.topics import TopicAdmin
@@ -55,6 +55,9 @@ from runtime.thread.read_plan import BatchReads, ReadPlanner
 from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
+
+#: How many of the latest batch durations a thread keeps (StreamThread.batch_times).
+BATCH_TIMES_KEPT = 10_000
 
 
 class TaskMigratedError(StreamsError):
@@ -167,15 +170,10 @@ class StreamThread:
         self.commit: CommitStrategy = commit_strategy(admin, config, transactional_id)
         self.positions: dict[tuple[str, int], int] = {}
         self.metrics: dict[str, int] = {}
-        self.batch_times: list[float] = []
+        #: The latest batches' durations in seconds (bounded: a thread runs for months).
+        self.batch_times: collections.deque[float] = collections.deque(maxlen=BATCH_TIMES_KEPT)
         self.records_in = 0
         self.batches = 0
-        #: The changelogs' cleaner, run by one thread of the app.
-        self.compactor = (
-            ChangelogCompactor(admin, config, transactional_id)
-            if transactional_id.endswith("-1") and topology.changelog_topics(self.group)
-            else None
-        )
         #: This thread instance, as its tasks' hosts know it: a host holding a task for
         #: another owner (an earlier instance) rebuilds it from committed state.
         self.owner = f"{transactional_id}-{uuid.uuid4().hex[:12]}"
@@ -296,7 +294,6 @@ class StreamThread:
         self._tasks_started = True
         self._maybe_wake()
         self._schedule_punctuation()
-        self._maybe_compact()
 
     def _plan_reads(self) -> bool:
         """Choose the batch's levels and plan its reads from the committed positions;
@@ -414,24 +411,14 @@ class StreamThread:
                 "fix the cause and start the instances again"
             )
 
-    def _maybe_compact(self) -> None:
-        """Every ``statestore.snapshot.interval`` batches (one thread of the app), compact
-        the changelogs below their oldest snapshots, in the background."""
-        interval = self.config.statestore_snapshot_interval
-        if self.compactor is not None and interval and self.batches % interval == 0:
-            self.compactor.submit()
-
     def close(self) -> None:
-        """Abort open transactions, wait for a running compaction, release the producers,
-        leave the group."""
+        """Abort open transactions, release the producers, leave the group."""
         if self._punctuation_timer is not None:
             self._punctuation_timer.cancel()
         if self.trigger is not None:
             self.trigger.close()
         if self.membership is not None:
             self.membership.close(leave=True)
-        if self.compactor is not None:
-            self.compactor.close()
         self.commit.close()
 
     # -- shared ------------------------------------------------------------------------------

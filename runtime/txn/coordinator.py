@@ -430,6 +430,10 @@ class TransactionCoordinator:
             return 0
         table_path = self.admin.table_path(topic)
         referenced = {f"{table_path}/{unquote(p)}" for p in actions.column("path").to_pylist()}
+        # files removed from the log (retention, merges) are the vacuum's, after their
+        # delay: a reader may still need them (read after the table, so none is missed)
+        pending = self.admin.topic_log(topic).refresh().removed
+        referenced |= {f"{table_path}/{p}" for p in pending}
         open_names = {(id_dir(tid), str(seq)) for tid, seq in open_dirs}
         cutoff = self.clock() - min_age_ms
         deleted = 0

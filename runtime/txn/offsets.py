@@ -146,6 +146,21 @@ class OffsetsStore:
                 out[(topic, int(partition))] = offset
         return out
 
+    def consumed_by_all(self, topic: str) -> dict[int, int]:
+        """Return, per partition of ``topic``, the lowest position any group committed for
+        it: every group that ever committed a position there has read below it (a purge
+        may remove those records). A partition no group committed is absent."""
+        out: dict[int, int] = {}
+        for p in range(self.num_partitions):
+            for key, offset in self._read(p).latest.items():
+                if offset is None:
+                    continue
+                _group, found, partition = json.loads(key)
+                if found == topic:
+                    part = int(partition)
+                    out[part] = min(offset, out.get(part, offset))
+        return out
+
     def _read(self, partition: int) -> _PartitionCache:
         cache = self._cache.setdefault(partition, _PartitionCache())
         start = self._reader.beginning_offsets(OFFSETS_TOPIC)[partition]

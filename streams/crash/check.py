@@ -19,6 +19,7 @@ left in the storage root and state directory and compare:
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from common.config import StreamsConfig
 from runtime.storage.partitioner import partition_for_key
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
+from runtime.storage.vacuum import vacuum
 from runtime.txn.coordinator import STAGING_DIR, TransactionCoordinator
 from runtime.txn.offsets import OffsetsStore
 from statestores.bytes_layer import bottom
@@ -355,6 +357,9 @@ def sweep_and_list_staged(admin: TopicAdmin, root_path: str) -> tuple[int, list[
     deleted and the staged files still left under any topic (on a local root or an object
     store; ``root_path`` is kept for callers, the admin's root is what is listed)."""
     del root_path
+    now = int(time.time() * 1000)
+    for topic in admin.list():  # the run is over: no reader needs a removed file now
+        vacuum(admin, topic, delay_ms=0, now_ms=now)
     deleted = TransactionCoordinator(admin).delete_orphans(min_age_ms=0)
     left: list[str] = []
     for topic in admin.list():

@@ -263,12 +263,18 @@ class CrashTest:
         return any(seq > proc.base_txns.get(tid, -1) for tid, seq in now.items())
 
     def _log_entries(self, topics: Sequence[str]) -> int:
-        """The commits of ``topics``' Delta logs (on a local root or an object store)."""
+        """The commits of ``topics``' Delta logs (on a local root or an object store): the
+        newest version + 1 of each (old commits may have been cleaned up)."""
         root = self.admin.root
         total = 0
         for topic in topics:
             path = f"{self.admin.table_path(topic)}/_delta_log"
-            total += sum(1 for info in root.list_dir(path) if info.base_name.endswith(".json"))
+            versions = [
+                int(info.base_name[:20])
+                for info in root.list_dir(path)
+                if info.base_name.endswith(".json") and info.base_name[:20].isdigit()
+            ]
+            total += max(versions, default=-1) + 1
         return total
 
     def _offset_commits(self) -> int:

@@ -1,0 +1,245 @@
+"""Soak: the word count for many small batches; does anything grow that should not?
+
+The word count (``examples/wordcount.py``, exactly_once_v2, RocksDB store, --words distinct
+words) runs as a long-lived application while a feeder writes --lines lines at a time to
+its input topic and waits for each chunk to be processed, so every chunk is one batch,
+for --batches batches. Retention, merging, purging and vacuuming run as the application
+configures them (``--config key=value`` overrides; the input topic keeps --retention-ms).
+
+Printed per tenth of the run: batch latency p50/p99; live files and bytes of every topic,
+of ``state.dir``, of the transaction and group logs and of the store snapshots; the
+resident memory of the driver, of Spark's JVM and of the Python workers and task hosts.
+The last lines compare the last tenth with the second (latency) and the middle one (files,
+bytes, memory).
+
+    python benchmarks/soak.py [--batches 20000] [--lines 200] [--words 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from memory import MB, Sampler
+from modes import load_wordcount, percentile
+from produce_consume import machine
+
+from runtime.app.app import StreamsApp
+from runtime.spark.session import get_or_create_session
+from runtime.storage.producer import Producer
+from runtime.storage.topics import TopicAdmin
+
+
+def dir_usage(path: str) -> tuple[int, int]:
+    """Return (files, bytes) under ``path`` (0, 0 when it does not exist)."""
+    files = size = 0
+    for base, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                size += os.stat(os.path.join(base, name)).st_size
+            except FileNotFoundError:  # removed while walking
+                continue
+            files += 1
+    return files, size
+
+
+def usage(root: str, state: str) -> dict[str, tuple[int, int]]:
+    """Files and bytes of every topic, of state.dir and of the root's other directories."""
+    out: dict[str, tuple[int, int]] = {}
+    topics = os.path.join(root, "topics")
+    for name in sorted(os.listdir(topics)) if os.path.isdir(topics) else []:
+        out[f"topic {name}"] = dir_usage(os.path.join(topics, name))
+    for name in sorted(os.listdir(root)):
+        if name != "topics" and os.path.isdir(os.path.join(root, name)):
+            out[name] = dir_usage(os.path.join(root, name))
+    out["state.dir"] = dir_usage(state)
+    return out
+
+
+class Lines:
+    """Lines of 3 to 12 words drawn from ``words`` distinct words."""
+
+    def __init__(self, words: int, seed: int = 7) -> None:
+        self.words = [f"w{i}" for i in range(words)]
+        self.rng = random.Random(seed)
+        self.n = 0
+
+    def chunk(self, n: int) -> list[tuple[bytes, bytes]]:
+        out = []
+        for _ in range(n):
+            k = self.rng.randint(3, 12)
+            out.append((b"line-%d" % self.n, " ".join(self.rng.choices(self.words, k=k)).encode()))
+            self.n += 1
+        return out
+
+
+def batches_done(app: StreamsApp) -> int:
+    return sum(t.batches for t in app.threads)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=20_000)
+    parser.add_argument("--lines", type=int, default=200, help="lines per batch")
+    parser.add_argument("--words", type=int, default=1000, help="distinct words")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--retention-ms", type=int, default=600_000, help="input topic's")
+    parser.add_argument("--work", help="keep the run's files here (default: a temp dir)")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    print(machine())
+    print(
+        f"soak: word count, {args.batches:,} batches of {args.lines} lines, {args.words:,} "
+        f"distinct words, {args.partitions} partitions; input retention.ms={args.retention_ms}"
+    )
+    wc = load_wordcount()
+    work = args.work or tempfile.mkdtemp(prefix="soak-")
+    root, state = os.path.join(work, "root"), os.path.join(work, "state")
+    try:
+        admin = TopicAdmin(root)
+        admin.create(wc.INPUT, args.partitions, configs={"retention.ms": str(args.retention_ms)})
+        admin.create(wc.OUTPUT, args.partitions)
+        spark = get_or_create_session("benchmark-soak", master="local[2]")
+        spark.sparkContext.setLogLevel("ERROR")
+        config: dict[str, Any] = {
+            **wc.CONFIG,
+            "application.id": "soak",
+            "topics.root": root,
+            "state.dir": state,
+            "commit.interval.ms": 1,
+            "group.initial.rebalance.delay.ms": 0,
+        }
+        for item in args.config:
+            key, _, value = item.partition("=")
+            config[key.strip()] = value.strip()
+        print("config: " + ", ".join(f"{k}={v}" for k, v in sorted(config.items())))
+        app = StreamsApp(wc.build_topology(), config, spark=spark)
+        app.start()
+        sampler = Sampler(app, interval=1.0)
+        sampler.start()
+        try:
+            rows = feed(app, admin, wc.INPUT, args, dirs=(root, state), sampler=sampler)
+        finally:
+            sampler.stop.set()
+            app.close()
+        report(rows)
+        spark.stop()
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def feed(
+    app: StreamsApp,
+    admin: TopicAdmin,
+    topic: str,
+    args: Any,
+    *,
+    dirs: tuple[str, str],
+    sampler: Sampler,
+) -> list[dict[str, Any]]:
+    """Write one chunk per batch and wait for it; sample at every tenth."""
+    producer = Producer(admin)
+    lines = Lines(args.words)
+    tenth = max(1, args.batches // 10)
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    mark = 0
+    for i in range(args.batches):
+        before = batches_done(app)
+        for key, line in lines.chunk(args.lines):
+            producer.send(topic, key, line, timestamp=int(time.time() * 1000))
+        producer.flush()
+        deadline = time.monotonic() + 120
+        while batches_done(app) == before:
+            if app.state.is_terminal():
+                raise SystemExit(f"the application stopped: {app.state.name}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"batch {i}: nothing processed for 120 s")
+            time.sleep(0.002)
+        if (i + 1) % tenth == 0:
+            done = batches_done(app)
+            times = list(app.threads[0].batch_times)[-(done - mark) :]  # one thread
+            mark = done
+            rows.append(
+                sample(len(rows) + 1, i + 1, times, dirs=dirs, sampler=sampler, started=started)
+            )
+            print_row(rows[-1], header=len(rows) == 1)
+    return rows
+
+
+def sample(
+    n: int,
+    done: int,
+    times: list[float],
+    *,
+    dirs: tuple[str, str],
+    sampler: Sampler,
+    started: float,
+) -> dict[str, Any]:
+    root, state = dirs
+    sampler.sample()
+    batch = max(sampler.peaks) if sampler.peaks else 0
+    peak = sampler.peaks.get(batch, {})
+    return {
+        "tenth": n,
+        "batches": done,
+        "elapsed": time.perf_counter() - started,
+        "p50": percentile(times, 0.5) if times else 0.0,
+        "p99": percentile(times, 0.99) if times else 0.0,
+        "usage": usage(root, state),
+        "rss": {k: peak.get(k, 0.0) for k in ("driver", "jvm", "python")},
+    }
+
+
+def print_row(row: dict[str, Any], header: bool) -> None:
+    if header:
+        print(
+            f"{'tenth':>5} {'batches':>8} {'elapsed s':>9} {'p50 ms':>7} {'p99 ms':>7}  "
+            "RSS MiB driver/JVM/workers"
+        )
+    rss = row["rss"]
+    print(
+        f"{row['tenth']:>5} {row['batches']:>8} {row['elapsed']:>9.0f} "
+        f"{row['p50'] * 1000:>7.0f} {row['p99'] * 1000:>7.0f}  "
+        f"{rss['driver']:.0f}/{rss['jvm']:.0f}/{rss['python']:.0f}"
+    )
+    for name, (files, size) in row["usage"].items():
+        print(f"{'':>8}{name:<44} {files:>8} files {size / MB:>10.1f} MB")
+    sys.stdout.flush()
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    """Compare the last tenth with the second (latency) and the middle one (growth)."""
+    if len(rows) < 3:
+        return
+    second, middle, last = rows[1], rows[len(rows) // 2 - 1], rows[-1]
+    print(
+        f"\nlast tenth vs second: batch p50 {last['p50'] / second['p50']:.2f}x "
+        f"(goal <= 1.1), p99 {last['p99'] / second['p99']:.2f}x"
+    )
+    print(f"last tenth vs tenth {middle['tenth']} (goal <= 1.2 each):")
+    worst = 0.0
+    for name, (files, size) in last["usage"].items():
+        mfiles, msize = middle["usage"].get(name, (0, 0))
+        fr = files / mfiles if mfiles else float("inf") if files else 1.0
+        br = size / msize if msize else float("inf") if size else 1.0
+        worst = max(worst, fr, br)
+        print(f"  {name:<44} files {fr:5.2f}x  bytes {br:5.2f}x")
+    for name in ("driver", "jvm", "python"):
+        a, b = middle["rss"][name], last["rss"][name]
+        print(f"  RSS {name:<40} {b / a if a else 1.0:5.2f}x ({a:.0f} -> {b:.0f} MiB)")
+    print(f"worst directory growth: {worst:.2f}x")
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "soak"
+    main()
