@@ -4,7 +4,8 @@ The word count (``examples/wordcount.py``, exactly_once_v2, RocksDB store, --wor
 words) runs as a long-lived application while a feeder writes --lines lines at a time to
 its input topic and waits for each chunk to be processed, so every chunk is one batch,
 for --batches batches. Retention, merging, purging and vacuuming run as the application
-configures them (``--config key=value`` overrides; the input topic keeps --retention-ms).
+configures them, on intervals of seconds (``--config key=value`` overrides); the input and
+output topics keep --retention-ms of records, the Delta logs ten minutes of commits.
 
 Printed per tenth of the run: batch latency p50/p99; live files and bytes of every topic,
 of ``state.dir``, of the transaction and group logs and of the store snapshots; the
@@ -91,7 +92,9 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=200, help="lines per batch")
     parser.add_argument("--words", type=int, default=1000, help="distinct words")
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--retention-ms", type=int, default=600_000, help="input topic's")
+    parser.add_argument(
+        "--retention-ms", type=int, default=600_000, help="of the input and output topics"
+    )
     parser.add_argument("--work", help="keep the run's files here (default: a temp dir)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
@@ -105,8 +108,9 @@ def main() -> None:
     root, state = os.path.join(work, "root"), os.path.join(work, "state")
     try:
         admin = TopicAdmin(root)
-        admin.create(wc.INPUT, args.partitions, configs={"retention.ms": str(args.retention_ms)})
-        admin.create(wc.OUTPUT, args.partitions)
+        kept = {"retention.ms": str(args.retention_ms)}
+        admin.create(wc.INPUT, args.partitions, configs=kept)
+        admin.create(wc.OUTPUT, args.partitions, configs=kept)
         spark = get_or_create_session("benchmark-soak", master="local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         config: dict[str, Any] = {
@@ -114,8 +118,13 @@ def main() -> None:
             "application.id": "soak",
             "topics.root": root,
             "state.dir": state,
-            "commit.interval.ms": 1,
+            "commit.interval.ms": 100,
             "group.initial.rebalance.delay.ms": 0,
+            # a month's cleaning in an hour: the cleaner's intervals and delays in seconds
+            "log.retention.check.interval.ms": 30_000,
+            "log.cleaner.backoff.ms": 10_000,
+            "log.segment.delete.delay.ms": 30_000,
+            "log.delta.retention.ms": 600_000,
         }
         for item in args.config:
             key, _, value = item.partition("=")

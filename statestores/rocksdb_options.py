@@ -1,7 +1,8 @@
 """RocksDB options of a store: Kafka Streams' defaults plus a config-setter hook.
 
 Kafka Streams opens each RocksDB store with a 50 MiB LRU block cache, 4 KiB blocks, a
-bloom filter, 16 MiB write buffers (3 of them) and no compression, then lets the user's
+bloom filter, 16 MiB write buffers (3 of them) and no compression (here also: at most two
+info log files of 1 MiB), then lets the user's
 ``rocksdb.config.setter`` (Kafka's ``RocksDBConfigSetter``) change anything. Here the
 setter is named by ``rocksdb.config.setter`` as ``pkg.module.Name`` or ``pkg.module:Name``:
 a class (instantiated with no argument) or an object with
@@ -48,6 +49,8 @@ class RocksDBSettings:
         write_buffer_bytes: memtable size.
         max_write_buffers: memtables kept before writes stall.
         compression: ``none``, ``snappy``, ``lz4`` or ``zstd``.
+        keep_log_files: info log files kept (the current ``LOG`` and older ones).
+        max_log_file_bytes: size at which the info log rolls over.
     """
 
     block_cache_bytes: int = 50 * 1024 * 1024
@@ -55,6 +58,10 @@ class RocksDBSettings:
     write_buffer_bytes: int = 16 * 1024 * 1024
     max_write_buffers: int = 3
     compression: str = "none"
+    # RocksDB keeps 1,000 info logs (LOG, LOG.old.*) of unbounded size by default, one
+    # more at every open: bounded here to a few MiB per store (a store lives for months)
+    keep_log_files: int = 2
+    max_log_file_bytes: int = 1024 * 1024
 
     def options(self) -> Options:
         """Return raw-mode ``rocksdict.Options`` carrying these settings.
@@ -78,6 +85,8 @@ class RocksDBSettings:
         opts.set_write_buffer_size(self.write_buffer_bytes)
         opts.set_max_write_buffer_number(self.max_write_buffers)
         opts.set_compression_type(_COMPRESSIONS[self.compression]())
+        opts.set_keep_log_file_num(self.keep_log_files)
+        opts.set_max_log_file_size(self.max_log_file_bytes)
         return opts
 
 

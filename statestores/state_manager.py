@@ -43,12 +43,13 @@ from statestores.protocols import (
     StateRestoreListener,
     TransactionOutcomes,
 )
-from statestores.snapshots import SnapshotManager
+from statestores.snapshots import DEFAULT_KEEP, SnapshotManager
 from statestores.transactional import PreparedBatchError, TransactionalBytesStore
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_INTERVAL_KEY = "statestore.snapshot.interval"
+SNAPSHOTS_KEPT_KEY = "statestore.snapshots.kept"
 DEFAULT_SNAPSHOT_INTERVAL = 100
 RESTORE_BATCH = 10_000
 _EOS = ("exactly_once", "exactly_once_v2", "exactly_once_beta")
@@ -104,8 +105,11 @@ class ProcessorStateManager:
         self._changelog = changelog
         self.reader = changelog_reader
         self.outcomes = transaction_outcomes
+        kept = int(app_config.get(SNAPSHOTS_KEPT_KEY) or DEFAULT_KEEP)
         self.snapshots = (
-            None if snapshots is None else SnapshotManager(snapshots, application_id, task_id)
+            None
+            if snapshots is None
+            else SnapshotManager(snapshots, application_id, task_id, keep=kept)
         )
         self._timestamp = timestamp or (lambda: 0)
         self.listener = restore_listener

@@ -36,6 +36,21 @@ log = logging.getLogger(__name__)
 #: until every group consumed them (then purged), a changelog the latest value per key.
 REPARTITION_CONFIGS = {"cleanup.policy": "delete", "retention.ms": "-1"}
 CHANGELOG_CONFIGS = {"cleanup.policy": "compact"}
+#: Kafka Streams' windowstore.changelog.additional.retention.ms: a windowed store's
+#: changelog keeps records this much longer than the store keeps its windows.
+CHANGELOG_ADDITIONAL_RETENTION_MS = 86_400_000
+
+
+def changelog_configs(topology: Topology, store: str) -> dict[str, str]:
+    """Return the configs a store's changelog is created with: compacted, and for window
+    and session stores also deleted past the store's retention plus a day."""
+    retention = getattr(topology.stores.get(store), "retention_ms", None)
+    if retention is None:
+        return dict(CHANGELOG_CONFIGS)
+    return {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": str(int(retention) + CHANGELOG_ADDITIONAL_RETENTION_MS),
+    }
 
 
 @dataclass(frozen=True)
@@ -126,7 +141,7 @@ def plan_topics(
         for store in sub.stores:
             if store in changelogs and sub.id in tasks:
                 topic = changelogs[store]
-                _ensure(admin, topic, tasks[sub.id], CHANGELOG_CONFIGS)
+                _ensure(admin, topic, tasks[sub.id], changelog_configs(topology, store))
                 outputs[topic] = OutputTopic(admin.table_path(topic), tasks[sub.id])
     dead_letters = config.errors_dead_letter_queue_topic_name if config is not None else ""
     if dead_letters and dead_letters not in outputs:

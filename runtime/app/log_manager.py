@@ -151,9 +151,12 @@ class LogManager:
             return None
         purge_below = self.offsets().consumed_by_all(topic) if purge and repartition else None
         store = changelog_store(self.application_id, topic)
+        # a changelog loses nothing a restore needs: only what lies below the oldest
+        # kept snapshot of its task is compacted or deleted (windowed stores' changelogs
+        # are compact,delete, as Kafka Streams makes them)
         horizons = (
             snapshot_horizons(self.snapshots, self.application_id, store)
-            if store is not None and compaction
+            if store is not None and (compaction or retention)
             else None
         )
         kind = (
@@ -166,6 +169,7 @@ class LogManager:
             retention=retention,
             purge_below=purge_below,
             compaction_horizons=horizons,
+            delete_below=horizons,
             compact=compaction,
             merge=retention or compaction,
         )

@@ -95,11 +95,17 @@ class LogCleaner:
         self.delta_log_retention_ms = delta_log_retention_ms
         self.compression = compression
 
-    def policy(self, topic: str, kind: Mapping[str, Any] | None = None) -> TopicPolicy:
+    def policy(
+        self,
+        topic: str,
+        kind: Mapping[str, Any] | None = None,
+        configs: Mapping[str, str] | None = None,
+    ) -> TopicPolicy:
         """Return ``topic``'s effective settings: its own configs over ``kind`` (the
         settings of its kind of topic, e.g. a changelog's ``cleanup.policy=compact``) over
         the defaults."""
-        return TopicPolicy.of(self.admin.configs(topic), {**self.defaults, **(kind or {})})
+        own = self.admin.configs(topic) if configs is None else configs
+        return TopicPolicy.of(own, {**self.defaults, **(kind or {})})
 
     def clean(
         self,
@@ -109,6 +115,7 @@ class LogCleaner:
         retention: bool = True,
         purge_below: Mapping[int, int] | None = None,
         compaction_horizons: Mapping[int, int] | None = None,
+        delete_below: Mapping[int, int] | None = None,
         compact: bool = True,
         merge: bool = True,
         vacuum_files: bool = True,
@@ -123,20 +130,26 @@ class LogCleaner:
             compaction_horizons: per partition, the highest offset compaction may clean
                 (changelogs: their oldest snapshot); a partition absent is not compacted.
                 None: every partition up to ``min.compaction.lag.ms``.
+            delete_below: per partition, the offset retention may not delete past (a
+                changelog: its oldest snapshot; a partition absent is not touched). None:
+                no bound.
             compact: compact when the policy says so.
             merge: merge small files.
             vacuum_files: delete removed files past ``file.delete.delay.ms``.
             kind: settings of the topic's kind, under its own (see :meth:`policy`).
         """
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        policy = self.policy(topic, kind)
+        configs = self.admin.configs(topic)
+        policy = self.policy(topic, kind, configs)
         out = CleanResult(topic)
         if retention or purge_below:
             purge = purge_below
             self._guarded(
                 out,
                 "retention",
-                lambda: self._delete(out, policy, now, retention=retention, purge_below=purge),
+                lambda: self._delete(
+                    out, policy, now, retention=retention, purge_below=purge, bound=delete_below
+                ),
             )
         if compact and policy.compacts:
             self._guarded(
@@ -149,7 +162,7 @@ class LogCleaner:
             out.vacuumed_files, out.vacuumed_bytes = done.files, done.bytes
         if retention:
             out.log_files_deleted = clean_delta_log(
-                self.admin, topic, retention_ms=self._log_retention(topic), now_ms=now
+                self.admin, topic, retention_ms=self._log_retention(configs), now_ms=now
             )
         return out
 
@@ -168,6 +181,7 @@ class LogCleaner:
         *,
         retention: bool,
         purge_below: Mapping[int, int] | None,
+        bound: Mapping[int, int] | None,
     ) -> None:
         topic = out.topic
         index = self.admin.topic_log(topic).refresh()
@@ -179,6 +193,9 @@ class LogCleaner:
             gone = deletable(
                 index.log(p).segments, policy, now, size_of=self._size_of(topic), purge_below=below
             )
+            if bound is not None:
+                limit = bound.get(p, -1)
+                gone = [s for s in gone if s.end <= limit]
             removed.extend((p, s) for s in gone)
         if not removed:
             return
@@ -263,7 +280,7 @@ class LogCleaner:
 
         return size_of
 
-    def _log_retention(self, topic: str) -> int:
-        own = self.admin.configs(topic).get(LOG_RETENTION_PROPERTY)
+    def _log_retention(self, configs: Mapping[str, str]) -> int:
+        own = configs.get(LOG_RETENTION_PROPERTY)
         parsed = parse_interval_ms(own) if own else None
         return self.delta_log_retention_ms if parsed is None else parsed

@@ -86,6 +86,8 @@ class PartitionDescription:
     log_start_offset: int
     log_end_offset: int
     records: int
+    files: int = 0  # live data files
+    bytes: int = 0  # their size
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,8 @@ class TopicDescription:
     configs: dict[str, str]
     partitions: list[PartitionDescription] = field(default_factory=list)
     version: int = -1
+    #: Files removed from the log (retention, merges) that the vacuum has not deleted yet.
+    removed_files: int = 0
 
 
 def validate_topic_config(configs: Mapping[str, str]) -> dict[str, str]:
@@ -243,10 +247,29 @@ class TopicAdmin:
         parts = []
         for p in range(index.num_partitions):
             plog = index.log(p)
-            parts.append(PartitionDescription(p, plog.start, plog.end, plog.records))
+            size = sum(self._size(topic, s.path, s.size) for s in plog.segments)
+            parts.append(
+                PartitionDescription(
+                    p, plog.start, plog.end, plog.records, len(plog.segments), size
+                )
+            )
         return TopicDescription(
-            topic, index.num_partitions, self.configs(topic), parts, index.version
+            topic,
+            index.num_partitions,
+            self.configs(topic),
+            parts,
+            index.version,
+            len(index.removed),
         )
+
+    def _size(self, topic: str, path: str, known: int | None) -> int:
+        if known is not None:
+            return known
+        full = path if "://" in path else f"{self.table_path(topic)}/{path}"
+        try:
+            return self.root.file_size(full)
+        except StorageError:
+            return 0
 
     def configs(self, topic: str) -> dict[str, str]:
         """Return the topic-level configuration overrides of ``topic``."""

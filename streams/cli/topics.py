@@ -76,10 +76,16 @@ def run(args: argparse.Namespace) -> int:
 def format_description(desc: TopicDescription) -> str:
     """Return kafka-topics style lines for one topic."""
     configs = ",".join(f"{k}={v}" for k, v in desc.configs.items())
-    lines = [f"Topic: {desc.name}\tPartitionCount: {desc.num_partitions}\tConfigs: {configs}"]
+    files = sum(p.files for p in desc.partitions)
+    size = sum(p.bytes for p in desc.partitions)
+    lines = [
+        f"Topic: {desc.name}\tPartitionCount: {desc.num_partitions}\tFiles: {files}\t"
+        f"Bytes: {size}\tAwaitingVacuum: {desc.removed_files}\tConfigs: {configs}"
+    ]
     lines.extend(
         f"\tTopic: {desc.name}\tPartition: {p.partition}\tLogStartOffset: "
-        f"{p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\tRecords: {p.records}"
+        f"{p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\tRecords: {p.records}\t"
+        f"Files: {p.files}\tBytes: {p.bytes}"
         for p in desc.partitions
     )
     return "\n".join(lines)

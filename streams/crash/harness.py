@@ -62,7 +62,9 @@ from streams.crash.plan import (
 )
 from streams.crash.stores import compare_store, local_store_dirs, restore_changelog
 
-RUN_DEFAULTS = {"commit.interval.ms": "100", "max.poll.records": "10"}
+#: Settings of every run unless the caller's config sets them. Time retention is off: the
+#: inputs replay history (BASE_TIMESTAMP is long past), and every record is compared.
+RUN_DEFAULTS = {"commit.interval.ms": "100", "max.poll.records": "10", "log.retention.ms": "-1"}
 DEFAULT_RUN_ESTIMATE_S = 30.0
 #: Random kills fall within this multiple of a run's time to its first commit.
 RANDOM_KILL_WINDOW = 1.5

@@ -196,6 +196,15 @@ def test_merging_keeps_every_offset_and_record_for_every_reader(
         )
         == got
     )
+    # the command line shows the live files and bytes per partition
+    described = cli(root, "topics", "--describe", "--topic", TOPIC)
+    assert described.returncode == 0, described.stderr
+    head, p0, p1 = described.stdout.splitlines()
+    live = admin.topic_log(TOPIC).refresh()
+    size = sum(s.size or 0 for s in live.log(0).segments)
+    assert f"Files: {live_files(admin, TOPIC)}\tBytes: {size}" in p0
+    assert "LogStartOffset: 0\tLogEndOffset: 210\tRecords: 210" in p0
+    assert "Files: 5\t" in p1 and f"AwaitingVacuum: {len(live.removed)}" in head
     # and the command line reads from any offset of a merged file
     out = cli(
         root,

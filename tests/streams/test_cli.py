@@ -39,9 +39,13 @@ def test_topics_create_list_describe_alter_delete(
     )
     assert main(["topics", "--root", root, "--describe", "--topic", "orders"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-5] == "Topic: orders\tPartitionCount: 4\tConfigs: cleanup.policy=compact"
+    assert out[-5] == (
+        "Topic: orders\tPartitionCount: 4\tFiles: 0\tBytes: 0\tAwaitingVacuum: 0\t"
+        "Configs: cleanup.policy=compact"
+    )
     assert out[-1] == (
-        "\tTopic: orders\tPartition: 3\tLogStartOffset: 0\tLogEndOffset: 0\tRecords: 0"
+        "\tTopic: orders\tPartition: 3\tLogStartOffset: 0\tLogEndOffset: 0\tRecords: 0\t"
+        "Files: 0\tBytes: 0"
     )
     assert main(["topics", "--root", root, "--delete", "--topic", "audit"]) == 0
     assert TopicAdmin(root).list() == ["orders"]

@@ -170,6 +170,7 @@ def test_changelogs_are_compacted_in_the_background_and_restores_still_agree(
         "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
         "max.poll.records": 30,
         "statestore.snapshot.interval": 2,
+        "log.cleaner.backoff.ms": 200,  # the log manager compacts every 200 ms
     }
     StreamsApp(example.build_topology(), config, spark=spark).run_until_idle()
     changelog = f"{example.CONFIG['application.id']}-{example.STORE}-changelog"
