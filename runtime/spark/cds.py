@@ -10,7 +10,9 @@ Safety: the JVM checks an archive before using it (JDK build, base archive, clas
 the size and time of every jar) and ignores one that does not match, so a stale archive
 costs only its speed-up. An archive is written under a name of its own, and adopted under
 its final name only once complete: the JVM writes the header, which begins with
-:data:`MAGIC`, last. Archives live in ``$STREAMS_CDS_DIR`` (default
+:data:`MAGIC`, last. The writer claims its name (an empty file) when it plans to write, so
+the sessions started meanwhile (a long test run's command-line subprocesses) neither write
+archives of their own nor wait for them at exit. Archives live in ``$STREAMS_CDS_DIR`` (default
 ``$XDG_CACHE_HOME/spark-streams-eos/cds``), one per JDK, Spark and JVM setting;
 ``STREAMS_CDS_DIR=off`` turns them off.
 """
@@ -85,6 +87,12 @@ def plan(conf: Mapping[str, str]) -> CdsPlan:
         log.debug("no CDS archive: %s", exc)
         return CdsPlan("", dumps=False)
     tmp = f"{archive}.{os.getpid()}.tmp"
+    try:  # claim it now: the JVM writes only at exit, and others must see a writer meanwhile
+        with open(tmp, "xb"):
+            pass
+    except OSError as exc:
+        log.debug("no CDS archive: %s", exc)
+        return CdsPlan("", dumps=False)
     return CdsPlan(f"-XX:ArchiveClassesAtExit={tmp} {QUIET}", dumps=True)
 
 

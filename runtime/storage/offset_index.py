@@ -39,18 +39,14 @@ newer ones exist (cleaned up while it was not looking) reloads the newest snapsh
 from __future__ import annotations
 
 import bisect
-import gzip
 import json
 import logging
-import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import StorageError, UnknownTopicError
-from runtime.storage.delta_log import LogEntry, read_entry, relative_file_path
-from runtime.storage.fs import StorageRoot
+from common.errors import StorageError
+from runtime.storage.delta_log import LogEntry, relative_file_path
 
 log = logging.getLogger(__name__)
 
@@ -354,167 +350,3 @@ def _as_millis(value: Any) -> int | None:
     if isinstance(value, int):
         return value
     return None  # a timestamp-typed column written by another tool: treat as unknown
-
-
-class TopicLog:
-    """Keeps one topic's offset index in step with its Delta log (thread-safe: the stream
-    threads of one application share it)."""
-
-    def __init__(self, root: StorageRoot, topic: str, table_path: str) -> None:
-        self.root = root
-        self.topic = topic
-        self.table_path = table_path
-        self._index: OffsetIndex | None = None
-        self._snapshot_version = -1
-        self._lock = threading.RLock()
-        self.last_entries: list[LogEntry] = []
-        self._refreshed_at = 0.0
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
-
-    @property
-    def index(self) -> OffsetIndex:
-        """Return the index as of the last refresh (refreshing once if never read)."""
-        if self._index is None:
-            return self.refresh()
-        return self._index
-
-    def refresh(self, upto: int | None = None) -> OffsetIndex:
-        """Read the versions committed since the last refresh (at most up to ``upto``).
-
-        Returns:
-            The index; the entries just applied are in :attr:`last_entries`.
-
-        Raises:
-            UnknownTopicError: the topic table does not exist.
-            StorageError: the log cannot be read or interpreted.
-        """
-        with self._lock:
-            return self._refresh(upto)
-
-    def _refresh(self, upto: int | None) -> OffsetIndex:
-        if self._index is None:
-            self._index = self._load_snapshot()
-        index = self._index
-        self.last_entries = []
-        stale = time.monotonic() - self._refreshed_at > GAP_CHECK_AFTER_S
-        while upto is None or index.version < upto:
-            entry = read_entry(self.root, self.table_path, index.version + 1)
-            if entry is None:
-                if stale and self._cleaned_past(index.version):
-                    index = self._index = self._reload(index.version)
-                    stale = False
-                    continue
-                break
-            index.apply(entry, self._count_rows)
-            self.last_entries.append(entry)
-        if index.version < 0 and self.root.exists(f"{self.table_path}/_delta_log"):
-            raise StorageError(
-                f"topic {self.topic}: the Delta log has no version 0 and no offset index "
-                f"snapshot under {self._snapshot_dir()}; offsets cannot be derived"
-            )
-        if index.version < 0:
-            raise UnknownTopicError(
-                f"topic {self.topic!r} does not exist under {self.root.uri}; create it with "
-                "'streams-eos topics --create'"
-            )
-        if upto is not None and index.version < upto:
-            raise StorageError(
-                f"topic {self.topic}: version {index.version + 1} of the Delta log is missing"
-            )
-        if index.version - self._snapshot_version >= SNAPSHOT_EVERY:
-            self._write_snapshot(index)
-        self._refreshed_at = time.monotonic()
-        return index
-
-    def write_snapshot(self) -> OffsetIndex:
-        """Refresh, and snapshot the index at the latest version unless one exists (the
-        log cleaner calls this before Delta may delete old log files)."""
-        with self._lock:
-            index = self._refresh(None)
-            if index.version > self._snapshot_version:
-                self._write_snapshot(index)
-            return index
-
-    def forget_removed(self, paths: Iterable[str]) -> None:
-        """Forget removed files the vacuum deleted (see :attr:`OffsetIndex.removed`)."""
-        with self._lock:
-            if self._index is not None:
-                self._index.vacuumed(paths)
-
-    def _cleaned_past(self, version: int) -> bool:
-        """Whether Delta's log cleanup removed commits after ``version`` (its newest
-        checkpoint is past it; cleanup only removes versions before a checkpoint)."""
-        raw = self.root.read_bytes(f"{self.table_path}/_delta_log/_last_checkpoint")
-        try:
-            return raw is not None and int(json.loads(raw)["version"]) > version
-        except (ValueError, KeyError, TypeError):
-            return False
-
-    def _reload(self, version: int) -> OffsetIndex:
-        newer = self._load_snapshot()
-        if newer.version <= version:
-            raise StorageError(
-                f"topic {self.topic}: the Delta log's commits after version {version} were "
-                "cleaned up (delta.logRetentionDuration) and no offset index snapshot "
-                f"under {self._snapshot_dir()} covers them; offsets cannot be derived. "
-                "Keep readers of this topic running or lengthen delta.logRetentionDuration"
-            )
-        log.info(
-            "[topic %s] log cleaned past version %d: reloaded index at %d",
-            self.topic,
-            version,
-            newer.version,
-        )
-        return newer
-
-    def _count_rows(self, path: str) -> int:
-        import pyarrow.parquet as pq
-
-        full = path if "://" in path else f"{self.table_path}/{path}"
-        with self.root.fs.open_input_file(full) as f:
-            return int(pq.ParquetFile(f).metadata.num_rows)
-
-    def _snapshot_dir(self) -> str:
-        return f"{self.table_path}/{INDEX_DIR}"
-
-    def _load_snapshot(self) -> OffsetIndex:
-        names = sorted(
-            (info.base_name for info in self.root.list_dir(self._snapshot_dir())),
-            reverse=True,
-        )
-        for name in names:
-            if not name.endswith(".json.gz"):
-                continue
-            raw = self.root.read_bytes(f"{self._snapshot_dir()}/{name}")
-            try:
-                index = OffsetIndex.from_json(json.loads(gzip.decompress(raw or b"")))
-            except (OSError, ValueError, KeyError, StorageError) as exc:
-                log.warning(
-                    "[topic %s] skipping unreadable index snapshot %s: %s", self.topic, name, exc
-                )
-                continue
-            self._snapshot_version = index.version
-            return index
-        return OffsetIndex(self.topic)
-
-    def _write_snapshot(self, index: OffsetIndex) -> None:
-        # The snapshot is derived from immutable commits, so writing it twice (two
-        # processes at once) is harmless; a torn write is skipped by _load_snapshot.
-        data = gzip.compress(json.dumps(index.to_json()).encode(), compresslevel=1)
-        self.root.write_bytes(f"{self._snapshot_dir()}/{index.version:020d}.json.gz", data)
-        self._snapshot_version = index.version
-        old = sorted(
-            info.path
-            for info in self.root.list_dir(self._snapshot_dir())
-            if info.base_name.endswith(".json.gz")
-        )
-        for path in old[:-SNAPSHOTS_KEPT]:
-            self.root.delete_file(path)

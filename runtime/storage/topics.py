@@ -28,8 +28,9 @@ from common.errors import (
 from runtime.storage.delta_log import PARTITIONS_PROPERTY
 from runtime.storage.fs import StorageRoot, storage_options
 from runtime.storage.names import collides, validate_topic_name
-from runtime.storage.offset_index import OffsetIndex, TopicLog
+from runtime.storage.offset_index import OffsetIndex
 from runtime.storage.records import TABLE_SCHEMA
+from runtime.storage.topic_log import TopicLog
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ from common.errors import (
     SerializationError,
     StorageError,
 )
-from runtime.storage import offset_index
+from runtime.storage import topic_log
+from runtime.storage.offset_index import OffsetIndex
 from runtime.storage.partitioner import partition_for_key
 from runtime.storage.producer import ROW_GROUP_SIZE, Producer
 from runtime.storage.reader import TopicReader
@@ -186,7 +187,7 @@ def test_lost_compare_and_swap_retries_with_new_offsets(
     refresh = tlog.refresh
     raced = []
 
-    def refresh_then_race(upto: int | None = None) -> offset_index.OffsetIndex:
+    def refresh_then_race(upto: int | None = None) -> OffsetIndex:
         index = refresh(upto)
         if upto is not None and not raced:
             raced.append(True)
@@ -257,7 +258,7 @@ def test_removed_files_move_log_start(admin: TopicAdmin, producer: Producer, roo
 def test_index_snapshot_survives_log_cleanup(
     admin: TopicAdmin, producer: Producer, root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(offset_index, "SNAPSHOT_EVERY", 10)
+    monkeypatch.setattr(topic_log, "SNAPSHOT_EVERY", 10)
     admin.create("t", 2)
     for i in range(25):
         producer.send("t", b"k%d" % i, b"%d" % i)
