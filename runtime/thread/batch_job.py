@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType, _parse_datatype_string
 
 from common.errors import CombinedRecordsLateError, StreamsError
 from runtime.spark.locality import executor_hosts, group_partitions, located_rows
@@ -46,21 +47,6 @@ log = logging.getLogger(__name__)
 
 #: How many times a batch's Spark job runs when it fails for a reason outside its tasks.
 JOB_ATTEMPTS = 3
-
-#: The columns of the rows collected on the driver.
-META = (
-    "kind",
-    "task",
-    "timestamp",
-    "topic",
-    "partition",
-    "path",
-    "count",
-    "size",
-    "min_timestamp",
-    "max_timestamp",
-    "offset",
-)
 
 
 @dataclass
@@ -120,15 +106,24 @@ def run_batch_job(
 
 def _job(df: DataFrame, plan: BatchPlan, depth: int, partitions: Mapping[int, int]) -> DataFrame:
     """The batch's levels over ``df``, as one DataFrame of metadata rows."""
+    schema = row_schema()
     out = _source_rows(df, plan, partitions).mapInArrow(
-        functools.partial(_source_level, plan), ROW_DDL
+        functools.partial(_source_level, plan), schema
     )
     for level in range(1, depth):
         spark_partitions = plan.spark_partitions_of(partitions[level])
         out = out.repartition(spark_partitions, "shuffle").mapInArrow(
-            functools.partial(_inner_level, plan, level), ROW_DDL
+            functools.partial(_inner_level, plan, level), schema
         )
     return out
+
+
+@functools.cache
+def row_schema() -> StructType:
+    """The rows' schema, parsed once (a DDL string is parsed by the JVM at every use)."""
+    parsed = _parse_datatype_string(ROW_DDL)
+    assert isinstance(parsed, StructType)
+    return parsed
 
 
 def _source_rows(df: DataFrame, plan: BatchPlan, partitions: Mapping[int, int]) -> DataFrame:
@@ -172,7 +167,9 @@ def _collect(out: DataFrame, plan: BatchPlan) -> tuple[list[Any], int]:
     """Return the job's rows and how many failed attempts came first."""
     for attempt in range(1, JOB_ATTEMPTS + 1):
         try:
-            return out.select(*META).collect(), attempt - 1
+            # every column (only metadata rows reach the driver; a select would cost a
+            # JVM call per column at every batch)
+            return out.collect(), attempt - 1
         except Exception as exc:
             original = task_error(exc)
             if original is not None:
