@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,14 +73,15 @@ def run_batch_job(
         the first task's own exception (re-raised from Spark's wrapper), or StreamsError.
     """
     try:
-        rows, retries = _collect(_job(df, plan, depth, partitions), plan)
+        rows, retries = _collect(lambda: _job(df, plan, depth, partitions), plan)
         uncombined = 0
     except CombinedRecordsLateError as exc:
         if not plan.combine_windows:
             raise StreamsError(f"[{plan.owner}] {exc} (it combined none: a bug)") from exc
         log.info("[%s] %s", plan.owner, exc)
         plan = dataclasses.replace(plan, combine_windows=frozenset())
-        rows, retries = _collect(_job(df, plan, depth, partitions), plan)
+        uncombined_plan = plan
+        rows, retries = _collect(lambda: _job(df, uncombined_plan, depth, partitions), plan)
         uncombined = 1
     result = JobResult(rows)
     if retries:
@@ -163,13 +164,18 @@ def _first_level_owners(plan: BatchPlan, count: int) -> dict[int, str]:
     return owner
 
 
-def _collect(out: DataFrame, plan: BatchPlan) -> tuple[list[Any], int]:
-    """Return the job's rows and how many failed attempts came first."""
+def _collect(job: Callable[[], DataFrame], plan: BatchPlan) -> tuple[list[Any], int]:
+    """Return the job's rows and how many failed attempts came first.
+
+    Each attempt builds its DataFrame anew: collecting the same one again would reuse the
+    shuffle files its first run wrote and run only the failed level, while a task host
+    that lost an earlier level of the batch needs every level to run again.
+    """
     for attempt in range(1, JOB_ATTEMPTS + 1):
         try:
-            # every column (only metadata rows reach the driver; a select would cost a
+            # every column: only metadata rows reach the driver (a select would cost a
             # JVM call per column at every batch)
-            return out.collect(), attempt - 1
+            return job().collect(), attempt - 1
         except Exception as exc:
             original = task_error(exc)
             if original is not None:
