@@ -27,6 +27,7 @@ from common.errors import (
 )
 from runtime.storage.delta_log import PARTITIONS_PROPERTY
 from runtime.storage.fs import StorageRoot, storage_options
+from runtime.storage.leases import FileLeases
 from runtime.storage.names import collides, validate_topic_name
 from runtime.storage.offset_index import OffsetIndex
 from runtime.storage.records import TABLE_SCHEMA
@@ -156,6 +157,8 @@ class TopicAdmin:
     def __init__(self, root: str | StorageRoot) -> None:
         self.root = root if isinstance(root, StorageRoot) else StorageRoot(root)
         self._logs: dict[str, TopicLog] = {}
+        #: Files this process's readers planned and have not read yet (never vacuumed).
+        self.leases = FileLeases()
 
     def table_path(self, topic: str) -> str:
         """Return the filesystem path of a topic's table."""

@@ -45,12 +45,17 @@ class VacuumResult:
 
 
 def vacuum(admin: TopicAdmin, topic: str, *, delay_ms: int, now_ms: int) -> VacuumResult:
-    """Delete ``topic``'s files removed from its log at least ``delay_ms`` ago, and the
-    staging directories they leave empty."""
+    """Delete ``topic``'s files removed from its log at least ``delay_ms`` ago that no
+    reader of this process has leased, and the staging directories they leave empty."""
     topic_log = admin.topic_log(topic)
     index = topic_log.refresh()
     table = admin.table_path(topic)
-    due = [path for path, when in index.removed.items() if now_ms - when >= delay_ms]
+    leased = admin.leases.held()  # planned by a batch of this process not over yet
+    due = [
+        path
+        for path, when in index.removed.items()
+        if now_ms - when >= delay_ms and f"{table}/{path}" not in leased
+    ]
     files = size = 0
     parents: set[str] = set()
     for path in due:

@@ -256,10 +256,13 @@ class StreamThread:
     def run_batch(self, df: DataFrame, batch_id: int) -> None:
         """Process and commit one micro-batch (the ``foreachBatch`` function)."""
         started = time.perf_counter()
+        lease = 0
         try:
             self._check_shutdown(batch_id)
             self._poll_group()
-            if not self._plan_reads() and not self._tasks_due():
+            planned = self._plan_reads()
+            lease = self.admin.leases.hold(self._planned_files())
+            if not planned and not self._tasks_due():
                 return  # nothing to read, nothing due for this thread's tasks
             if self.membership is not None:
                 self.membership.batch_started()
@@ -287,6 +290,7 @@ class StreamThread:
             self.failure = exc
             raise
         finally:
+            self.admin.leases.release(lease)
             if self.membership is not None:
                 self.membership.batch_finished()
         self.batch_times.append(time.perf_counter() - started)
@@ -314,6 +318,11 @@ class StreamThread:
             },
         )
         return bool(self.reads.inputs)
+
+    def _planned_files(self) -> set[str]:
+        """The files the batch's plan reads (leased until the batch is over)."""
+        items = [*(i for r in self.reads.inputs.values() for i in r), *self.globals]
+        return {piece.file for item in items for piece in item.slices}
 
     def _follow_patterns(self) -> None:
         """Read the new topics the trigger's pattern watch found from now on."""

@@ -267,6 +267,11 @@ def test_the_vacuum_never_deletes_a_file_a_running_reader_still_needs(
     assert cleaner.clean(TOPIC, now_ms=T0 + 29_000).vacuumed_files == 0
     table = read_slices(admin.root, TOPIC, 0, slices)  # still all there
     assert table.column("offset").to_pylist() == list(range(80))
+    # a batch of this process that planned them holds a lease: kept past the delay too
+    lease = admin.leases.hold(piece.file for piece in slices)
+    late = int(__import__("time").time() * 1000) + 31_000
+    assert cleaner.clean(TOPIC, now_ms=late).vacuumed_files == 0
+    admin.leases.release(lease)
     # the transaction coordinator's orphan sweep leaves them to the vacuum too
     from runtime.txn.coordinator import TransactionCoordinator
 
