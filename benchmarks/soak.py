@@ -206,6 +206,7 @@ def sample(
         "p99": percentile(times, 0.99) if times else 0.0,
         "usage": usage(root, state),
         "rss": {k: peak.get(k, 0.0) for k in ("driver", "jvm", "python")},
+        "cleaner": dict(manager.totals) if (manager := sampler.app.log_manager) else {},
     }
 
 
@@ -223,6 +224,8 @@ def print_row(row: dict[str, Any], header: bool) -> None:
     )
     for name, (files, size) in row["usage"].items():
         print(f"{'':>8}{name:<44} {files:>8} files {size / MB:>10.1f} MB")
+    done = ", ".join(f"{k} {v}" for k, v in sorted(row["cleaner"].items()))
+    print(f"{'':>8}log cleaner so far: {done or 'nothing'}")
     sys.stdout.flush()
 
 

@@ -21,7 +21,7 @@ from streams.testing import crashtest as crashtest_from_testing
 from tests.crash.conftest import FAST_JVM, RUN_CONFIG, example, runnable_examples
 
 #: Records per example: enough batches (max.poll.records=2 per partition) for every kill.
-GENERATE = {"wordcount": 200, "flash_sale": 300}
+GENERATE = {"wordcount": 160, "flash_sale": 300}
 QUICK = {**RUN_CONFIG, "max.poll.records": "2"}
 
 
