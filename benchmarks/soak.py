@@ -118,7 +118,8 @@ def main() -> None:
             "application.id": "soak",
             "topics.root": root,
             "state.dir": state,
-            "commit.interval.ms": 100,
+            "commit.interval.ms": 10,
+            "poll.ms": 10,  # the next batch starts as soon as its chunk is written
             "group.initial.rebalance.delay.ms": 0,
             # a month's cleaning in an hour: the cleaner's intervals and delays in seconds
             "log.retention.check.interval.ms": 30_000,
