@@ -306,8 +306,10 @@ class StreamsConfig(BaseModel):
     log_cleaner_min_compaction_lag_ms: _Int = _key(
         "log.cleaner.min.compaction.lag.ms", "an integer >= 0", default=0, ge=0
     )
+    # at least a minute: a reader that refreshes a topic's offset index more often never
+    # misses a cleaned-up commit (an idler checks, see runtime.storage.topic_log)
     log_delta_retention_ms: _Int = _key(
-        "log.delta.retention.ms", "an integer >= 0", default=86400000, ge=0
+        "log.delta.retention.ms", "an integer >= 60000", default=86400000, ge=60000
     )
     deserialization_exception_handler: str = _key(
         "deserialization.exception.handler", _HANDLERS["deserialization"], default="log-and-fail"

@@ -29,7 +29,7 @@ from typing import Any
 
 from runtime.storage import rewrite
 from runtime.storage.compaction import ChangelogCompactor, PartitionCompaction
-from runtime.storage.offset_index import Segment
+from runtime.storage.offset_index import MIN_LOG_RETENTION_MS, Segment
 from runtime.storage.reader import FileSlice, read_slices
 from runtime.storage.retention import (
     TopicPolicy,
@@ -283,4 +283,5 @@ class LogCleaner:
     def _log_retention(self, configs: Mapping[str, str]) -> int:
         own = configs.get(LOG_RETENTION_PROPERTY)
         parsed = parse_interval_ms(own) if own else None
-        return self.delta_log_retention_ms if parsed is None else parsed
+        chosen = self.delta_log_retention_ms if parsed is None else parsed
+        return max(chosen, MIN_LOG_RETENTION_MS)  # readers rely on it (see topic_log)

@@ -53,8 +53,10 @@ log = logging.getLogger(__name__)
 SNAPSHOT_EVERY = 100
 SNAPSHOTS_KEPT = 3
 #: An index not refreshed for this long checks, at the log end, that Delta's log cleanup did
-#: not remove commits it has not read (cleanup keeps at least an hour of commits).
-GAP_CHECK_AFTER_S = 600.0
+#: not remove commits it has not read (cleanup keeps at least MIN_LOG_RETENTION_MS of them).
+GAP_CHECK_AFTER_S = 30.0
+#: The shortest Delta log retention the log cleaner applies (twice GAP_CHECK_AFTER_S).
+MIN_LOG_RETENTION_MS = 60_000
 INDEX_DIR = "_streams_index"
 _FORMAT = 1
 

@@ -23,7 +23,7 @@ AGGRESSIVE = {
     "log.cleaner.backoff.ms": "1000",
     "repartition.purge.interval.ms": "1000",
     "log.segment.delete.delay.ms": "2000",
-    "log.delta.retention.ms": "0",
+    "log.delta.retention.ms": "60000",  # the least allowed
 }
 
 
