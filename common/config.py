@@ -300,6 +300,7 @@ class StreamsConfig(BaseModel):
     log_segment_bytes: _Int = _key(
         "log.segment.bytes", "an integer >= 1024", default=67108864, ge=1024
     )
+    log_roll_ms: _Int = _key("log.roll.ms", "an integer >= 1", default=604800000, ge=1)
     log_segment_delete_delay_ms: _Int = _key(
         "log.segment.delete.delay.ms", "an integer >= 0", default=60000, ge=0
     )

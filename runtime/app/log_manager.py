@@ -45,6 +45,7 @@ def cleaner_defaults(config: StreamsConfig) -> dict[str, object]:
         "retention.ms": config.log_retention_ms,
         "retention.bytes": config.log_retention_bytes,
         "segment.bytes": config.log_segment_bytes,
+        "segment.ms": config.log_roll_ms,
         "file.delete.delay.ms": config.log_segment_delete_delay_ms,
         "min.compaction.lag.ms": config.log_cleaner_min_compaction_lag_ms,
         "delete.retention.ms": config.delete_retention_ms,

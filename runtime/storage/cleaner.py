@@ -29,9 +29,10 @@ from typing import Any
 
 from runtime.storage import rewrite
 from runtime.storage.compaction import ChangelogCompactor, PartitionCompaction
-from runtime.storage.offset_index import MIN_LOG_RETENTION_MS, Segment
+from runtime.storage.offset_index import MIN_LOG_RETENTION_MS, PartitionLog, Segment
 from runtime.storage.reader import FileSlice, read_slices
 from runtime.storage.retention import (
+    MERGE_FANOUT,
     TopicPolicy,
     compaction_horizon,
     deletable,
@@ -156,7 +157,7 @@ class LogCleaner:
                 out, "compaction", lambda: self._compact(out, policy, now, compaction_horizons)
             )
         if merge:
-            self._guarded(out, "merge", lambda: self._merge(out, policy))
+            self._guarded(out, "merge", lambda: self._merge(out, policy, now, compaction_horizons))
         if vacuum_files:
             done = vacuum(self.admin, topic, delay_ms=policy.file_delete_delay_ms, now_ms=now)
             out.vacuumed_files, out.vacuumed_bytes = done.files, done.bytes
@@ -213,24 +214,30 @@ class LogCleaner:
         index = self.admin.topic_log(topic).refresh()
         compactor = ChangelogCompactor(self.admin, topic, compression=self.compression)
         for p in range(index.num_partitions):
-            plog = index.log(p)
-            horizon = compaction_horizon(plog.segments, plog.end, policy.min_compaction_lag_ms, now)
-            if horizons is not None:
-                if p not in horizons:
-                    continue
-                horizon = min(horizon, horizons[p])
+            horizon = _clean_horizon(index.log(p), policy, now, horizons, p)
+            if horizon is None:
+                continue
             done = compactor.compact(
                 p, horizon=horizon, delete_retention_ms=policy.delete_retention_ms, now_ms=now
             )
             if done.version is not None:
                 out.compactions.append(done)
 
-    def _merge(self, out: CleanResult, policy: TopicPolicy) -> None:
+    def _merge(
+        self, out: CleanResult, policy: TopicPolicy, now: int, horizons: Mapping[int, int] | None
+    ) -> None:
         topic = out.topic
         index = self.admin.topic_log(topic).refresh()
         size_of = self._size_of(topic)
         for p in range(index.num_partitions):
-            runs = merge_runs(index.log(p).segments, policy.segment_bytes, size_of=size_of)
+            plog = index.log(p)
+            runs = merge_runs(
+                plog.segments,
+                policy.segment_bytes,
+                size_of=size_of,
+                max_span_ms=policy.merge_span_ms(),
+                max_offsets=self._dirty_eighth(plog, policy, now, horizons, p),
+            )
             if not runs:
                 continue
             added: list[NewFile] = []
@@ -248,6 +255,22 @@ class LogCleaner:
             )
             out.merged_files += len(removed)
             out.merges += len(added)
+
+    @staticmethod
+    def _dirty_eighth(
+        plog: PartitionLog,
+        policy: TopicPolicy,
+        now: int,
+        horizons: Mapping[int, int] | None,
+        p: int,
+    ) -> int | None:
+        """A compacted partition merges runs of at most an eighth of its tail above the
+        clean horizon: compaction takes whole files only, so a merged file reaching far
+        above the horizon would stay uncompacted long after most of it fell below."""
+        if not policy.compacts:
+            return None
+        horizon = _clean_horizon(plog, policy, now, horizons, p)
+        return None if horizon is None else max(0, plog.end - horizon) // MERGE_FANOUT
 
     def _merged(self, topic: str, partition: int, run: list[Segment]) -> NewFile:
         table = self.admin.table_path(topic)
@@ -285,3 +308,16 @@ class LogCleaner:
         parsed = parse_interval_ms(own) if own else None
         chosen = self.delta_log_retention_ms if parsed is None else parsed
         return max(chosen, MIN_LOG_RETENTION_MS)  # readers rely on it (see topic_log)
+
+
+def _clean_horizon(
+    plog: PartitionLog, policy: TopicPolicy, now: int, horizons: Mapping[int, int] | None, p: int
+) -> int | None:
+    """Return the offset below which compaction may clean partition ``p`` (None: it is
+    not compacted, its task has no snapshot yet)."""
+    horizon = compaction_horizon(plog.segments, plog.end, policy.min_compaction_lag_ms, now)
+    if horizons is None:
+        return horizon
+    if p not in horizons:
+        return None
+    return min(horizon, horizons[p])

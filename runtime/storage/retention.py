@@ -11,7 +11,11 @@ Pure functions over a partition's segments (:class:`~runtime.storage.offset_inde
 * :func:`merge_runs` — runs of consecutive small files to merge into one: eight files of
   like size (within a factor of eight) and together at most ``segment.bytes``, so files
   grow geometrically and each record is rewritten a few times at most, while the number of
-  live files per partition stays bounded however many batches have run.
+  live files per partition stays bounded however many batches have run. A merged file
+  also stays short in time (:meth:`TopicPolicy.merge_span_ms`) and, on a compacted topic,
+  in offsets (the cleaner's ``max_offsets``): retention deletes a file by its newest
+  record and compaction takes whole files only, so a file spanning much of the retention
+  (or of the uncompacted tail) would keep its oldest records long past their time.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ DEFAULTS = {
     "retention.ms": 604_800_000,
     "retention.bytes": -1,
     "segment.bytes": 64 << 20,
+    "segment.ms": 604_800_000,
     "file.delete.delay.ms": 60_000,
     "min.compaction.lag.ms": 0,
     "delete.retention.ms": 86_400_000,
@@ -45,6 +50,7 @@ class TopicPolicy:
     retention_ms: int = 604_800_000
     retention_bytes: int = -1
     segment_bytes: int = 64 << 20
+    segment_ms: int = 604_800_000
     file_delete_delay_ms: int = 60_000
     min_compaction_lag_ms: int = 0
     delete_retention_ms: int = 86_400_000
@@ -59,6 +65,14 @@ class TopicPolicy:
         """Whether compaction applies (``cleanup.policy`` has ``compact``)."""
         return "compact" in self.cleanup_policy
 
+    def merge_span_ms(self) -> int:
+        """Return the longest time one merged file may span: ``segment.ms``, and at most
+        an eighth of ``retention.ms`` where retention applies, so a partition keeps at most
+        9/8 of its retention (a file goes when its newest record expires)."""
+        if self.deletes and self.retention_ms >= 0:
+            return max(1, min(self.segment_ms, self.retention_ms // MERGE_FANOUT))
+        return self.segment_ms
+
     @classmethod
     def of(cls, configs: Mapping[str, str], defaults: Mapping[str, object]) -> TopicPolicy:
         """Return the policy of a topic with overrides ``configs`` (validated topic
@@ -69,6 +83,7 @@ class TopicPolicy:
             retention_ms=int(str(merged["retention.ms"])),
             retention_bytes=int(str(merged["retention.bytes"])),
             segment_bytes=int(str(merged["segment.bytes"])),
+            segment_ms=int(str(merged["segment.ms"])),
             file_delete_delay_ms=int(str(merged["file.delete.delay.ms"])),
             min_compaction_lag_ms=int(str(merged["min.compaction.lag.ms"])),
             delete_retention_ms=int(str(merged["delete.retention.ms"])),
@@ -122,6 +137,8 @@ def merge_runs(
     *,
     size_of: Callable[[Segment], int],
     fanout: int = MERGE_FANOUT,
+    max_span_ms: int | None = None,
+    max_offsets: int | None = None,
 ) -> list[list[Segment]]:
     """Return runs of ``fanout`` consecutive segments to merge, oldest first.
 
@@ -129,18 +146,34 @@ def merge_runs(
     times the smallest) and together at most ``target_bytes``: eight files of one batch
     each become one, eight of those one more, and so on up to ``target_bytes`` (a binary
     counter in base eight). Runs never overlap.
+
+    Args:
+        max_span_ms: the longest time a run's records may span (from the newest record
+            of the file before the run, or of its own first file, to its newest record).
+        max_offsets: the most offsets a run may cover.
     """
     runs: list[list[Segment]] = []
     i = 0
     while i + fanout <= len(segments):
         window = list(segments[i : i + fanout])
         sizes = [max(1, size_of(s)) for s in window]
-        if max(sizes) < fanout * min(sizes) and sum(sizes) <= target_bytes:
+        if (
+            max(sizes) < fanout * min(sizes)
+            and sum(sizes) <= target_bytes
+            and (max_offsets is None or window[-1].end - window[0].base <= max_offsets)
+            and _within(segments[i - 1] if i else window[0], window[-1], max_span_ms)
+        ):
             runs.append(window)
             i += fanout
         else:
             i += 1
     return runs
+
+
+def _within(before: Segment, last: Segment, max_span_ms: int | None) -> bool:
+    if max_span_ms is None or before.max_timestamp is None or last.max_timestamp is None:
+        return True
+    return last.max_timestamp - before.max_timestamp <= max_span_ms
 
 
 def compaction_horizon(segments: Sequence[Segment], end: int, lag_ms: int, now_ms: int) -> int:

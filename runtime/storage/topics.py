@@ -44,6 +44,7 @@ _LONG_AT_LEAST = {
     "retention.ms": -1,
     "retention.bytes": -1,
     "segment.bytes": 1024,
+    "segment.ms": 1,
     "file.delete.delay.ms": 0,
     "delete.retention.ms": 0,
     "min.compaction.lag.ms": 0,

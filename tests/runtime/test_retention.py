@@ -85,3 +85,49 @@ def test_the_compaction_horizon_leaves_records_younger_than_the_lag() -> None:
     assert compaction_horizon(files, 15, 0, 10_000) == 15
     assert compaction_horizon(files, 15, 5000, 10_000) == 10
     assert compaction_horizon(files, 15, 9500, 10_000) == 0
+
+
+def test_merged_files_stay_short_in_time_so_retention_keeps_at_most_nine_eighths() -> None:
+    """A file a second for 6,000 s under a 600 s retention: without a span limit merged
+    files grow to span most of the retention and the partition keeps up to ~1.9x of it;
+    with it, at most 9/8 (plus the files of one check), and still few files."""
+    policy = TopicPolicy(retention_ms=600_000)
+
+    def run(span: int | None) -> tuple[float, int]:
+        live: list[Segment] = []
+        oldest_kept = 0.0
+        most = 0
+        for t in range(6_000):
+            now = t * 1000
+            live.append(seg(t * 10, 10, 1000, ts=now))
+            gone = deletable(live, policy, now, size_of=size_of)
+            live = live[len(gone) :]
+            for r in merge_runs(live, 64 * MB, size_of=size_of, max_span_ms=span):
+                count, size = sum(s.count for s in r), sum(size_of(s) for s in r)
+                merged = Segment(r[0].base, count, f"m{r[0].base}", r[-1].max_timestamp, None, size)
+                i = live.index(r[0])
+                live[i : i + len(r)] = [merged]
+            if t > 3_000:  # steady state: how far back the oldest kept record goes
+                oldest_kept = max(oldest_kept, (now - live[0].base // 10 * 1000) / 600_000)
+                most = max(most, len(live))
+        return oldest_kept, most
+
+    unbounded, _ = run(None)
+    bounded, files = run(policy.merge_span_ms())
+    assert policy.merge_span_ms() == 75_000
+    assert unbounded > 1.5
+    assert bounded <= 9 / 8 + 0.01
+    assert files <= 4 * MERGE_FANOUT  # 600 one-second files merged by eights into ~75 s ones
+
+
+def test_segment_ms_bounds_the_span_where_nothing_expires() -> None:
+    forever = TopicPolicy(retention_ms=-1, segment_ms=7_000)
+    assert forever.merge_span_ms() == 7_000
+    assert TopicPolicy(cleanup_policy="compact", retention_ms=80).merge_span_ms() == 604_800_000
+    files = [seg(i * 10, 10, 100, ts=i * 1000) for i in range(16)]
+    assert len(merge_runs(files, MB, size_of=size_of)) == 2
+    assert len(merge_runs(files, MB, size_of=size_of, max_span_ms=8_000)) == 2
+    assert merge_runs(files, MB, size_of=size_of, max_span_ms=6_000) == []
+    # a compacted topic's runs are bounded in offsets (the cleaner: an eighth of its tail)
+    assert len(merge_runs(files, MB, size_of=size_of, max_offsets=80)) == 2
+    assert merge_runs(files, MB, size_of=size_of, max_offsets=79) == []

@@ -107,6 +107,7 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "log.retention.ms": "604800000",
         "log.retention.bytes": "-1",
         "log.segment.bytes": "67108864",
+        "log.roll.ms": "604800000",
         "log.segment.delete.delay.ms": "60000",
         "log.cleaner.min.compaction.lag.ms": "0",
         "log.delta.retention.ms": "86400000",
