@@ -53,11 +53,19 @@ _LONG_AT_LEAST = {
 #: Delta's own table properties, kept as they are (Delta readers and writers honour them).
 LOG_RETENTION_PROPERTY = "delta.logRetentionDuration"
 CHECKPOINT_INTERVAL_PROPERTY = "delta.checkpointInterval"
-_DELTA_KEYS = (LOG_RETENTION_PROPERTY, CHECKPOINT_INTERVAL_PROPERTY)
+TOMBSTONE_RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+_DELTA_KEYS = (LOG_RETENTION_PROPERTY, CHECKPOINT_INTERVAL_PROPERTY, TOMBSTONE_RETENTION_PROPERTY)
 TOPIC_CONFIG_KEYS = ("cleanup.policy", *_LONG_AT_LEAST, *_DELTA_KEYS)
 #: Set on every topic created here: Delta log commits are deleted only by the log cleaner,
-#: behind an offset index snapshot (see runtime.storage.vacuum), never by a commit's hook.
-_CREATE_PROPERTIES = {"delta.enableExpiredLogCleanup": "false"}
+#: behind an offset index snapshot (see runtime.storage.vacuum), never by a commit's hook;
+#: a removed file's tombstone stays in Delta checkpoints for an hour, not Delta's week
+#: (merges remove files at every batch: a week of tombstones would make every checkpoint
+#: hold millions of rows). The vacuum here goes by the offset index, not by tombstones;
+#: an hour is longer than any reader holds a file (``file.delete.delay.ms``).
+_CREATE_PROPERTIES = {
+    "delta.enableExpiredLogCleanup": "false",
+    TOMBSTONE_RETENTION_PROPERTY: "interval 1 hour",
+}
 
 _INTERVAL = re.compile(
     r"^\s*interval\s+(\d+)\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE
@@ -123,7 +131,7 @@ def validate_topic_config(configs: Mapping[str, str]) -> dict[str, str]:
                     "compact, compact,delete"
                 )
             out[key] = norm
-        elif key == LOG_RETENTION_PROPERTY:
+        elif key in (LOG_RETENTION_PROPERTY, TOMBSTONE_RETENTION_PROPERTY):
             if parse_interval_ms(value) is None:
                 raise TopicError(
                     f"topic config {key}={value!r} is invalid; allowed: 'interval <n> <unit>' "
@@ -277,12 +285,15 @@ class TopicAdmin:
             return 0
 
     def configs(self, topic: str) -> dict[str, str]:
-        """Return the topic-level configuration overrides of ``topic``."""
+        """Return the topic-level configuration overrides of ``topic`` (a Delta property
+        every topic is created with counts only once changed)."""
         props = self._table(topic).metadata().configuration
         return {
             k.removeprefix(TOPIC_CONFIG_PREFIX): v
             for k, v in sorted(props.items())
-            if (k.startswith(TOPIC_CONFIG_PREFIX) or k in _DELTA_KEYS) and v is not None
+            if (k.startswith(TOPIC_CONFIG_PREFIX) or k in _DELTA_KEYS)
+            and v is not None
+            and _CREATE_PROPERTIES.get(k) != v
         }
 
     def alter_partitions(self, topic: str, partitions: int) -> None:

@@ -325,3 +325,29 @@ def test_topic_configs_of_the_cleaner_are_validated(admin: TopicAdmin) -> None:
     with pytest.raises(TopicError, match="segment.bytes"):
         admin.alter_configs(TOPIC, {"segment.bytes": "10"})
     assert vacuum(admin, TOPIC, delay_ms=0, now_ms=T0).files == 0
+
+
+def test_delta_checkpoints_keep_the_tombstones_of_merged_files_for_an_hour_only(
+    admin: TopicAdmin, producer: Producer, root: str
+) -> None:
+    """Merges remove files at every batch: Delta's default keeps each tombstone in every
+    checkpoint for a week (millions of rows in a month-old topic); topics keep them for an
+    hour (changeable per topic)."""
+    admin.create(TOPIC, 1, configs={"segment.ms": "3600000"})
+    properties = DeltaTable(admin.table_uri(TOPIC)).metadata().configuration
+    assert properties["delta.deletedFileRetentionDuration"] == "interval 1 hour"
+    with pytest.raises(TopicError, match="interval <n> <unit>"):
+        admin.alter_configs(TOPIC, {"delta.deletedFileRetentionDuration": "1h"})
+    admin.alter_configs(TOPIC, {"delta.deletedFileRetentionDuration": "interval 1 second"})
+    assert admin.configs(TOPIC)["delta.deletedFileRetentionDuration"] == "interval 1 second"
+    produce_files(producer, TOPIC, 64, per_file=2)
+    cleaner = LogCleaner(admin)
+    assert cleaner.clean(TOPIC, retention=False, now_ms=T0 + 64_000).merged_files == 64
+    __import__("time").sleep(1.5)
+    produce_files(producer, TOPIC, 1, per_file=1, t0=T0 + 70_000)
+    DeltaTable(admin.table_uri(TOPIC)).create_checkpoint()
+    checkpoint = sorted(Path(root, "topics", TOPIC, "_delta_log").glob("*.checkpoint.parquet"))
+    actions = pq.read_table(checkpoint[-1])
+    assert len(actions.column("remove").drop_null()) == 0  # 64 files removed, none kept
+    assert len(actions.column("add").drop_null()) == 9  # 8 merged, 1 new
+    assert [r.offset for r in everything(TopicReader(root), TOPIC)] == list(range(129))
