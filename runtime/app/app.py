@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from common.config import StreamsConfig
@@ -39,6 +39,12 @@ from runtime.app.app_state import (
     AppStateMachine,
     IllegalStateTransitionError,
     StateListener,
+)
+from runtime.app.dataframe_sources import (
+    DataFrameIngest,
+    DataFrameSourceError,
+    check_sources,
+    ingests,
 )
 from runtime.app.internal_topics import TopicPlan, plan_topics
 from runtime.app.log_manager import LogManager, application_topics
@@ -75,6 +81,10 @@ class StreamsApp:
         topology: the built topology.
         config: a :class:`StreamsConfig` or a mapping of dotted keys.
         spark: the session to use (default: the active one, else a local one).
+        sources: streaming DataFrames to read instead of topics, by the topic the
+            topology's source names (``{"clicks": df}``): each is ingested, exactly once,
+            into that topic (created when missing) by a query of its own
+            (:mod:`runtime.app.dataframe_sources`).
     """
 
     def __init__(
@@ -83,10 +93,15 @@ class StreamsApp:
         config: StreamsConfig | Mapping[str, Any],
         *,
         spark: SparkSession | None = None,
+        sources: Mapping[str, DataFrame] | None = None,
     ) -> None:
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(**config)
         self.topology = topology
         topology.validate(self.config)
+        self.dataframe_sources = dict(sources or {})
+        check_sources(topology, self.dataframe_sources)
+        #: The queries ingesting the DataFrame sources (after start).
+        self.ingests: list[DataFrameIngest] = []
         self.application_id = self.config.application_id
         self._spark = spark
         self._session_start: SessionStart | None = None
@@ -141,6 +156,14 @@ class StreamsApp:
             # The JVM starts while the topics are planned and older instances fenced.
             self._session_start = SessionStart(f"streams-{self.application_id}")
         try:
+            self.ingests = ingests(
+                self.application_id,
+                self.dataframe_sources,
+                self.admin,
+                checkpoint=f"{self.checkpoint_location()}/sources",
+                trigger_ms=self.config.commit_interval_ms,
+                partitions=self.config.num_partitions,
+            )
             self.plan = plan_topics(
                 self.topology, self.admin, self.application_id, config=self.config
             )
@@ -170,6 +193,8 @@ class StreamsApp:
             if self.config.log_cleaner_enable:
                 self.log_manager = LogManager(self.admin, self.config, self._cleaned_topics)
                 self.log_manager.start()
+            for ingest in self.ingests:  # the threads watch the topics: start feeding them
+                ingest.start(self.spark)
         except BaseException:
             self._machine.transit(AppState.PENDING_ERROR)
             self._machine.transit(AppState.ERROR)
@@ -189,8 +214,9 @@ class StreamsApp:
             self.start()
         while True:
             # Threads feed each other through repartition topics: drain until a whole
-            # round moves no position.
+            # round moves no position (and the DataFrame sources add nothing more).
             before = [dict(t.positions) for t in self.threads]
+            ingested = self._ingest_all_available()
             failed = False
             for index, query in enumerate(list(self.queries)):
                 try:
@@ -200,7 +226,7 @@ class StreamsApp:
                     failed = True
             if failed:
                 continue
-            moved = [t.positions for t in self.threads] != before
+            moved = [t.positions for t in self.threads] != before or ingested
             if not moved and self._idle():
                 break
             if not moved:  # a rebalance is under way: let the threads rejoin and read
@@ -208,6 +234,23 @@ class StreamsApp:
                     thread.wake_now()
                 time.sleep(0.1)
         self.close()
+
+    def _ingest_all_available(self) -> bool:
+        """Let every DataFrame source ingest what its input has now (a file source: every
+        file present); return whether any record was added."""
+        before = sum(i.records for i in self.ingests)
+        for ingest in self.ingests:
+            assert ingest.query is not None
+            try:
+                ingest.query.processAllAvailable()
+            except Exception:
+                failure = ingest.failure()
+                self._fail(
+                    failure
+                    if failure is not None
+                    else DataFrameSourceError(f"DataFrame source {ingest.name!r} stopped")
+                )
+        return sum(i.records for i in self.ingests) != before
 
     def _idle(self) -> bool:
         """Whether every thread has read all of its tasks' input, and the group is stable
@@ -232,6 +275,10 @@ class StreamsApp:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.queries and not self.state.is_terminal():
+            for ingest in self.ingests:
+                failure = ingest.failure()
+                if failure is not None:
+                    self._fail(failure)
             for index, query in enumerate(list(self.queries)):
                 if not query.isActive:
                     error = query.exception()
@@ -431,6 +478,8 @@ class StreamsApp:
         )
 
     def _stop_all(self) -> None:
+        for ingest in self.ingests:
+            ingest.stop()
         if self.log_manager is not None:
             self.log_manager.close()
         for query in self.queries:

@@ -108,8 +108,13 @@ class Producer:
         if size >= self.buffer_memory:
             self._flush_topic(topic)
 
-    def flush(self) -> list[AppendResult]:
+    def flush(self, *, app_txn: tuple[str, int] | None = None) -> list[AppendResult]:
         """Commit every buffered record; return where each partition's records landed.
+
+        Args:
+            app_txn: ``(app id, version)`` written as Delta's ``txn`` action with each
+                topic's commit; a topic that already holds that version (or a later one)
+                for the app id commits nothing (an idempotent writer's replay).
 
         Raises:
             CommitTimeoutError: other writers kept winning past ``delivery_timeout_ms``.
@@ -117,7 +122,7 @@ class Producer:
         """
         results: list[AppendResult] = []
         for topic in self.accumulator.topics():
-            results.extend(self._flush_topic(topic))
+            results.extend(self._flush_topic(topic, app_txn))
         return results
 
     def close(self) -> None:
@@ -144,10 +149,15 @@ class Producer:
             found = self._committers[topic] = TopicCommitter(self.admin, topic)
         return found
 
-    def _flush_topic(self, topic: str) -> list[AppendResult]:
+    def _flush_topic(
+        self, topic: str, app_txn: tuple[str, int] | None = None
+    ) -> list[AppendResult]:
         groups = self.accumulator.drain(topic)
         if not groups:
             return []
+        done = -1 if app_txn is None else self.committer(topic).committed_txn_version(app_txn[0])
+        if app_txn is not None and done >= app_txn[1]:
+            return []  # committed before (a replay): nothing is written again
         table_path = self.admin.table_path(topic)
         staged: list[StagedFile] = []
         try:
@@ -163,7 +173,7 @@ class Producer:
         committer = self.committer(topic)
         conflicts = committer.conflicts
         try:
-            results = committer.commit(staged, timeout_ms=self.delivery_timeout_ms)
+            results = committer.commit(staged, timeout_ms=self.delivery_timeout_ms, app_txn=app_txn)
         except CommitOutcomeUnknownError:
             raise
         except StreamsError:
@@ -175,6 +185,10 @@ class Producer:
             raise
         finally:
             self.metrics["commit_conflicts"] += committer.conflicts - conflicts
+        if not results:  # committed meanwhile under the same app_txn (a racing replay)
+            for f in staged:
+                self.root.delete_file(f"{table_path}/{f.path}")
+            return []
         self.metrics["commits"] += 1
         self.metrics["records"] += sum(f.count for f in staged)
         return results

@@ -1,0 +1,351 @@
+"""Streaming DataFrames as a topology's sources (``StreamsApp(..., sources={"clicks": df})``).
+
+A DataFrame source is *ingested*, exactly once, into the topic its name gives, which the
+topology then reads like any topic (Kafka Connect's source connector feeding Kafka
+Streams). Each DataFrame runs as its own Spark query whose ``foreachBatch`` turns the
+batch's rows into records and appends them in one Delta commit carrying Delta's ``txn``
+action ``(<application.id>-source-<name>-<query id>, batch id)``. Spark's own replay
+contract does the rest: after a crash Spark runs the batches its offset log planned
+again with the same ids and the same rows (replayable sources: files, Kafka, Delta,
+``rate``); a batch whose commit landed is skipped, one that did not is appended. So every
+row reaches the topic once, and from there the topology's transactions carry it to the
+outputs, changelogs and stores exactly once, with everything the topic path has:
+partitions and tasks, several stream threads, repartitions, replays from committed
+positions, the crash harness.
+
+The DataFrame has the columns of Spark's own Kafka source (a Kafka stream is passed as
+it is; other columns are ignored):
+
+* ``key``, ``value`` (required): binary, or string (UTF-8), decoded by the source's serdes;
+* ``timestamp`` (optional): a timestamp, or epoch milliseconds; default: the time of
+  ingestion (as a Kafka producer stamps records);
+* ``partition`` (optional): the partition of each record; without it records are
+  partitioned by key with Kafka's partitioner (murmur2), keyless ones spread;
+* ``headers`` (optional): ``array<struct<key: string, value: binary>>``.
+
+The topic is created when it does not exist (``num.partitions`` partitions). The
+source's Spark checkpoint holds its read positions (the files read, the Kafka offsets):
+it lives under ``checkpoint.location`` (or the storage root) and is kept across
+restarts; lost, the query starts over under a new query id and re-ingests its input.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from common.errors import ConfigError, InvalidPartitionsError, StreamsError
+from runtime.storage.producer import Producer
+from runtime.storage.topics import TopicAdmin
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from topology.graph.topology import Topology
+
+log = logging.getLogger(__name__)
+
+_KAFKA_COLUMNS = "key, value[, timestamp, partition, headers]"
+
+
+class DataFrameSourceError(StreamsError):
+    """A DataFrame source's query failed, or one of its rows cannot become a record."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceColumns:
+    """The record columns a DataFrame source has (Spark SQL type names)."""
+
+    key: str
+    value: str
+    timestamp: str | None
+    partition: str | None
+    headers: bool
+
+    def names(self) -> list[str]:
+        """Return the columns the ingest selects."""
+        out = ["key", "value"]
+        out += [
+            c for c, has in (("timestamp", self.timestamp), ("partition", self.partition)) if has
+        ]
+        return out + (["headers"] if self.headers else [])
+
+
+def check_dataframe(name: str, df: DataFrame) -> SourceColumns:
+    """Return the record columns of DataFrame source ``name``.
+
+    Raises:
+        ConfigError: ``df`` is not streaming, misses ``key`` or ``value``, or a column has
+            a type the source cannot take (the message names it and what to do).
+    """
+    where = f"sources[{name!r}]"
+    if not df.isStreaming:
+        raise ConfigError(
+            f"{where} is a batch DataFrame; pass a streaming one (spark.readStream...), or "
+            f"append its rows to the topic {name!r} with streams.Producer"
+        )
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    for required in ("key", "value"):
+        if required not in types:
+            raise ConfigError(
+                f"{where} has no column {required!r} (columns: {', '.join(types) or 'none'}); "
+                f"a DataFrame source needs the columns of Spark's Kafka source: "
+                f"{_KAFKA_COLUMNS} (rename with withColumnRenamed, or use lit(None) for a "
+                "keyless stream)"
+            )
+        if types[required] not in ("binary", "string", "void"):
+            raise ConfigError(
+                f"{where} column {required!r} is {types[required]}; it must be binary or "
+                f"string: cast it (CAST({required} AS STRING)) or serialize it "
+                f"(to_json(struct(...)) AS {required})"
+            )
+    ts = types.get("timestamp")
+    if ts is not None and ts not in ("timestamp", "timestamp_ntz", "bigint", "int", "void"):
+        raise ConfigError(
+            f"{where} column 'timestamp' is {ts}; it must be a timestamp or epoch "
+            "milliseconds (bigint), or be dropped (records then get the time of ingestion)"
+        )
+    part = types.get("partition")
+    if part is not None and part not in ("int", "bigint", "smallint", "tinyint", "void"):
+        raise ConfigError(
+            f"{where} column 'partition' is {part}; it must be an integer, or be dropped "
+            "(records are then partitioned by key)"
+        )
+    headers = types.get("headers")
+    if headers is not None and headers != "array<struct<key:string,value:binary>>":
+        raise ConfigError(
+            f"{where} column 'headers' is {headers}; it must be "
+            "array<struct<key:string,value:binary>> (Spark's Kafka source with "
+            "includeHeaders=true), or be dropped"
+        )
+    return SourceColumns(types["key"], types["value"], ts, part, headers is not None)
+
+
+class DataFrameIngest:
+    """Ingests one DataFrame source into its topic, exactly once (see the module).
+
+    Args:
+        application_id: the application's id (the ``txn`` app id's prefix).
+        name: the source's topic.
+        df: the streaming DataFrame.
+        admin: the storage root's topic admin.
+        checkpoint: the source query's Spark checkpoint location (kept across restarts).
+        trigger_ms: the query's trigger interval (``commit.interval.ms``).
+        compression: parquet codec of the topic's files.
+    """
+
+    def __init__(
+        self,
+        application_id: str,
+        name: str,
+        df: DataFrame,
+        admin: TopicAdmin,
+        *,
+        checkpoint: str,
+        trigger_ms: int,
+        compression: str = "snappy",
+    ) -> None:
+        self.application_id = application_id
+        self.name = name
+        self.columns = check_dataframe(name, df)
+        self.df = df
+        self.admin = admin
+        self.checkpoint = checkpoint
+        self.trigger_ms = trigger_ms
+        self.producer = Producer(admin, buffer_memory=1 << 62, compression=compression)
+        self.query: StreamingQuery | None = None
+        self.batches = 0
+        self.skipped = 0
+        self.records = 0
+        self._started = threading.Event()
+        self._error: BaseException | None = None  # what a batch raised (Spark wraps it)
+
+    @property
+    def app_id(self) -> str:
+        """The ``txn`` app id of this source's commits (its query id: a new checkpoint is
+        a new query, whose batch ids start again at 0)."""
+        assert self.query is not None
+        return f"{self.application_id}-source-{self.name}-{self.query.id}"
+
+    def start(self, spark: SparkSession) -> StreamingQuery:
+        """Start the source's query."""
+        del spark  # the DataFrame's own session runs it
+        self.query = (
+            self.df.select(*self.columns.names())
+            .writeStream.foreachBatch(self._batch)
+            .queryName(f"streams-{self.application_id}-source-{self.name}")
+            .option("checkpointLocation", self.checkpoint)
+            .trigger(processingTime=f"{self.trigger_ms} milliseconds")
+            .start()
+        )
+        self._started.set()
+        return self.query
+
+    def stop(self) -> None:
+        """Stop the query (a batch in flight is replayed by the next start if it did not
+        commit)."""
+        if self.query is not None:
+            self.query.stop()
+
+    def failure(self) -> BaseException | None:
+        """Return why the query stopped, if it failed."""
+        if self.query is None or (self._error is None and self.query.isActive):
+            return None
+        error = None if self._error is not None else self.query.exception()
+        if error is None and self._error is None:
+            return None
+        cause = self._error if self._error is not None else error
+        assert cause is not None
+        return DataFrameSourceError(
+            f"DataFrame source {self.name!r} failed: {_first_line(cause)}; nothing of the "
+            "failed batch was ingested: fix the input (or the DataFrame) and restart, Spark "
+            "runs the batch again"
+        )
+
+    def _batch(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self._ingest(batch, batch_id)
+        except BaseException as exc:
+            self._error = exc
+            raise
+
+    def _ingest(self, batch: DataFrame, batch_id: int) -> None:
+        self._started.wait()
+        version = self.producer.committer(self.name).committed_txn_version(self.app_id)
+        if version >= batch_id:
+            self.skipped += 1
+            log.info("[source %s] batch %d committed before: skipped", self.name, batch_id)
+            return
+        table = batch.toArrow()
+        if table.num_rows:
+            self._append(table, batch_id)
+            self.producer.flush(app_txn=(self.app_id, batch_id))
+            self.records += table.num_rows
+        self.batches += 1
+
+    def _append(self, table: pa.Table, batch_id: int) -> None:
+        n = table.num_rows
+        keys = _as_binary(table.column("key"))
+        values = _as_binary(table.column("value"))
+        timestamps: Any = None
+        if self.columns.timestamp is not None:
+            timestamps = _epoch_ms(table.column("timestamp"), int(time.time() * 1000))
+        partitions = None
+        if self.columns.partition is not None:
+            partitions = self._partitions(table.column("partition"), batch_id)
+        headers = None
+        if self.columns.headers:
+            headers = table.column("headers").combine_chunks()
+            if headers.null_count:
+                headers = pc.if_else(pc.is_null(headers), pa.array([[]] * n, headers.type), headers)
+        self.producer.send_batch(
+            self.name, keys, values, timestamps=timestamps, partitions=partitions, headers=headers
+        )
+
+    def _partitions(self, column: pa.ChunkedArray, batch_id: int) -> pa.Array:
+        parts = pc.fill_null(column.combine_chunks().cast(pa.int64()), -1)
+        count = self.producer.accumulator.num_partitions(self.name)
+        lo, hi = pc.min_max(parts).values()
+        bad = hi.as_py() >= count or lo.as_py() < -1
+        if bad:
+            row = int(pc.index(pc.or_(pc.greater_equal(parts, count), pc.less(parts, -1)), True))
+            raise InvalidPartitionsError(
+                f"DataFrame source {self.name!r}, batch {batch_id}, row {row}: partition "
+                f"{parts[row].as_py()} is not a partition of topic {self.name!r} (it has "
+                f"{count}); create the topic with more partitions (streams-eos topics "
+                f"--alter --topic {self.name} --partitions N) or drop the partition column"
+            )
+        return parts.cast(pa.int32())
+
+
+def _as_binary(column: pa.ChunkedArray) -> pa.Array:
+    array = column.combine_chunks()
+    if pa.types.is_null(array.type):
+        return pa.nulls(len(array), pa.binary())
+    return array.cast(pa.binary())  # binary as it is, strings as their UTF-8 bytes
+
+
+def _epoch_ms(column: pa.ChunkedArray, now: int) -> pa.Array:
+    array = column.combine_chunks()
+    if pa.types.is_timestamp(array.type):
+        array = pc.cast(array, pa.timestamp("ms", array.type.tz), safe=False).cast(pa.int64())
+    elif pa.types.is_null(array.type):
+        array = pa.nulls(len(array), pa.int64())
+    else:
+        array = array.cast(pa.int64())
+    return pc.fill_null(array, now)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(getattr(error, "desc", None) or error)
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return type(error).__name__
+
+
+def topology_source_topics(topology: Topology) -> frozenset[str]:
+    """Return the topics the topology's sources name (not patterns, not internal ones):
+    the names a DataFrame source may take."""
+    from topology.graph.graph import SourceSpec  # the planning side never imports this
+
+    return frozenset(
+        topic
+        for spec in topology.nodes.values()
+        if isinstance(spec, SourceSpec) and not spec.internal and spec.pattern is None
+        for topic in spec.topics
+    )
+
+
+def check_sources(topology: Topology, sources: Mapping[str, DataFrame]) -> None:
+    """Check that every DataFrame source names a source topic of ``topology`` and has the
+    columns a source takes.
+
+    Raises:
+        ConfigError: naming the source and what to change.
+    """
+    names = topology_source_topics(topology)
+    for name, df in sources.items():
+        if name not in names:
+            raise ConfigError(
+                f"sources[{name!r}]: the topology reads no topic {name!r}; its source topics "
+                f"are: {', '.join(sorted(names)) or 'none'} (the key of sources= "
+                "names the topic a builder.stream()/table() reads)"
+            )
+        check_dataframe(name, df)
+
+
+def ingests(
+    application_id: str,
+    sources: Mapping[str, DataFrame],
+    admin: TopicAdmin,
+    *,
+    checkpoint: str,
+    trigger_ms: int,
+    partitions: int,
+) -> list[DataFrameIngest]:
+    """Return an ingest per DataFrame source (checked by :func:`check_sources`),
+    creating the topics that do not exist (``partitions`` partitions)."""
+    out = []
+    for name, df in sources.items():
+        ingest = DataFrameIngest(
+            application_id,
+            name,
+            df,
+            admin,
+            checkpoint=f"{checkpoint}/{name}",
+            trigger_ms=trigger_ms,
+        )
+        if not admin.exists(name):
+            admin.create(name, partitions)
+            log.info("[source %s] created topic %s with %d partitions", name, name, partitions)
+        out.append(ingest)
+    return out
