@@ -24,6 +24,7 @@ from runtime.spark.source_topics import (
     offset_resets,
     pattern_sources,
 )
+from runtime.storage.delta_sink import sink_table
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.collector import OutputTopic
 from runtime.tasks.global_state import global_topics
@@ -124,18 +125,7 @@ def plan_topics(
                     if runtime not in internal_counts and sub.id in tasks:
                         internal_counts[runtime] = tasks[sub.id]
         _copartition(topology, admin, application_id, internal_counts)
-    outputs: dict[str, OutputTopic] = {}
-    for sub in subs:
-        for name in sub.nodes:
-            spec = topology.nodes[name]
-            if not isinstance(spec, SinkSpec) or spec.topic is None:
-                continue
-            runtime = topology.topic_name(spec.topic, application_id, internal=spec.internal)
-            if spec.internal:
-                _ensure(admin, runtime, internal_counts[runtime], REPARTITION_CONFIGS)
-            outputs[runtime] = OutputTopic(
-                admin.table_path(runtime), _partitions(admin, runtime, "sink")
-            )
+    outputs = _sink_outputs(topology, admin, application_id, internal_counts)
     changelogs = topology.changelog_topics(application_id)
     for sub in subs:
         for store in sub.stores:
@@ -157,6 +147,29 @@ def plan_topics(
         _partitions(admin, topic, "global")
     resets = offset_resets(topology, sources, application_id)
     return TopicPlan(sources, outputs, tasks, tuple(external), globals_, offset_resets=resets)
+
+
+def _sink_outputs(
+    topology: Topology, admin: TopicAdmin, application_id: str, internal_counts: dict[str, int]
+) -> dict[str, OutputTopic]:
+    """Return the topics (and Delta tables) the sinks write, creating repartition topics."""
+    outputs: dict[str, OutputTopic] = {}
+    for sub in topology.task_subtopologies():
+        for name in sub.nodes:
+            spec = topology.nodes[name]
+            if not isinstance(spec, SinkSpec) or spec.topic is None:
+                continue
+            runtime = topology.topic_name(spec.topic, application_id, internal=spec.internal)
+            if spec.internal:
+                _ensure(admin, runtime, internal_counts[runtime], REPARTITION_CONFIGS)
+            sink = sink_table(admin.root, runtime)
+            if sink is not None:  # a Delta table sink: created by its first commit
+                outputs[runtime] = OutputTopic(sink.path, 1)
+                continue
+            outputs[runtime] = OutputTopic(
+                admin.table_path(runtime), _partitions(admin, runtime, "sink")
+            )
+    return outputs
 
 
 def _add_matched(

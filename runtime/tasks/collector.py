@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from common.delta_rows import parse_sink, rows_table
 from common.errors import UnknownTopicError
 from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import StagedFile, write_file
+from runtime.storage.delta_sink import write_rows
 from runtime.storage.fs import StorageRoot
 from runtime.storage.records import FILE_SCHEMA, headers_array
 
@@ -162,6 +164,10 @@ class StagingCollector:
         chunks.extend(((t, p), c) for t in self._acc.topics() for p, c in self._acc.drain(t))
         out: list[tuple[str, StagedFile]] = []
         for (topic, partition), chunk in chunks:
+            sink = parse_sink(topic)
+            if sink is not None:  # a Delta sink: the batch's typed rows, one file
+                out.append((topic, self._rows_file(topic, sink, chunk)))
+                continue
             staged = write_file(
                 self.root,
                 self.topics[topic].table_path,
@@ -172,6 +178,25 @@ class StagingCollector:
             )
             out.append((topic, staged))
         return out
+
+    def _rows_file(self, topic: str, sink: tuple[str, str], chunk: pa.Table) -> StagedFile:
+        mode, table = sink
+        rows, keys = rows_table(
+            table,
+            mode,
+            chunk.column("key").to_pylist(),
+            chunk.column("value").to_pylist(),
+            chunk.column("timestamp").to_pylist(),
+        )
+        return write_rows(
+            self.root,
+            self.topics[topic].table_path,
+            self.staging_dir,
+            rows,
+            mode=mode,
+            keys=keys,
+            compression=self.compression,
+        )
 
     def drain(self, topics: Iterable[str]) -> list[tuple[str, int, pa.Table]]:
         """Remove the buffered records of ``topics`` without writing them; return them as

@@ -29,6 +29,12 @@ from typing import Any
 from common.config import StreamsConfig
 from common.errors import ProducerFencedError, StreamsError
 from runtime.storage.committer import StagedFile, TopicCommitter
+from runtime.storage.delta_sink import (
+    DeltaSinkCommitter,
+    participant_committer,
+    prepare,
+    sink_table,
+)
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.task_runner import FILE, POSITION, PREPARED
 from runtime.thread.membership import GenerationFencedError
@@ -132,17 +138,21 @@ class AtLeastOnce(CommitStrategy):
 
     def __init__(self, admin: TopicAdmin, config: StreamsConfig, transactional_id: str) -> None:
         super().__init__(admin, config, transactional_id)
-        self._committers: dict[str, TopicCommitter] = {}
+        self._committers: dict[str, TopicCommitter | DeltaSinkCommitter] = {}
 
     def commit_batch(self, batch: Batch) -> Positions:
-        """Commit each topic's files, then the positions."""
+        """Commit each topic's (and Delta sink's) files, then the positions."""
         staging = f"{ALOS_STAGING}/{uuid.uuid4().hex}"
         results = _results(batch.run_tasks(staging, None, {}))
         for topic in sorted(results.files):
             committer = self._committers.get(topic)
             if committer is None:
-                committer = self._committers[topic] = TopicCommitter(self.admin, topic)
-            committer.commit(results.files[topic], timeout_ms=COMMIT_TIMEOUT_MS)
+                committer = self._committers[topic] = participant_committer(self.admin, topic)
+            files = results.files[topic]
+            sink = sink_table(self.admin.root, topic)
+            if sink is not None:
+                files = prepare(self.admin.root, sink, files)
+            committer.commit(files, timeout_ms=COMMIT_TIMEOUT_MS)
         if results.positions:
             batch.validate_generation()  # a plain commit is checked too (CommitFailed)
             self.offsets.commit(self.group, results.positions)

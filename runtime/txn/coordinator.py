@@ -47,6 +47,7 @@ from common.errors import (
     UnknownTopicError,
 )
 from runtime.storage.committer import StagedFile, TopicCommitter
+from runtime.storage.delta_sink import DeltaSinkCommitter, participant_committer, participant_path
 from runtime.storage.fs import storage_options
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
@@ -125,7 +126,7 @@ class TransactionCoordinator:
         self.clock = clock
         self.producer_ids = ProducerIdManager(self.root)
         self._logs: dict[str, CasLog] = {}
-        self._committers: dict[str, TopicCommitter] = {}
+        self._committers: dict[str, TopicCommitter | DeltaSinkCommitter] = {}
 
     # -- reading -----------------------------------------------------------------------
 
@@ -322,20 +323,21 @@ class TransactionCoordinator:
         ]
 
     def _staging_dirs(self, topic: str, tid: str, sequence: int | None) -> builtins.list[str]:
-        if not self.admin.exists(topic):
+        table = participant_path(self.admin, topic)
+        if table is None:
             return []
-        base = f"{self.admin.table_path(topic)}/{STAGING_DIR}/{id_dir(tid)}"
+        base = f"{table}/{STAGING_DIR}/{id_dir(tid)}"
         return [
             info.path
             for info in self.root.list_dir(base)
             if sequence is None or info.base_name.split("-", 1)[0] == str(sequence)
         ]
 
-    def committer(self, topic: str) -> TopicCommitter:
-        """Return the (cached) committer of a participant topic."""
+    def committer(self, topic: str) -> TopicCommitter | DeltaSinkCommitter:
+        """Return the (cached) committer of a participant (a topic or a Delta sink)."""
         found = self._committers.get(topic)
         if found is None:
-            found = self._committers[topic] = TopicCommitter(self.admin, topic)
+            found = self._committers[topic] = participant_committer(self.admin, topic)
         return found
 
     # -- administration ----------------------------------------------------------------

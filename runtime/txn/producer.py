@@ -44,6 +44,7 @@ from common.errors import (
 )
 from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import StagedFile, write_file
+from runtime.storage.delta_sink import prepare, sink_table
 from runtime.storage.fs import StorageRoot
 from runtime.storage.records import Headers
 from runtime.storage.topics import TopicAdmin
@@ -216,12 +217,20 @@ class TransactionalProducer:
                 "call staging_dir_for([topic]) before its files are written"
             )
         prefix = self.coordinator.staging_dir(snap.meta) + "/"
+        files = list(files)
         for f in files:
             if not f.path.startswith(prefix):
                 raise InvalidTxnStateError(
                     f"[txn {self.transactional_id}] staged file {f.path} of {topic!r} is not "
                     f"under this transaction's staging directory {prefix}"
                 )
+        sink = sink_table(self.admin.root, topic)
+        if sink is not None:  # typed rows: made to fit the table now, before PrepareCommit
+            earlier = self._staged.pop(topic, [])
+            self.metrics["records"] -= sum(f.count for f in earlier)
+            self.metrics["files"] -= len(earlier)
+            files = prepare(self.admin.root, sink, [*earlier, *files])
+        for f in files:
             self._staged.setdefault(topic, []).append(f)
             self.metrics["records"] += f.count
             self.metrics["files"] += 1

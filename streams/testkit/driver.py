@@ -37,13 +37,17 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+import pyarrow.compute as pc
+
 from common.config import StreamsConfig
+from common.delta_rows import DELETED, parse_sink, rows_table
 from common.errors import StreamsError, TopologyError
 from common.serdes import Serde
 from statestores.api import StateStore
 from topology.api.record import ValueAndTimestamp
 from topology.engine.task import StreamTask
 from topology.engine.task_creator import ActiveTaskCreator
+from topology.graph.graph import SinkSpec
 from topology.graph.stores import KeyValueStoreFactory
 from topology.graph.topology import Topology
 
@@ -261,6 +265,39 @@ class TopologyTestDriver:
     ) -> TestOutputTopic[K, V]:
         """Return an output topic reading ``topic`` with these serdes."""
         return TestOutputTopic(self, topic, key_serde, value_serde)
+
+    def read_delta_table(self, table: str) -> list[dict[str, Any]]:
+        """Return the rows the Delta table sink ``table`` (``to_delta``) holds after the
+        records produced so far: every row (append), or one row per key (upsert, deleted
+        keys left out), as the Spark runtime's table would hold them.
+
+        Raises:
+            KeyError: no ``to_delta`` sink of the topology writes ``table``.
+        """
+        topics = [
+            spec.topic
+            for spec in self.topology.nodes.values()
+            if isinstance(spec, SinkSpec)
+            and spec.topic is not None
+            and (parse_sink(spec.topic) or ("", ""))[1] == table
+        ]
+        if not topics:
+            raise KeyError(f"no to_delta sink writes table {table!r}")
+        mode, _ = parse_sink(topics[0]) or ("append", table)
+        raws = list(self._outputs.get(topics[0], ()))
+        if not raws:
+            return []
+        rows, _keys = rows_table(
+            table,
+            mode,
+            [r.key for r in raws],
+            [r.value for r in raws],
+            [r.timestamp for r in raws],
+        )
+        if DELETED in rows.column_names:
+            rows = rows.filter(pc.invert(rows.column(DELETED))).drop_columns([DELETED])
+        out: list[dict[str, Any]] = rows.to_pylist()
+        return out
 
     def output_queue(self, topic: str) -> deque[_Raw]:
         """The queue of records produced to ``topic`` not yet read (internal)."""

@@ -198,6 +198,16 @@ class KTable(TableJoins, Generic[K, V]):
             serde,
         )
 
+    def to_delta(self, table: str, mode: str = "upsert", *, named: str | None = None) -> None:
+        """Write the table's updates to the Delta table ``table`` (see
+        :meth:`KStream.to_delta`); in the default ``upsert`` mode it holds one row per
+        key, the latest value, and a deleted key's row is deleted.
+
+        Example:
+            >>> counts.to_delta("word-counts")  # doctest: +SKIP
+        """
+        self.to_stream().to_delta(table, mode, named=named)
+
     def to_stream(self, *, named: Named | str | None = None) -> KStream[K, V]:
         """Return the stream of this table's updates (a deletion is a ``None`` value).
 
