@@ -129,5 +129,6 @@ def test_a_value_that_cannot_fit_the_table_aborts_its_batch_naming_the_column(
     producer.flush()
     with pytest.raises(StreamsError, match=r"column 'n' is int64 in the table"):
         StreamsApp(b.build(), config, spark=spark).run_until_idle()
-    assert rows_of(f"{root}/tables/t") == [{"key": "k", "n": 1, "timestamp": rows_of(
-        f"{root}/tables/t")[0]["timestamp"]}]
+    assert rows_of(f"{root}/tables/t") == [
+        {"key": "k", "n": 1, "timestamp": rows_of(f"{root}/tables/t")[0]["timestamp"]}
+    ]
