@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "StreamsApp": "runtime.app.app",
+    "delta_table_stream": "runtime.spark.delta_table_source",
     "StreamThreadExceptionResponse": "runtime.app.app",
     "StreamsConfig": "common.config",
     "Serde": "common.serdes",
@@ -140,6 +141,7 @@ __all__ = [
     "Window",
     "Windowed",
     "WindowedSerdes",
+    "delta_table_stream",
     "serde_from_name",
 ]
 
@@ -156,6 +158,7 @@ if TYPE_CHECKING:
     )
     from common.serdes import Serde, Serdes, serde_from_name
     from runtime.app.app import StreamsApp, StreamThreadExceptionResponse
+    from runtime.spark.delta_table_source import delta_table_stream
     from runtime.storage.producer import Producer
     from runtime.storage.reader import TopicReader
     from runtime.storage.records import ConsumerRecord

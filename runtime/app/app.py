@@ -44,16 +44,19 @@ from runtime.app.dataframe_sources import (
     DataFrameIngest,
     DataFrameSourceError,
     check_sources,
+    drain_all,
+    first_failure,
     ingests,
 )
 from runtime.app.internal_topics import TopicPlan, plan_topics
 from runtime.app.log_manager import LogManager, application_topics
 from runtime.app.process_id import load_or_create_process_id
 from runtime.group.coordinator import GroupState
+from runtime.spark.checkpoint import checkpoint_location, clear_checkpoint
 from runtime.spark.source_topics import PatternWatch, internal_topic_names, pattern_sources
 from runtime.spark.startup import SessionStart
 from runtime.spark.trigger import BatchTrigger
-from runtime.storage.fs import StorageRoot, register_storage_options
+from runtime.storage.fs import register_storage_options
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.client import shutdown_hosts
 from runtime.thread.batch_levels import BatchLevels, plan_levels
@@ -216,7 +219,10 @@ class StreamsApp:
             # Threads feed each other through repartition topics: drain until a whole
             # round moves no position (and the DataFrame sources add nothing more).
             before = [dict(t.positions) for t in self.threads]
-            ingested = self._ingest_all_available()
+            try:
+                ingested = drain_all(self.ingests)
+            except DataFrameSourceError as exc:
+                self._fail(exc)
             failed = False
             for index, query in enumerate(list(self.queries)):
                 try:
@@ -234,23 +240,6 @@ class StreamsApp:
                     thread.wake_now()
                 time.sleep(0.1)
         self.close()
-
-    def _ingest_all_available(self) -> bool:
-        """Let every DataFrame source ingest what its input has now (a file source: every
-        file present); return whether any record was added."""
-        before = sum(i.records for i in self.ingests)
-        for ingest in self.ingests:
-            assert ingest.query is not None
-            try:
-                ingest.query.processAllAvailable()
-            except Exception:
-                failure = ingest.failure()
-                self._fail(
-                    failure
-                    if failure is not None
-                    else DataFrameSourceError(f"DataFrame source {ingest.name!r} stopped")
-                )
-        return sum(i.records for i in self.ingests) != before
 
     def _idle(self) -> bool:
         """Whether every thread has read all of its tasks' input, and the group is stable
@@ -275,10 +264,8 @@ class StreamsApp:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.queries and not self.state.is_terminal():
-            for ingest in self.ingests:
-                failure = ingest.failure()
-                if failure is not None:
-                    self._fail(failure)
+            if (failure := first_failure(self.ingests)) is not None:
+                self._fail(failure)
             for index, query in enumerate(list(self.queries)):
                 if not query.isActive:
                     error = query.exception()
@@ -334,29 +321,9 @@ class StreamsApp:
         return self._spark
 
     def checkpoint_location(self) -> str:
-        """Where Spark keeps this application's query checkpoints: under
-        ``checkpoint.location`` when set, else under the storage root when it is a local
-        path, else under ``state.dir`` (Spark cannot write an object store without its
-        Hadoop connector, and the checkpoint is disposable)."""
-        configured = self.config.checkpoint_location
-        if configured:
-            return f"{configured.rstrip('/')}/{self.application_id}"
-        if self.admin.root.is_local:
-            return self.admin.root.uri_of("_apps", self.application_id, "checkpoint")
-        state_dir = os.path.abspath(self.config.state_dir)
-        return os.path.join(state_dir, self.application_id, "spark-checkpoint")
-
-    def _clear_checkpoint(self, name: str) -> None:
-        """Delete query ``name``'s checkpoint (a local path, or one under the root)."""
-        location = f"{self.checkpoint_location()}/{name}"
-        if "://" not in location or location.startswith("file://"):
-            shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
-            return
-        try:
-            root = StorageRoot(location)
-            root.delete_dir(root.base)
-        except StreamsError as exc:  # a URI pyarrow cannot reach: Spark's own is used as is
-            log.info("could not clear the Spark checkpoint %s: %s", location, exc)
+        """Where Spark keeps this application's query checkpoints (see
+        :func:`runtime.spark.checkpoint.checkpoint_location`)."""
+        return checkpoint_location(self.config, self.admin.root)
 
     @property
     def thread(self) -> StreamThread | None:
@@ -497,7 +464,7 @@ class StreamsApp:
         checkpoint holds nothing to recover, so each start begins with an empty one."""
         assert thread.trigger is not None
         name = f"{self.process_id}-thread-{index}"
-        self._clear_checkpoint(name)
+        clear_checkpoint(f"{self.checkpoint_location()}/{name}")
         return (
             thread.trigger.dataframe(self.spark)
             .writeStream.foreachBatch(thread.run_batch)

@@ -292,6 +292,35 @@ def _first_line(error: BaseException) -> str:
     return type(error).__name__
 
 
+def drain_all(sources: list[DataFrameIngest]) -> bool:
+    """Let every DataFrame source ingest what its input has now (a file source: every
+    file present); return whether any record was added.
+
+    Raises:
+        DataFrameSourceError: a source's query failed.
+    """
+    before = sum(s.records for s in sources)
+    for source in sources:
+        assert source.query is not None
+        try:
+            source.query.processAllAvailable()
+        except Exception as exc:
+            failure = source.failure()
+            raise failure or DataFrameSourceError(
+                f"DataFrame source {source.name!r} stopped: {_first_line(exc)}"
+            ) from exc
+    return sum(s.records for s in sources) != before
+
+
+def first_failure(sources: list[DataFrameIngest]) -> BaseException | None:
+    """Return the error of the first DataFrame source whose query failed."""
+    for source in sources:
+        failure = source.failure()
+        if failure is not None:
+            return failure
+    return None
+
+
 def topology_source_topics(topology: Topology) -> frozenset[str]:
     """Return the topics the topology's sources name (not patterns, not internal ones):
     the names a DataFrame source may take."""

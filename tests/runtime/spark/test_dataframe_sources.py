@@ -21,6 +21,7 @@ from tests.runtime.spark.test_app import (
     produce_lines,
     reference_counts,
 )
+from topology.api.options import Consumed, Grouped, Materialized
 
 FILE_SCHEMA = "key string, value string, timestamp long"
 
@@ -177,3 +178,79 @@ def test_a_record_for_a_partition_the_topic_lacks_stops_the_app_naming_it(
     with pytest.raises(StreamsError, match=r"row 2: partition 7 is not a partition of topic"):
         app.run_until_idle()
     assert sum(TopicReader(root).end_offsets(example.INPUT).values()) == 0  # none ingested
+
+
+def test_an_existing_delta_table_is_read_as_it_grows_each_row_once(
+    spark: SparkSession, root: str, tmp_path: Path
+) -> None:
+    """A Delta table of the user's own schema: key, value and timestamp columns named;
+    what later versions add is read on the next run, nothing twice."""
+    import datetime
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from runtime.spark.delta_table_source import delta_table_stream
+    from streams import Serdes, StreamsBuilder
+
+    lake = str(tmp_path / "lake" / "orders")
+
+    def orders(first: int, n: int) -> pa.Table:
+        return pa.table(
+            {
+                "order_id": [f"o{i}" for i in range(first, first + n)],
+                "customer": [f"c{i % 3}" for i in range(first, first + n)],
+                "amount": [float(i) for i in range(first, first + n)],
+                "created_at": [
+                    datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+                    + datetime.timedelta(seconds=i)
+                    for i in range(first, first + n)
+                ],
+            }
+        )
+
+    write_deltalake(lake, orders(0, 10))
+    write_deltalake(lake, orders(10, 5), mode="append")
+    b = StreamsBuilder()
+    (
+        b.stream("orders", Consumed.with_(Serdes.String(), Serdes.Json()))
+        .map(lambda _k, v: (v["customer"], v["amount"]))
+        .group_by_key(Grouped.with_(Serdes.String(), Serdes.Double()))
+        .reduce(lambda a, c: a + c, Materialized.as_("totals").with_value_serde(Serdes.Double()))
+        .to_delta("totals")
+    )
+    config = {
+        "application.id": "lake",
+        "topics.root": root,
+        "state.dir": str(tmp_path / "state"),
+        "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,
+        "num.partitions": 2,
+    }
+
+    def run() -> StreamsApp:
+        stream = delta_table_stream(
+            spark, lake, key="order_id", value=["customer", "amount"], timestamp="created_at"
+        )
+        app = StreamsApp(b.build(), config, spark=spark, sources={"orders": stream})
+        app.run_until_idle()
+        return app
+
+    assert run().ingests[0].records == 15
+    write_deltalake(lake, orders(15, 6), mode="append")
+    assert run().ingests[0].records == 6  # only what the new version added
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(f"{root}/tables/totals").to_pyarrow_table().to_pylist()
+    expected: dict[str, float] = {}
+    for i in range(21):
+        expected[f"c{i % 3}"] = expected.get(f"c{i % 3}", 0.0) + i
+    assert {r["key"]: r["value"] for r in rows} == expected
+    reader = TopicReader(root)
+    stamps = sorted(
+        t for p in range(2) for t in reader.read("orders", p, 0).column("timestamp").to_pylist()
+    )
+    start = int(datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC).timestamp() * 1000)
+    assert stamps == [start + 1000 * i for i in range(21)]
+    with pytest.raises(ConfigError, match="no column 'id' for the records' key"):
+        delta_table_stream(spark, lake, key="id", value="*")
