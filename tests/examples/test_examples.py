@@ -217,3 +217,27 @@ def test_an_example_describes_and_generates_deterministically(name: str) -> None
     assert first == generated_records(example, 50)
     assert set(first) <= set(example.TOPICS)
     assert all(ts is not None for raws in first.values() for _, _, ts in raws)
+
+
+def test_the_clicks_job_upserts_the_counts_of_its_files(
+    spark: Any, root: str, tmp_path: Path
+) -> None:
+    """examples/clicks_job.py: JSON files -> join with the users table -> windowed count
+    -> upserted Delta table, equal to the counts computed from the files."""
+    from runtime.app.app import StreamsApp
+
+    example = load_example("clicks_job")
+    example.fill_users(root)
+    inputs = str(tmp_path / "in")
+    clicks = example.write_clicks(400, inputs)
+    config = {
+        **example.CONFIG,
+        "topics.root": root,
+        "state.dir": str(tmp_path / "state"),
+        "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,
+    }
+    stream = example.file_stream(spark, inputs)
+    app = StreamsApp(example.build_topology(), config, spark=spark, sources={"clicks": stream})
+    app.run_until_idle()
+    assert example.table_rows(root) == example.reference(clicks)
