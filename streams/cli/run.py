@@ -10,7 +10,9 @@ FILE is a Python file that defines ``build_topology()`` and may define:
   the topic ``INPUT``, or, for several input topics, a mapping ``{topic: records}``
   produced (and committed) topic by topic in its order. Keys and values may be ``str``
   (UTF-8), ``bytes``, ``None``, or ``dict``/``list`` (written as JSON); a missing
-  timestamp is the time of sending (see :func:`generated_records`).
+  timestamp is the time of sending (see :func:`generated_records`);
+* ``build_sources(spark)``: ``{topic: streaming DataFrame}``, the DataFrames the
+  topology reads instead of those topics (``StreamsApp(..., sources=...)``).
 
 The same FILE runs under ``spark-submit FILE`` when it ends with
 ``if __name__ == "__main__": streams.cli.run.main_for(__file__)``.
@@ -92,7 +94,14 @@ def _run(args: argparse.Namespace) -> int:
         admin.create(topic, int(partitions), if_not_exists=True)
     if args.generate:
         _generate(module, Producer(admin), args.generate)
-    app = StreamsApp(module.build_topology(), config)
+    spark, sources = None, None
+    build_sources = getattr(module, "build_sources", None)
+    if callable(build_sources):  # DataFrames need their session first
+        from runtime.spark.session import get_or_create_session
+
+        spark = get_or_create_session(f"streams-{config.application_id}")
+        sources = build_sources(spark)
+    app = StreamsApp(module.build_topology(), config, spark=spark, sources=sources)
     started = time.perf_counter()
     if args.until_idle:
         app.run_until_idle()

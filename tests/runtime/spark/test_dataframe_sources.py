@@ -254,3 +254,39 @@ def test_an_existing_delta_table_is_read_as_it_grows_each_row_once(
     assert stamps == [start + 1000 * i for i in range(21)]
     with pytest.raises(ConfigError, match="no column 'id' for the records' key"):
         delta_table_stream(spark, lake, key="id", value="*")
+
+
+def test_streams_eos_run_reads_the_dataframes_a_topology_file_builds(
+    spark: SparkSession, root: str, tmp_path: Path
+) -> None:
+    """A topology file's build_sources(spark) gives `streams-eos run` its DataFrames."""
+    from streams.cli import main
+
+    files = tmp_path / "in"
+    write_json(files, "a.json", [{"key": f"u{i % 3}", "value": "x"} for i in range(9)])
+    topology_file = tmp_path / "job.py"
+    topology_file.write_text(
+        f"""
+from streams import StreamsBuilder
+
+CONFIG = {{"application.id": "cli-frames", "default.key.serde": "string",
+          "default.value.serde": "string", "group.initial.rebalance.delay.ms": 0}}
+
+
+def build_topology():
+    b = StreamsBuilder()
+    b.stream("clicks").group_by_key().count().to_delta("per-user")
+    return b.build()
+
+
+def build_sources(spark):
+    return {{"clicks": spark.readStream.schema("key string, value string").json({str(files)!r})}}
+"""
+    )
+    args = ["run", str(topology_file), "--until-idle", "--root", root]
+    args += ["--config", f"state.dir={tmp_path / 'state'}", "--config", "commit.interval.ms=50"]
+    assert main(args) == 0
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(f"{root}/tables/per-user").to_pyarrow_table().to_pylist()
+    assert {r["key"]: r["value"] for r in rows} == {"u0": 3, "u1": 3, "u2": 3}

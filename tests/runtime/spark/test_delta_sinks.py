@@ -65,8 +65,16 @@ def canonical(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return sorted(tuple(sorted(r.items())) for r in rows)
 
 
+@pytest.mark.parametrize(
+    "guarantee",
+    [
+        "exactly_once_v2",
+        pytest.param("at_least_once", marks=pytest.mark.slow),
+        pytest.param("exactly_once", marks=pytest.mark.slow),
+    ],
+)
 def test_delta_sinks_hold_what_the_test_driver_computes_for_every_reader(
-    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path, guarantee: str
 ) -> None:
     admin.create("lines", 2)
     producer = Producer(admin)
@@ -81,7 +89,7 @@ def test_delta_sinks_hold_what_the_test_driver_computes_for_every_reader(
         "commit.interval.ms": 50,
         "group.initial.rebalance.delay.ms": 0,
         "max.poll.records": 2,
-        "processing.guarantee": "exactly_once_v2",
+        "processing.guarantee": guarantee,
     }
     StreamsApp(topology(root), config, spark=spark).run_until_idle()
     tables = {
