@@ -31,6 +31,7 @@ from runtime.app.internal_topics import CHANGELOG_CONFIGS, REPARTITION_CONFIGS
 from runtime.state.adapters import RootSnapshotStorage
 from runtime.state.changelog_compaction import changelog_store, snapshot_horizons
 from runtime.storage.cleaner import CleanResult, LogCleaner
+from runtime.storage.delta_sink import SinkTable, maintain, sink_table
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
 
@@ -135,6 +136,11 @@ class LogManager:
         for topic in sorted(set(self.topics())):
             if self._stop.is_set():
                 break
+            sink = sink_table(self.admin.root, topic)
+            if sink is not None:  # a Delta sink's table: compacted and vacuumed
+                if compaction:
+                    self._maintain(sink)
+                continue
             if not self.admin.exists(topic):
                 continue
             result = self._clean(topic, retention, compaction, purge, now_ms)
@@ -177,6 +183,17 @@ class LogManager:
         if result.deleted_files or result.merges or result.compactions or result.vacuumed_files:
             log.info("[log-manager %s] %s", self.application_id, result)
         return result
+
+    def _maintain(self, sink: SinkTable) -> None:
+        done = maintain(sink, target_bytes=self.config.log_segment_bytes)
+        self.totals["sink-files-compacted"] = (
+            self.totals.get("sink-files-compacted", 0) + done.compacted_files
+        )
+        self.totals["sink-files-vacuumed"] = (
+            self.totals.get("sink-files-vacuumed", 0) + done.vacuumed_files
+        )
+        if done.compacted_files or done.vacuumed_files:
+            log.info("[log-manager %s] %s: %s", self.application_id, sink.table, done)
 
     def _is_repartition(self, topic: str) -> bool:
         return topic.startswith(f"{self.application_id}-") and topic.endswith(_REPARTITION_SUFFIX)

@@ -45,6 +45,15 @@ from runtime.storage.topics import TopicAdmin
 
 #: Where tables named by a bare name live, under the storage root.
 TABLES_DIR = "tables"
+#: Set on the tables the sinks create: removed files' tombstones (and their files, for a
+#: vacuum) kept an hour, commits a day (Delta's defaults: a week and 30 days, far too
+#: much for a table written at every batch).
+TABLE_PROPERTIES = {
+    "delta.deletedFileRetentionDuration": "interval 1 hour",
+    "delta.logRetentionDuration": "interval 1 day",
+}
+#: How many small files a sink's table gathers before the log manager compacts them.
+SMALL_FILES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +160,11 @@ def prepare(root: StorageRoot, sink: SinkTable, files: list[StagedFile]) -> list
     table = _open(sink.uri)
     if table is None:
         DeltaTable.create(
-            sink.uri, data.schema, mode="ignore", storage_options=storage_options(sink.uri)
+            sink.uri,
+            data.schema,
+            mode="ignore",
+            configuration=TABLE_PROPERTIES,
+            storage_options=storage_options(sink.uri),
         )
         table = _open(sink.uri)
         assert table is not None
@@ -300,6 +313,38 @@ class DeltaSinkCommitter:
     def _add(self, f: StagedFile) -> AddAction:
         stats = {"numRecords": f.count}
         return AddAction(f.path, f.size, {}, int(time.time() * 1000), True, json.dumps(stats))
+
+
+@dataclass(frozen=True, slots=True)
+class Maintenance:
+    """What one maintenance of a sink's table did."""
+
+    compacted_files: int = 0
+    vacuumed_files: int = 0
+
+
+def maintain(sink: SinkTable, *, target_bytes: int, vacuum_hours: int = 1) -> Maintenance:
+    """Keep a sink's table readable: compact its small files (one per batch) into files of
+    up to ``target_bytes`` once :data:`SMALL_FILES` gathered (Delta's OPTIMIZE, which
+    changes no row), delete the files removed more than ``vacuum_hours`` ago (VACUUM) and
+    the commits past the table's log retention. A compaction that loses a race with the
+    application's own commit is left for the next run."""
+    table = _open(sink.uri)
+    if table is None:
+        return Maintenance()
+    sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+    compacted = 0
+    if sum(1 for size in sizes if size < target_bytes // 8) >= SMALL_FILES:
+        try:
+            done = table.optimize.compact(target_size=target_bytes, max_concurrent_tasks=1)
+            compacted = int(done.get("numFilesRemoved", 0))
+        except CommitFailedError:
+            pass  # a batch committed meanwhile: the next run compacts
+    removed = table.vacuum(
+        retention_hours=vacuum_hours, dry_run=False, enforce_retention_duration=False
+    )
+    table.cleanup_metadata()
+    return Maintenance(compacted, len(removed))
 
 
 def participant_committer(admin: TopicAdmin, name: str) -> TopicCommitter | DeltaSinkCommitter:
