@@ -12,7 +12,8 @@ R rows a second from Spark's ``rate`` source for ``--seconds`` seconds instead.
 
 The table of users (``users``: user -> country) is a topic like any other: the job fills
 it before it starts. Each click is joined with its user's country (a KTable join), the
-clicks per country are counted in 10-second tumbling windows, and the counts are upserted
+clicks per country are counted in 10-second tumbling windows (a click up to five minutes
+late still counts), and the counts are upserted
 into the Delta table ``<root>/tables/clicks-per-country`` (``key`` = country,
 ``window_start``, ``window_end``, ``value`` = clicks, ``timestamp``): one row per country
 and window, read by Spark, pandas, polars or DuckDB as an ordinary Delta table.
@@ -40,6 +41,9 @@ CLICKS = "clicks"
 USERS = "users"
 TABLE = "clicks-per-country"
 WINDOW = datetime.timedelta(seconds=10)
+#: How late a click may come and still count: the repartition by country interleaves the
+#: clicks of several tasks, so a country's clicks arrive a little out of order.
+GRACE = datetime.timedelta(minutes=5)
 COUNTRIES = ["de", "fr", "jp", "br", "us"]
 USER_COUNT = 50
 PAGES = ["/", "/search", "/item", "/cart", "/checkout"]
@@ -69,7 +73,7 @@ def build_topology() -> Topology:
         b.stream(CLICKS, Consumed.with_(s, s))
         .join(users, lambda _page, country: country)  # the click's value: its country
         .group_by(lambda _user, country: country)
-        .windowed_by(TimeWindows.of_size_with_no_grace(WINDOW))
+        .windowed_by(TimeWindows.of_size_and_grace(WINDOW, GRACE))
         .count(Materialized.as_("clicks-per-country"))
         .to_delta(TABLE)  # upsert: one row per (country, window)
     )
