@@ -172,7 +172,8 @@ def main() -> None:
         )
         app.start()
         time.sleep(args.seconds)
-        app.close()
+        app.stop_sources()  # no more clicks: process what came, then stop
+        app.run_until_idle()
     show(spark, args.root)
 
 

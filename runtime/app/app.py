@@ -19,7 +19,6 @@ new records or the thread asks (:mod:`runtime.spark.trigger`).
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 import logging
 import os
@@ -39,6 +38,7 @@ from runtime.app.app_state import (
     AppStateMachine,
     IllegalStateTransitionError,
     StateListener,
+    StreamThreadExceptionResponse,
 )
 from runtime.app.dataframe_sources import (
     DataFrameIngest,
@@ -66,15 +66,6 @@ from runtime.thread.stream_thread import ApplicationShutdownError, StreamThread,
 from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
-
-
-class StreamThreadExceptionResponse(enum.Enum):
-    """What an uncaught exception handler asks for (Kafka's
-    ``StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse``)."""
-
-    REPLACE_THREAD = "REPLACE_THREAD"
-    SHUTDOWN_CLIENT = "SHUTDOWN_CLIENT"
-    SHUTDOWN_APPLICATION = "SHUTDOWN_APPLICATION"
 
 
 class StreamsApp:
@@ -240,6 +231,12 @@ class StreamsApp:
                     thread.wake_now()
                 time.sleep(0.1)
         self.close()
+
+    def stop_sources(self) -> None:
+        """Stop reading the DataFrame sources; the records they ingested are still
+        processed (e.g. ``stop_sources()`` then ``run_until_idle()`` drains them)."""
+        for ingest in self.ingests:
+            ingest.stop()
 
     def _idle(self) -> bool:
         """Whether every thread has read all of its tasks' input, and the group is stable

@@ -103,3 +103,12 @@ class AppStateMachine:
         """Wait until ``predicate(state)``; return whether it held before ``timeout`` s."""
         with self._lock:
             return self._lock.wait_for(lambda: predicate(self._state), timeout)
+
+
+class StreamThreadExceptionResponse(enum.Enum):
+    """What an uncaught exception handler asks for (Kafka's
+    ``StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse``)."""
+
+    REPLACE_THREAD = "REPLACE_THREAD"
+    SHUTDOWN_CLIENT = "SHUTDOWN_CLIENT"
+    SHUTDOWN_APPLICATION = "SHUTDOWN_APPLICATION"

@@ -166,6 +166,7 @@ class DataFrameIngest:
         self.skipped = 0
         self.records = 0
         self._started = threading.Event()
+        self.stopped = False  # stop() was called
         self._error: BaseException | None = None  # what a batch raised (Spark wraps it)
 
     @property
@@ -192,12 +193,13 @@ class DataFrameIngest:
     def stop(self) -> None:
         """Stop the query (a batch in flight is replayed by the next start if it did not
         commit)."""
+        self.stopped = True
         if self.query is not None:
             self.query.stop()
 
     def failure(self) -> BaseException | None:
         """Return why the query stopped, if it failed."""
-        if self.query is None or (self._error is None and self.query.isActive):
+        if self.query is None or (self._error is None and (self.query.isActive or self.stopped)):
             return None
         error = None if self._error is not None else self.query.exception()
         if error is None and self._error is None:
@@ -302,6 +304,8 @@ def drain_all(sources: list[DataFrameIngest]) -> bool:
     before = sum(s.records for s in sources)
     for source in sources:
         assert source.query is not None
+        if source.stopped:
+            continue  # stopped on purpose: what it ingested is processed all the same
         try:
             source.query.processAllAvailable()
         except Exception as exc:
