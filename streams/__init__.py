@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "StreamsApp": "runtime.app.app",
     "delta_table_stream": "runtime.spark.delta_table_source",
-    "StreamThreadExceptionResponse": "runtime.app.app",
+    "StreamThreadExceptionResponse": "runtime.app.app_state",
     "StreamsConfig": "common.config",
     "Serde": "common.serdes",
     "Serdes": "common.serdes",
@@ -157,7 +157,8 @@ if TYPE_CHECKING:
         TopologyError,
     )
     from common.serdes import Serde, Serdes, serde_from_name
-    from runtime.app.app import StreamsApp, StreamThreadExceptionResponse
+    from runtime.app.app import StreamsApp
+    from runtime.app.app_state import StreamThreadExceptionResponse
     from runtime.spark.delta_table_source import delta_table_stream
     from runtime.storage.producer import Producer
     from runtime.storage.reader import TopicReader

@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 
 from common.errors import StreamsError, StreamsProcessingError
 from common.serdes import Serdes
-from runtime.app.app import StreamsApp, StreamThreadExceptionResponse
-from runtime.app.app_state import AppState
+from runtime.app.app import StreamsApp
+from runtime.app.app_state import AppState, StreamThreadExceptionResponse
 from runtime.group.coordinator import GroupCoordinator, GroupState
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
