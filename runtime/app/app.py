@@ -53,6 +53,7 @@ from runtime.app.log_manager import LogManager, application_topics
 from runtime.app.process_id import load_or_create_process_id
 from runtime.group.coordinator import GroupState
 from runtime.spark.checkpoint import checkpoint_location, clear_checkpoint
+from runtime.spark.session import check_local_workers
 from runtime.spark.source_topics import PatternWatch, internal_topic_names, pattern_sources
 from runtime.spark.startup import SessionStart
 from runtime.spark.trigger import BatchTrigger
@@ -182,6 +183,7 @@ class StreamsApp:
                     in_batch=True,
                 )
             self._started_ms = time.time_ns() // 1_000_000
+            check_local_workers(self.spark)
             for index in range(1, self.config.num_stream_threads + 1):
                 self._start_thread(index)
             if self.config.log_cleaner_enable:

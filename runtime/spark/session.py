@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from common.conf import LOG4J2_FILE
+from common.errors import ConfigError
 from runtime.spark import cds
 
 log = logging.getLogger(__name__)
@@ -135,3 +137,41 @@ def _stop_accumulator_server() -> None:
     if server is not None:
         with contextlib.suppress(Exception):
             server.shutdown()
+
+
+def check_local_workers(spark: SparkSession) -> None:
+    """On a local master, check that Spark's Python workers can import this project (a
+    session built by the user's own code runs ``python3`` from PATH unless told otherwise).
+
+    Raises:
+        ConfigError: the workers' interpreter lacks the project (what to set is named).
+    """
+    if not (spark.sparkContext.master or "").startswith("local"):
+        return  # a cluster's executors: its own Python, checked by its first task
+    python = (
+        spark.conf.get("spark.pyspark.python", None)
+        or os.environ.get("PYSPARK_PYTHON")
+        or shutil.which("python3")
+        or "python3"
+    )
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return
+    try:
+        found = subprocess.run(
+            [python, "-c", "import runtime.app, rocksdict, deltalake"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except OSError as exc:
+        raise ConfigError(
+            f"Spark's Python workers would run {python}, which cannot start ({exc}); set "
+            f"PYSPARK_PYTHON={sys.executable} (or spark.pyspark.python) before the session"
+        ) from exc
+    if found.returncode != 0:
+        raise ConfigError(
+            f"Spark's Python workers would run {python}, which cannot import spark-streams-eos "
+            f"(it is installed for {sys.executable}); set PYSPARK_PYTHON={sys.executable} (or "
+            "the Spark setting spark.pyspark.python) before the SparkSession starts, or "
+            "install the project for that Python"
+        )

@@ -290,3 +290,20 @@ def build_sources(spark):
 
     rows = DeltaTable(f"{root}/tables/per-user").to_pyarrow_table().to_pylist()
     assert {r["key"]: r["value"] for r in rows} == {"u0": 3, "u1": 3, "u2": 3}
+
+
+def test_a_local_session_whose_workers_lack_the_project_is_named_with_the_fix(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's own SparkSession runs `python3` from PATH as its workers unless told:
+    when that Python lacks the project, start() says what to set instead of failing in a
+    worker."""
+    from runtime.spark.session import check_local_workers
+
+    check_local_workers(spark)  # the test session's workers run this interpreter
+    other = tmp_path / "python3"
+    other.write_text("#!/bin/sh\nexit 1\n")
+    other.chmod(0o755)
+    monkeypatch.setenv("PYSPARK_PYTHON", str(other))
+    with pytest.raises(ConfigError, match=r"cannot import spark-streams-eos .* PYSPARK_PYTHON="):
+        check_local_workers(spark)
