@@ -16,8 +16,9 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -109,6 +110,26 @@ def write_file(
         raise StorageError(f"cannot write data file {full}: {exc}") from exc
     lo, hi = pc.min_max(chunk.column("timestamp")).values()
     return StagedFile(rel, partition, chunk.num_rows, root.file_size(full), lo.as_py(), hi.as_py())
+
+
+class ParticipantCommitter(Protocol):
+    """Commits a transaction participant's staged files (a topic's, a Delta sink's):
+    idempotent under ``app_txn`` (a roll-forward after a crash commits nothing twice)."""
+
+    def committed_txn_version(self, app_id: str) -> int:
+        """Return the highest ``txn`` version committed for ``app_id`` (-1 when none)."""
+        ...
+
+    def commit(
+        self,
+        files: list[StagedFile],
+        *,
+        timeout_ms: int,
+        app_txn: tuple[str, int] | None = None,
+        recovering: bool = True,
+    ) -> Sequence[object]:
+        """Commit ``files`` in one commit (see :meth:`TopicCommitter.commit`)."""
+        ...
 
 
 class TopicCommitter:

@@ -38,7 +38,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from common.delta_rows import DELETED, KEYS_KEY, MODE_KEY, parse_sink
 from common.errors import CommitTimeoutError, SerializationError, StorageError, StreamsError
-from runtime.storage.committer import StagedFile, TopicCommitter
+from runtime.storage.committer import ParticipantCommitter, StagedFile, TopicCommitter
 from runtime.storage.fs import StorageRoot, storage_options
 from runtime.storage.names import validate_topic_name
 from runtime.storage.topics import TopicAdmin
@@ -347,7 +347,7 @@ def maintain(sink: SinkTable, *, target_bytes: int, vacuum_hours: int = 1) -> Ma
     return Maintenance(compacted, len(removed))
 
 
-def participant_committer(admin: TopicAdmin, name: str) -> TopicCommitter | DeltaSinkCommitter:
+def participant_committer(admin: TopicAdmin, name: str) -> ParticipantCommitter:
     """Return the committer of transaction participant ``name`` (a topic or a sink)."""
     sink = sink_table(admin.root, name)
     if sink is None:

@@ -28,9 +28,8 @@ from typing import Any
 
 from common.config import StreamsConfig
 from common.errors import ProducerFencedError, StreamsError
-from runtime.storage.committer import StagedFile, TopicCommitter
+from runtime.storage.committer import ParticipantCommitter, StagedFile
 from runtime.storage.delta_sink import (
-    DeltaSinkCommitter,
     participant_committer,
     prepare,
     sink_table,
@@ -138,7 +137,7 @@ class AtLeastOnce(CommitStrategy):
 
     def __init__(self, admin: TopicAdmin, config: StreamsConfig, transactional_id: str) -> None:
         super().__init__(admin, config, transactional_id)
-        self._committers: dict[str, TopicCommitter | DeltaSinkCommitter] = {}
+        self._committers: dict[str, ParticipantCommitter] = {}
 
     def commit_batch(self, batch: Batch) -> Positions:
         """Commit each topic's (and Delta sink's) files, then the positions."""

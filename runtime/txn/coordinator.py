@@ -46,8 +46,8 @@ from common.errors import (
     ProducerFencedError,
     UnknownTopicError,
 )
-from runtime.storage.committer import StagedFile, TopicCommitter
-from runtime.storage.delta_sink import DeltaSinkCommitter, participant_committer, participant_path
+from runtime.storage.committer import ParticipantCommitter, StagedFile
+from runtime.storage.delta_sink import participant_committer, participant_path
 from runtime.storage.fs import storage_options
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
@@ -126,7 +126,7 @@ class TransactionCoordinator:
         self.clock = clock
         self.producer_ids = ProducerIdManager(self.root)
         self._logs: dict[str, CasLog] = {}
-        self._committers: dict[str, TopicCommitter | DeltaSinkCommitter] = {}
+        self._committers: dict[str, ParticipantCommitter] = {}
 
     # -- reading -----------------------------------------------------------------------
 
@@ -333,7 +333,7 @@ class TransactionCoordinator:
             if sequence is None or info.base_name.split("-", 1)[0] == str(sequence)
         ]
 
-    def committer(self, topic: str) -> TopicCommitter | DeltaSinkCommitter:
+    def committer(self, topic: str) -> ParticipantCommitter:
         """Return the (cached) committer of a participant (a topic or a Delta sink)."""
         found = self._committers.get(topic)
         if found is None:

@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import polars
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
@@ -57,6 +58,18 @@ def reference(kind: str) -> list[dict[str, Any]]:
         return driver.read_delta_table(kind)
 
 
+def app_config(app_id: str, root: str, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        **CONFIG,
+        "application.id": app_id,
+        "topics.root": root,
+        "state.dir": str(tmp_path / "state"),
+        "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,
+        **extra,
+    }
+
+
 def rows_of(uri: str) -> list[dict[str, Any]]:
     return DeltaTable(uri).to_pyarrow_table().to_pylist()
 
@@ -81,16 +94,9 @@ def test_delta_sinks_hold_what_the_test_driver_computes_for_every_reader(
     for i, (key, line) in enumerate(LINES):
         producer.send("lines", key.encode(), line.encode(), timestamp=1_000 * (i + 1))
         producer.flush()  # one file each: several batches
-    config = {
-        **CONFIG,
-        "application.id": "sinks",
-        "topics.root": root,
-        "state.dir": str(tmp_path / "state"),
-        "commit.interval.ms": 50,
-        "group.initial.rebalance.delay.ms": 0,
-        "max.poll.records": 2,
-        "processing.guarantee": guarantee,
-    }
+    config = app_config(
+        "sinks", root, tmp_path, **{"max.poll.records": 2, "processing.guarantee": guarantee}
+    )
     StreamsApp(topology(root), config, spark=spark).run_until_idle()
     tables = {
         "word-counts": f"{root}/tables/word-counts",
@@ -110,7 +116,6 @@ def test_delta_sinks_hold_what_the_test_driver_computes_for_every_reader(
         files = DeltaTable(uri).file_uris()
         by_files = ds.dataset(files, format="parquet").to_table().to_pylist()
         assert canonical(by_files) == canonical(rows_of(uri))
-    polars = pytest.importorskip("polars")
     by_polars = polars.read_delta(tables["word-counts"]).to_dicts()
     assert canonical(by_polars) == canonical(rows_of(tables["word-counts"]))
 
@@ -124,14 +129,7 @@ def test_a_value_that_cannot_fit_the_table_aborts_its_batch_naming_the_column(
     producer = Producer(admin)
     producer.send("events", b"k", b"1")
     producer.flush()
-    config = {
-        **CONFIG,
-        "application.id": "misfit",
-        "topics.root": root,
-        "state.dir": str(tmp_path / "state"),
-        "commit.interval.ms": 50,
-        "group.initial.rebalance.delay.ms": 0,
-    }
+    config = app_config("misfit", root, tmp_path)
     StreamsApp(b.build(), config, spark=spark).run_until_idle()
     producer.send("events", b"k", b"one")
     producer.flush()
