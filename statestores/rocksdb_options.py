@@ -59,9 +59,10 @@ class RocksDBSettings:
     max_write_buffers: int = 3
     compression: str = "none"
     # RocksDB keeps 1,000 info logs (LOG, LOG.old.*) of unbounded size by default, one
-    # more at every open: bounded here to a few MiB per store (a store lives for months)
+    # more at every open: bounded here to half a MiB per store (a store lives for months;
+    # its info log is mostly a line per snapshot, and rolls every few hours at this size)
     keep_log_files: int = 2
-    max_log_file_bytes: int = 1024 * 1024
+    max_log_file_bytes: int = 256 * 1024
 
     def options(self) -> Options:
         """Return raw-mode ``rocksdict.Options`` carrying these settings.
