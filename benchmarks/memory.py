@@ -85,7 +85,8 @@ class Sampler(threading.Thread):
         return list(found.values())
 
     def sample(self) -> None:
-        batch = sum(len(t.batch_times) for t in self.app.threads)
+        # the count of batches run (batch_times keeps only the latest 10,000)
+        batch = sum(t.batches for t in self.app.threads)
         jvm = python = largest = 0.0
         for child in self.job_processes():
             try:
