@@ -201,3 +201,14 @@ def int_list(column: Any) -> list[int]:
         ints: list[int] = column.to_pylist() if column.null_count else column.to_numpy().tolist()
         return ints
     return list(column)
+
+
+def epoch_millis(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Return a timestamp column (any unit) or an integer one as epoch milliseconds
+    (int64; nulls stay null)."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_timestamp(array.type):
+        return pc.cast(array, pa.timestamp("ms", array.type.tz), safe=False).cast(pa.int64())
+    if pa.types.is_null(array.type):
+        return pa.nulls(len(array), pa.int64())
+    return array.cast(pa.int64())

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.columns import epoch_millis
 from common.errors import ConfigError, InvalidPartitionsError, StreamsError
 from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
@@ -239,7 +240,8 @@ class DataFrameIngest:
         values = _as_binary(table.column("value"))
         timestamps: Any = None
         if self.columns.timestamp is not None:
-            timestamps = _epoch_ms(table.column("timestamp"), int(time.time() * 1000))
+            now = int(time.time() * 1000)  # a null timestamp: the time of ingestion
+            timestamps = pc.fill_null(epoch_millis(table.column("timestamp")), now)
         partitions = None
         if self.columns.partition is not None:
             partitions = self._partitions(table.column("partition"), batch_id)
@@ -273,17 +275,6 @@ def _as_binary(column: pa.ChunkedArray) -> pa.Array:
     if pa.types.is_null(array.type):
         return pa.nulls(len(array), pa.binary())
     return array.cast(pa.binary())  # binary as it is, strings as their UTF-8 bytes
-
-
-def _epoch_ms(column: pa.ChunkedArray, now: int) -> pa.Array:
-    array = column.combine_chunks()
-    if pa.types.is_timestamp(array.type):
-        array = pc.cast(array, pa.timestamp("ms", array.type.tz), safe=False).cast(pa.int64())
-    elif pa.types.is_null(array.type):
-        array = pa.nulls(len(array), pa.int64())
-    else:
-        array = array.cast(pa.int64())
-    return pc.fill_null(array, now)
 
 
 def _first_line(error: BaseException) -> str:

@@ -29,7 +29,6 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +36,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
+from common.columns import epoch_millis
 from common.errors import ConfigError, StorageError
 from runtime.storage.fs import StorageRoot, storage_options
 
@@ -134,14 +134,11 @@ def _absolute(table: str, path: str) -> str:
 
 
 def _records(table: pa.Table, key: str, values: list[str], timestamp: str | None) -> pa.Table:
-    n = table.num_rows
-    ts: pa.Array = pa.nulls(n, pa.int64())
-    if timestamp is not None:
-        column = table.column(timestamp).combine_chunks()
-        if pa.types.is_timestamp(column.type):
-            ts = pc.cast(column, pa.timestamp("ms", column.type.tz), safe=False).cast(pa.int64())
-        else:
-            ts = column.cast(pa.int64())
+    ts = (
+        pa.nulls(table.num_rows, pa.int64())
+        if timestamp is None
+        else epoch_millis(table.column(timestamp))
+    )
     return pa.table(
         {
             "key": _bytes(table.select([key])),

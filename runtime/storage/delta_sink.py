@@ -152,12 +152,18 @@ def prepare(root: StorageRoot, sink: SinkTable, files: list[StagedFile]) -> list
     """
     if not files:
         return files
+    table = _open(sink.uri)
+    if table is not None and len(files) == 1:  # the common case: one task wrote the sink
+        schema = _read_schema(root, f"{sink.path}/{files[0].path}")
+        fields = [f for f in schema if f.name != DELETED]
+        target = pa.schema(table.schema().to_arrow())
+        if [(f.name, f.type) for f in fields] == [(f.name, f.type) for f in target]:
+            return files  # fits as written: nothing to rewrite
     parts = [_read(root, f"{sink.path}/{f.path}") for f in files]
     meta = parts[0].schema.metadata or {}
     rows = pa.concat_tables(parts, promote_options="permissive")
     rows = _upsert_last(rows, json.loads(meta[KEYS_KEY])) if sink.mode == "upsert" else rows
     data = rows.drop_columns([DELETED]) if DELETED in rows.column_names else rows
-    table = _open(sink.uri)
     if table is None:
         DeltaTable.create(
             sink.uri,
@@ -205,6 +211,14 @@ def _upsert_last(rows: pa.Table, keys: list[str]) -> pa.Table:
     return rows.take(pa.array(order))
 
 
+def _read_schema(root: StorageRoot, path: str) -> pa.Schema:
+    try:
+        with root.fs.open_input_file(path) as f:
+            return pq.read_schema(f)
+    except (OSError, pa.ArrowException) as exc:
+        raise StorageError(f"cannot read staged rows {path}: {exc}") from exc
+
+
 def _read(root: StorageRoot, path: str) -> pa.Table:
     try:
         with root.fs.open_input_file(path) as f:
@@ -241,10 +255,19 @@ class DeltaSinkCommitter:
         self.root = root
         self.sink = sink
         self.conflicts = 0
+        self._table: DeltaTable | None = None  # kept between commits, brought up to date
+
+    def table(self) -> DeltaTable | None:
+        """Return the sink's table at its latest version (None: not created yet)."""
+        if self._table is None:
+            self._table = _open(self.sink.uri)
+        else:
+            self._table.update_incremental()
+        return self._table
 
     def committed_txn_version(self, app_id: str) -> int:
         """Return the highest ``txn`` version committed for ``app_id`` (-1 when none)."""
-        table = _open(self.sink.uri)
+        table = self.table()
         version = None if table is None else table.transaction_version(app_id)
         return -1 if version is None else int(version)
 
@@ -266,10 +289,14 @@ class DeltaSinkCommitter:
         deadline = time.monotonic() + timeout_ms / 1000
         attempt = 0
         while True:
-            if app_txn is not None and self.committed_txn_version(app_txn[0]) >= app_txn[1]:
+            table = self.table()
+            if table is None:
+                raise StorageError(f"Delta sink table {self.sink.table} vanished before its commit")
+            done = table.transaction_version(app_txn[0]) if app_txn is not None else None
+            if app_txn is not None and done is not None and done >= app_txn[1]:
                 return []  # committed before: a roll-forward commits nothing again
             try:
-                self._commit_once(files, app_txn)
+                self._commit_once(table, files, app_txn)
                 return []
             except CommitFailedError as exc:
                 attempt += 1
@@ -283,10 +310,9 @@ class DeltaSinkCommitter:
             except DeltaError as exc:
                 raise StorageError(f"cannot commit to Delta sink {self.sink.table}: {exc}") from exc
 
-    def _commit_once(self, files: list[StagedFile], app_txn: tuple[str, int] | None) -> None:
-        table = _open(self.sink.uri)
-        if table is None:
-            raise StorageError(f"Delta sink table {self.sink.table} vanished before its commit")
+    def _commit_once(
+        self, table: DeltaTable, files: list[StagedFile], app_txn: tuple[str, int] | None
+    ) -> None:
         props = CommitProperties(
             app_transactions=[Transaction(*app_txn)] if app_txn else None, max_commit_retries=0
         )
