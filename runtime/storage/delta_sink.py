@@ -26,7 +26,9 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +44,8 @@ from runtime.storage.committer import ParticipantCommitter, StagedFile, TopicCom
 from runtime.storage.fs import StorageRoot, storage_options
 from runtime.storage.names import validate_topic_name
 from runtime.storage.topics import TopicAdmin
+
+T = TypeVar("T")
 
 #: Where tables named by a bare name live, under the storage root.
 TABLES_DIR = "tables"
@@ -154,12 +158,12 @@ def prepare(root: StorageRoot, sink: SinkTable, files: list[StagedFile]) -> list
         return files
     table = _open(sink.uri)
     if table is not None and len(files) == 1:  # the common case: one task wrote the sink
-        schema = _read_schema(root, f"{sink.path}/{files[0].path}")
+        schema = _read(root, f"{sink.path}/{files[0].path}", pq.read_schema)
         fields = [f for f in schema if f.name != DELETED]
         target = pa.schema(table.schema().to_arrow())
         if [(f.name, f.type) for f in fields] == [(f.name, f.type) for f in target]:
             return files  # fits as written: nothing to rewrite
-    parts = [_read(root, f"{sink.path}/{f.path}") for f in files]
+    parts = [_read(root, f"{sink.path}/{f.path}", pq.read_table) for f in files]
     meta = parts[0].schema.metadata or {}
     rows = pa.concat_tables(parts, promote_options="permissive")
     rows = _upsert_last(rows, json.loads(meta[KEYS_KEY])) if sink.mode == "upsert" else rows
@@ -211,18 +215,11 @@ def _upsert_last(rows: pa.Table, keys: list[str]) -> pa.Table:
     return rows.take(pa.array(order))
 
 
-def _read_schema(root: StorageRoot, path: str) -> pa.Schema:
+def _read(root: StorageRoot, path: str, reader: Callable[[Any], T]) -> T:
+    """Read a staged file with ``reader`` (its rows; ``pq.read_schema``: its schema)."""
     try:
         with root.fs.open_input_file(path) as f:
-            return pq.read_schema(f)
-    except (OSError, pa.ArrowException) as exc:
-        raise StorageError(f"cannot read staged rows {path}: {exc}") from exc
-
-
-def _read(root: StorageRoot, path: str) -> pa.Table:
-    try:
-        with root.fs.open_input_file(path) as f:
-            return pq.read_table(f)
+            return reader(f)
     except (OSError, pa.ArrowException) as exc:
         raise StorageError(f"cannot read staged rows {path}: {exc}") from exc
 
@@ -323,7 +320,9 @@ class DeltaSinkCommitter:
                 adds, "append", schema, partition_by=[], commit_properties=props
             )
             return
-        rows = pa.concat_tables([_read(self.root, f"{self.sink.path}/{f.path}") for f in files])
+        rows = pa.concat_tables(
+            [_read(self.root, f"{self.sink.path}/{f.path}", pq.read_table) for f in files]
+        )
         keys = json.loads((rows.schema.metadata or {})[KEYS_KEY])
         columns = [c for c in rows.column_names if c != DELETED]
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
