@@ -13,12 +13,20 @@ resident memory of the driver, of Spark's JVM and of the Python workers and task
 The last lines compare the last tenth with the second (latency) and the middle one (files,
 bytes, memory).
 
+A run stopped part-way (the machine went away, Ctrl-C) goes on with ``--resume`` and the
+same ``--work``: the application restarts from its committed state, as after a crash, and
+the feeder from the last tenth it sampled (the tenths sampled before are kept in
+``<work>/soak-progress.json``; the batches of the interrupted tenth were processed but are
+not sampled, so the application runs somewhat more than --batches batches in all).
+
     python benchmarks/soak.py [--batches 20000] [--lines 200] [--words 1000]
+                              [--work DIR [--resume]]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -97,7 +105,12 @@ def main() -> None:
     )
     parser.add_argument("--work", help="keep the run's files here (default: a temp dir)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--resume", action="store_true", help="go on with the stopped run in --work"
+    )
     args = parser.parse_args()
+    if args.resume and not args.work:
+        parser.error("--resume needs the --work directory of the run to go on with")
     print(machine())
     print(
         f"soak: word count, {args.batches:,} batches of {args.lines} lines, {args.words:,} "
@@ -109,8 +122,18 @@ def main() -> None:
     try:
         admin = TopicAdmin(root)
         kept = {"retention.ms": str(args.retention_ms)}
-        admin.create(wc.INPUT, args.partitions, configs=kept)
-        admin.create(wc.OUTPUT, args.partitions, configs=kept)
+        progress = load_progress(work) if args.resume else None
+        if progress is None and os.path.exists(progress_path(work)):
+            raise SystemExit(f"{work} holds a run already: add --resume, or choose a new --work")
+        if progress is not None:
+            print(
+                f"resuming after tenth {len(progress['rows'])} "
+                f"({progress['fed']:,} batches fed; run {progress['runs'] + 1})"
+            )
+            for row in progress["rows"]:
+                print_row(row, header=row["tenth"] == 1)
+        admin.create(wc.INPUT, args.partitions, configs=kept, if_not_exists=True)
+        admin.create(wc.OUTPUT, args.partitions, configs=kept, if_not_exists=True)
         spark = get_or_create_session("benchmark-soak", master="local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         config: dict[str, Any] = {
@@ -136,7 +159,9 @@ def main() -> None:
         sampler = Sampler(app, interval=1.0)
         sampler.start()
         try:
-            rows = feed(app, admin, wc.INPUT, args, dirs=(root, state), sampler=sampler)
+            rows = feed(
+                app, admin, wc.INPUT, args, dirs=(root, state), sampler=sampler, progress=progress
+            )
         finally:
             sampler.stop.set()
             app.close()
@@ -155,15 +180,22 @@ def feed(
     *,
     dirs: tuple[str, str],
     sampler: Sampler,
+    progress: dict[str, Any] | None,
 ) -> list[dict[str, Any]]:
-    """Write one chunk per batch and wait for it; sample at every tenth."""
+    """Write one chunk per batch and wait for it; sample at every tenth (and save the
+    progress there)."""
     producer = Producer(admin)
-    lines = Lines(args.words)
+    runs = 0 if progress is None else progress["runs"] + 1
+    lines = Lines(args.words, seed=7 + runs)
     tenth = max(1, args.batches // 10)
-    rows: list[dict[str, Any]] = []
-    started = time.perf_counter()
+    rows: list[dict[str, Any]] = [] if progress is None else progress["rows"]
+    first = 0 if progress is None else progress["fed"]
+    lines.n = 0 if progress is None else progress["lines"]
+    before_elapsed = rows[-1]["elapsed"] if rows else 0.0
+    started = time.perf_counter() - before_elapsed
     mark = 0
-    for i in range(args.batches):
+    work = os.path.dirname(dirs[0])
+    for i in range(first, args.batches):
         before = batches_done(app)
         for key, line in lines.chunk(args.lines):
             producer.send(topic, key, line, timestamp=int(time.time() * 1000))
@@ -182,8 +214,33 @@ def feed(
             rows.append(
                 sample(len(rows) + 1, i + 1, times, dirs=dirs, sampler=sampler, started=started)
             )
+            rows[-1]["run"] = runs + 1
             print_row(rows[-1], header=len(rows) == 1)
+            save_progress(work, {"rows": rows, "fed": i + 1, "lines": lines.n, "runs": runs})
     return rows
+
+
+def progress_path(work: str) -> str:
+    return os.path.join(work, "soak-progress.json")
+
+
+def load_progress(work: str) -> dict[str, Any] | None:
+    """The tenths a stopped run sampled (None: it sampled none)."""
+    try:
+        with open(progress_path(work)) as f:
+            progress: dict[str, Any] = json.load(f)
+    except FileNotFoundError:
+        return None
+    for row in progress["rows"]:
+        row["usage"] = {k: tuple(v) for k, v in row["usage"].items()}
+    return progress
+
+
+def save_progress(work: str, progress: dict[str, Any]) -> None:
+    path = progress_path(work)
+    with open(path + ".tmp", "w") as f:
+        json.dump(progress, f)
+    os.replace(path + ".tmp", path)
 
 
 def sample(
@@ -215,13 +272,13 @@ def print_row(row: dict[str, Any], header: bool) -> None:
     if header:
         print(
             f"{'tenth':>5} {'batches':>8} {'elapsed s':>9} {'p50 ms':>7} {'p99 ms':>7}  "
-            "RSS MiB driver/JVM/workers"
+            "RSS MiB driver/JVM/workers  run"
         )
     rss = row["rss"]
     print(
         f"{row['tenth']:>5} {row['batches']:>8} {row['elapsed']:>9.0f} "
         f"{row['p50'] * 1000:>7.0f} {row['p99'] * 1000:>7.0f}  "
-        f"{rss['driver']:.0f}/{rss['jvm']:.0f}/{rss['python']:.0f}"
+        f"{rss['driver']:.0f}/{rss['jvm']:.0f}/{rss['python']:.0f}  {row.get('run', 1)}"
     )
     for name, (files, size) in row["usage"].items():
         print(f"{'':>8}{name:<44} {files:>8} files {size / MB:>10.1f} MB")
@@ -235,6 +292,15 @@ def report(rows: list[dict[str, Any]]) -> None:
     if len(rows) < 3:
         return
     second, middle, last = rows[1], rows[len(rows) // 2 - 1], rows[-1]
+    runs = sorted({row.get("run", 1) for row in rows})
+    if len(runs) > 1:
+        print(
+            f"\nthe run went on {len(runs) - 1} time(s) with --resume (the application "
+            "restarted from its committed state); tenths by run: "
+            + ", ".join(
+                f"run {r}: {[row['tenth'] for row in rows if row.get('run', 1) == r]}" for r in runs
+            )
+        )
     print(
         f"\nlast tenth vs second: batch p50 {last['p50'] / second['p50']:.2f}x "
         f"(goal <= 1.1), p99 {last['p99'] / second['p99']:.2f}x"
