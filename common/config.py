@@ -62,6 +62,7 @@ ProcessingGuarantee: TypeAlias = Literal["at_least_once", "exactly_once", "exact
 AutoOffsetReset: TypeAlias = Literal["earliest", "latest", "none"]
 DslStore: TypeAlias = Literal["rocksDB", "in_memory"]
 ProcessingEngine: TypeAlias = Literal["columnar", "record"]
+RecordingLevelName: TypeAlias = Literal["INFO", "DEBUG", "TRACE"]
 _Source: TypeAlias = Mapping[str, object] | str | os.PathLike[str]
 
 _EOS: Final = frozenset({"exactly_once", "exactly_once_v2"})
@@ -312,6 +313,21 @@ class StreamsConfig(BaseModel):
     log_delta_retention_ms: _Int = _key(
         "log.delta.retention.ms", "an integer >= 60000", default=86400000, ge=60000
     )
+    # Kafka's metrics settings; metrics.port serves them in Prometheus' text format
+    metrics_recording_level: RecordingLevelName = _key(
+        "metrics.recording.level", "INFO, DEBUG or TRACE", default="INFO"
+    )
+    metrics_sample_window_ms: _Int = _key(
+        "metrics.sample.window.ms", _POSITIVE, default=30000, gt=0
+    )
+    metrics_num_samples: _Int = _key("metrics.num.samples", _AT_LEAST_ONE, default=2, ge=1)
+    metrics_port: _Int = _key(
+        "metrics.port",
+        "0 (no HTTP endpoint) or a TCP port from 1 to 65535",
+        default=0,
+        ge=0,
+        le=65535,
+    )
     deserialization_exception_handler: str = _key(
         "deserialization.exception.handler", _HANDLERS["deserialization"], default="log-and-fail"
     )
@@ -395,6 +411,11 @@ class StreamsConfig(BaseModel):
             _warn_deprecated(text, kept, replacement)
             return kept
         return text
+
+    @field_validator("metrics_recording_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator("application_id")
     @classmethod

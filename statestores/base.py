@@ -227,6 +227,12 @@ class RocksDBBase:
         value = self.db.property_int_value("rocksdb.estimate-num-keys")
         return int(value or 0)
 
+    def disk_size(self) -> int:
+        """Return the bytes of the database's SST files (RocksDB's
+        ``total-sst-files-size``)."""
+        value = self.db.property_int_value("rocksdb.total-sst-files-size")
+        return int(value or 0)
+
     def checkpoint(self, path: str) -> None:
         """Create a RocksDB checkpoint (hard-linked SST files) in the new directory ``path``."""
         Checkpoint(self.db).create_checkpoint(path)

@@ -217,6 +217,11 @@ class TransactionalBytesStore:
         overlay = self._overlay
         return merge_sorted(base, [(k, overlay[k]) for k in keys], reverse=reverse)
 
+    def disk_size(self) -> int | None:
+        """The bytes the committed entries take on disk (None: kept in memory)."""
+        size = getattr(self._base, "disk_size", None)
+        return None if size is None or not self._open else int(size())
+
     def approximate_num_entries(self) -> int:
         """Return about how many committed entries the store holds, plus the overlay's."""
         return self._base.approximate_num_entries() + len(self._overlay)

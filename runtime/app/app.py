@@ -33,6 +33,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from common.config import StreamsConfig
 from common.errors import StreamsError
+from common.metrics import MetricsSnapshot
 from runtime.app.app_state import (
     AppState,
     AppStateMachine,
@@ -52,6 +53,8 @@ from runtime.app.internal_topics import TopicPlan, plan_topics
 from runtime.app.log_manager import LogManager, application_topics
 from runtime.app.process_id import load_or_create_process_id
 from runtime.group.coordinator import GroupState
+from runtime.metrics import StreamsMetrics, store_scopes
+from runtime.metrics_http import MetricsServer
 from runtime.spark.checkpoint import checkpoint_location, clear_checkpoint
 from runtime.spark.session import check_local_workers
 from runtime.spark.source_topics import PatternWatch, internal_topic_names, pattern_sources
@@ -63,6 +66,7 @@ from runtime.tasks.client import shutdown_hosts
 from runtime.thread.batch_levels import BatchLevels, plan_levels
 from runtime.thread.membership import ThreadMembership, task_partitions
 from runtime.thread.placement import shutdown_executor_hosts
+from runtime.thread.progress import BatchProgress
 from runtime.thread.stream_thread import ApplicationShutdownError, StreamThread, TaskMigratedError
 from topology.graph.topology import Topology
 
@@ -124,6 +128,13 @@ class StreamsApp:
         #: While start() runs, the threads' first joins are part of its REBALANCING.
         self._starting = False
         self._lock = threading.Lock()
+        #: The instance's metrics (Kafka Streams' names; see :mod:`runtime.metrics`).
+        self.streams_metrics = StreamsMetrics(
+            self.config, self.application_id, store_scopes(topology, self.config)
+        )
+        self.streams_metrics.client_gauges(self._alive_threads, self._failed_threads)
+        self._progress_listeners: list[Callable[[BatchProgress], None]] = []
+        self._metrics_server: MetricsServer | None = None
 
     # -- state ----------------------------------------------------------------------------
 
@@ -189,6 +200,10 @@ class StreamsApp:
             if self.config.log_cleaner_enable:
                 self.log_manager = LogManager(self.admin, self.config, self._cleaned_topics)
                 self.log_manager.start()
+            if self.config.metrics_port:
+                self._metrics_server = MetricsServer(
+                    self.streams_metrics.snapshot, self.config.metrics_port
+                )
             for ingest in self.ingests:  # the threads watch the topics: start feeding them
                 ingest.start(self.spark)
         except BaseException:
@@ -334,14 +349,31 @@ class StreamsApp:
         """The first thread's query (None before start)."""
         return self.queries[0] if self.queries else None
 
-    def metrics(self) -> dict[str, float]:
-        """Application metrics summed over the threads (Kafka's ``metrics()``)."""
-        out: dict[str, float] = {}
+    def metrics(self) -> MetricsSnapshot:
+        """Every metric of this instance now (Kafka's ``metrics()``): a mapping from
+        :class:`~common.metrics.MetricName` (name, group, tags) to
+        :class:`~common.metrics.Metric`; ``.value(name, group, **tags)`` reads one and
+        ``.total(name, ...)`` sums those that match (see :mod:`runtime.metrics` for the
+        names)."""
+        return self.streams_metrics.snapshot()
+
+    def add_progress_listener(self, listener: Callable[[BatchProgress], None]) -> None:
+        """Call ``listener`` with each batch's :class:`BatchProgress` (from the thread
+        that ran it; Spark's ``StreamingQueryListener.onQueryProgress`` in this runtime's
+        terms). Listeners added before ``start()`` see every batch."""
+        self._progress_listeners.append(listener)
         for thread in self.threads:
-            for name, value in thread.metrics.items():
-                out[name] = out.get(name, 0) + value
-            out["commit-total"] = out.get("commit-total", 0) + thread.batches
-        return out
+            thread.progress_listeners.append(listener)
+
+    def _alive_threads(self) -> int:
+        return (
+            sum(1 for q in self.queries if q.isActive)
+            if self.state.is_running_or_rebalancing()
+            else 0
+        )
+
+    def _failed_threads(self) -> int:
+        return self.replaced_threads + (1 if self.state is AppState.ERROR else 0)
 
     def _start_thread(self, index: int) -> None:
         """Start stream thread ``index`` (1-based): a member of the application's group,
@@ -372,7 +404,12 @@ class StreamsApp:
             internal_sources=frozenset(self.plan.sources) - frozenset(self.plan.external_sources),
             global_topics=plan.global_topics,
             offset_resets=plan.offset_resets,
+            metrics=self.streams_metrics.thread(
+                f"{self.application_id}-{self.process_id}-StreamThread-{index}",
+                f"{self.application_id}-{self.process_id}-StreamThread-{index}",
+            ),
         )
+        thread.progress_listeners.extend(self._progress_listeners)
         # before the thread starts and its query's first batch plans: a record appended
         # after this is seen by the trigger's watch
         thread.trigger = BatchTrigger(
@@ -444,6 +481,9 @@ class StreamsApp:
         )
 
     def _stop_all(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+            self._metrics_server = None
         for ingest in self.ingests:
             ingest.stop()
         if self.log_manager is not None:

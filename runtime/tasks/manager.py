@@ -40,9 +40,11 @@ from runtime.tasks.task_runner import (
     POSITION,
     PREPARED,
     ROW_SCHEMA,
+    STATS,
     WAKE,
     BatchPlan,
     PlanOutcomes,
+    encode_stats,
     file_row,
     open_row,
     pack,
@@ -73,8 +75,6 @@ class LiveTask:
     directory: StateDirectory | None
     #: The transaction whose writes the stores hold prepared, until its outcome is known.
     prepared: tuple[str, int] | None = None
-    #: The task's cumulative counters as last reported.
-    reported: dict[str, int] = field(default_factory=dict)
     #: A batch visiting the task at several levels: (owner, batch) and the levels run so
     #: far, with what was consumed and held back (reported at its last visit).
     open_batch: tuple[str, int] | None = None
@@ -293,15 +293,9 @@ class TaskManager:
             {"kind": POSITION, "task": task_id, "topic": t, "partition": p, "offset": o}
             for (t, p), o in consumed.items()
         )
-        counts = {
-            "dropped-records-total": task.dropped_records,
-            "skipped-records-total": task.skipped_records,
-        }
-        for name, total in counts.items():
-            delta = total - live.reported.get(name, 0)
-            live.reported[name] = total
-            if delta:
-                rows.append({"kind": METRIC, "task": task_id, "topic": name, "count": delta})
+        figures, gauges = task.take_stats()
+        if figures or gauges:
+            rows.append({"kind": STATS, "task": task_id, "value": encode_stats(figures, gauges)})
         if held_back:
             rows.append(
                 {

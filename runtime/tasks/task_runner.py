@@ -33,6 +33,7 @@ because only the result that reached the driver is committed.
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 from collections.abc import Iterator, Mapping
@@ -63,6 +64,20 @@ log = logging.getLogger(__name__)
 #: and on a cluster the executor a task ran on (see :func:`placed_row`).
 FILE, POSITION, METRIC, RECORD = "file", "position", "metric", "record"
 PREPARED, WAKE, VISIT, OPEN, PLACED = "prepared", "wake", "visit", "open", "placed"
+#: A task's measurements of the batch (``value``: see :func:`encode_stats`).
+STATS = "stats"
+
+
+def encode_stats(figures: list[Any], gauges: dict[str, float]) -> bytes:
+    """A task's figures and gauges as a stats row's value (JSON)."""
+    return json.dumps([figures, gauges], separators=(",", ":")).encode()
+
+
+def decode_stats(value: bytes) -> tuple[list[Any], dict[str, float]]:
+    """The figures and gauges of a stats row's value."""
+    figures, gauges = json.loads(value)
+    return figures, gauges
+
 
 #: The metric counting visits a worker sent to a task's host on another executor.
 REMOTE_VISITS = "remote-visit-total"

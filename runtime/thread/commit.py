@@ -123,6 +123,10 @@ class CommitStrategy:
         """Run ``batch`` and commit it; return the positions committed."""
         raise NotImplementedError
 
+    def all_producers(self) -> list[TransactionalProducer]:
+        """The strategy's transactional producers (none under at_least_once)."""
+        return []
+
     def close(self) -> None:
         """Abort what is open, release the producers."""
 
@@ -235,6 +239,10 @@ class ExactlyOnceV2(_Transactional):
         super().__init__(admin, config, transactional_id)
         self.producer: TransactionalProducer | None = None
 
+    def all_producers(self) -> list[TransactionalProducer]:
+        """The thread's producer."""
+        return [] if self.producer is None else [self.producer]
+
     def start(self, tasks: list[str]) -> Positions:
         """Initialise the thread's producer (fencing an older instance of it)."""
         self.producer = self._init_producers({"": self.transactional_id})[""]
@@ -298,6 +306,10 @@ class ExactlyOncePerTask(_Transactional):
         """Initialise a producer per task (fencing older instances of each)."""
         self.producers = self._init_producers({t: f"{self.group}-{t}" for t in tasks})
         return self._fetch_stable()
+
+    def all_producers(self) -> list[TransactionalProducer]:
+        """A producer per task."""
+        return list(self.producers.values())
 
     def assigned(self, tasks: list[str]) -> Positions:
         """Close the producers of revoked tasks, initialise those of new ones."""

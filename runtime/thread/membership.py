@@ -109,6 +109,8 @@ class ThreadMembership:
         #: The tasks this member runs (of the newest generation it joined).
         self.owned: frozenset[str] = frozenset()
         self.rebalances = 0
+        #: The seconds each join took (taken by the thread's metrics).
+        self.join_seconds: list[float] = []
         self._rejoin = threading.Event()
         self._lost: BaseException | None = None
         self._batch_started: float | None = None
@@ -122,7 +124,9 @@ class ThreadMembership:
 
     def join(self) -> frozenset[str]:
         """Join the group and return the tasks assigned to this member (blocking)."""
+        started = time.perf_counter()
         assignment = self.member.join(timeout_ms=self._join_timeout_ms())
+        self.join_seconds.append(time.perf_counter() - started)
         self._adopt(assignment)
         if self._beater is None:
             self._beater = threading.Thread(
@@ -148,7 +152,10 @@ class ThreadMembership:
         self._rejoin.clear()
         before = self.owned
         self.rebalances += 1
-        self._adopt(self.member.join(timeout_ms=self._join_timeout_ms()))
+        started = time.perf_counter()
+        assignment = self.member.join(timeout_ms=self._join_timeout_ms())
+        self.join_seconds.append(time.perf_counter() - started)
+        self._adopt(assignment)
         return self.owned if self.owned != before else None
 
     @property

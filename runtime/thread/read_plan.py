@@ -32,11 +32,19 @@ class BatchReads:
         inputs: per partition number, the slices of each topic the batch reads there.
         truncated: the partitions whose read ``max.poll.records`` capped.
         ends: the log end of each partition read, as seen when the batch was planned.
+        log_ends: the log end of every partition the thread owns, read or not (its lag
+            after the batch is this less its position).
     """
 
     inputs: dict[int, tuple[TopicSlices, ...]] = field(default_factory=dict)
     truncated: frozenset[tuple[str, int]] = frozenset()
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    log_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        """How many records the batch reads."""
+        return sum(i.end - i.start for items in self.inputs.values() for i in items)
 
     def behind(self, positions: Mapping[tuple[str, int], int]) -> bool:
         """Whether a partition read still has records past ``positions`` (capped by
@@ -92,6 +100,7 @@ class ReadPlanner:
         inputs: dict[int, list[TopicSlices]] = {}
         truncated: set[tuple[str, int]] = set()
         ends: dict[tuple[str, int], int] = {}
+        log_ends: dict[tuple[str, int], int] = {}
         for topic in topics:
             starts = self.reader.beginning_offsets(topic)
             sub = self.sources[topic]
@@ -101,6 +110,7 @@ class ReadPlanner:
                 at = positions.get((topic, partition))
                 if at is None or at < starts[partition]:  # none yet, or removed (retention)
                     at = self.reset_position(topic, partition, end, positions)
+                log_ends[(topic, partition)] = end
                 if at >= end:
                     continue
                 stop = min(end, at + cap)
@@ -112,7 +122,7 @@ class ReadPlanner:
                 if stop < end:
                     truncated.add((topic, partition))
         return BatchReads(
-            {p: tuple(items) for p, items in inputs.items()}, frozenset(truncated), ends
+            {p: tuple(items) for p, items in inputs.items()}, frozenset(truncated), ends, log_ends
         )
 
     def unread(self, topics: list[str], positions: Positions) -> list[str]:

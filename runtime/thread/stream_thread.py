@@ -33,6 +33,7 @@ from pyspark.sql import DataFrame
 
 from common.config import StreamsConfig
 from common.errors import ProducerFencedError, StreamsError
+from runtime.metrics import ThreadMetrics
 from runtime.spark.source_topics import PatternFollower
 from runtime.spark.trigger import BatchTrigger
 from runtime.storage.reader import TopicReader
@@ -43,7 +44,9 @@ from runtime.tasks.collector import OutputTopic
 from runtime.tasks.global_state import plan_globals
 from runtime.tasks.task_runner import (
     FILE,
+    STATS,
     BatchPlan,
+    decode_stats,
 )
 from runtime.thread.batch_job import run_batch_job
 from runtime.thread.batch_levels import BatchLevels, WindowCombining
@@ -51,6 +54,7 @@ from runtime.thread.commit import Batch, CommitStrategy, commit_strategy
 from runtime.thread.membership import GenerationFencedError, ThreadMembership
 from runtime.thread.output_topics import OutputCatalog, has_topic_extractors
 from runtime.thread.placement import TaskPlacement
+from runtime.thread.progress import BatchProgress
 from runtime.thread.read_plan import BatchReads, ReadPlanner
 from topology.graph.topology import Topology
 
@@ -115,6 +119,7 @@ class StreamThread:
         shuffle_levels: BatchLevels | None = None,
         global_topics: tuple[str, ...] = (),
         offset_resets: Mapping[str, str] | None = None,
+        metrics: ThreadMetrics | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -174,6 +179,17 @@ class StreamThread:
         self.batch_times: collections.deque[float] = collections.deque(maxlen=BATCH_TIMES_KEPT)
         self.records_in = 0
         self.batches = 0
+        #: Where the thread records its metrics (None: nowhere).
+        self.sensors = metrics
+        #: Told each batch's progress (see BatchProgress).
+        self.progress_listeners: list[Callable[[BatchProgress], None]] = []
+        self._job_seconds = 0.0
+        self._records_out = 0
+        app = config.application_id
+        #: Repartition and changelog topics: what a batch writes there is not output.
+        self._internal_topics = frozenset(topology.repartition_topic_names(app)) | frozenset(
+            topology.changelog_topics(app).values()
+        )
         #: This thread instance, as its tasks' hosts know it: a host holding a task for
         #: another owner (an earlier instance) rebuilds it from committed state.
         self.owner = f"{transactional_id}-{uuid.uuid4().hex[:12]}"
@@ -221,6 +237,7 @@ class StreamThread:
         fence any older instance); return the positions."""
         if self.membership is not None:
             self.owned = self.membership.join()
+            self._note_joins()
         self.positions = self.commit.start(self.task_ids())
         return dict(self.positions)
 
@@ -235,10 +252,21 @@ class StreamThread:
         owned = self.membership.poll()
         if self.membership.rebalances != rejoins:
             self._tell_rebalancing(False)
+        self._note_joins()
         if owned is None:
             return
         self.owned = owned
         self.positions = self.commit.assigned(self.task_ids())
+        if self.sensors is not None:
+            self.sensors.closed_tasks(self.task_ids())
+
+    def _note_joins(self) -> None:
+        """Record the member's joins since last time (rebalance metrics)."""
+        membership = self.membership
+        if membership is not None and membership.join_seconds:
+            joins, membership.join_seconds = membership.join_seconds, []
+            if self.sensors is not None:
+                self.sensors.rebalanced(joins)
 
     def _rebalance_noted(self) -> None:
         """The group rebalances: say so; run a batch soon (its start rejoins)."""
@@ -257,12 +285,16 @@ class StreamThread:
         """Process and commit one micro-batch (the ``foreachBatch`` function)."""
         started = time.perf_counter()
         lease = 0
+        commit_seconds: float | None = None
         try:
             self._check_shutdown(batch_id)
             self._poll_group()
             planned = self._plan_reads()
             lease = self.admin.leases.hold(self._planned_files())
+            if self.sensors is not None:
+                self.sensors.polled(self.reads.records, time.perf_counter() - started)
             if not planned and not self._tasks_due():
+                self._record_lags()
                 return  # nothing to read, nothing due for this thread's tasks
             if self.membership is not None:
                 self.membership.batch_started()
@@ -272,7 +304,10 @@ class StreamThread:
                 functools.partial(self._run_job, df),
                 self._validate_generation,
             )
+            self._job_seconds, self._records_out = 0.0, 0
+            committing = time.perf_counter()
             self.positions.update(self.commit.commit_batch(batch))
+            commit_seconds = time.perf_counter() - committing - self._job_seconds
             self.placement.committed(self.metrics)
         except ProducerFencedError as exc:
             self.failure = TaskMigratedError(
@@ -293,11 +328,47 @@ class StreamThread:
             self.admin.leases.release(lease)
             if self.membership is not None:
                 self.membership.batch_finished()
-        self.batch_times.append(time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.batch_times.append(seconds)
         self.batches += 1
+        self._batch_done(batch_id, seconds, commit_seconds)
         self._tasks_started = True
         self._maybe_wake()
         self._schedule_punctuation()
+
+    def _record_lags(self) -> dict[tuple[str, int], int]:
+        """Each owned partition's lag now (its log end when planned less its position)."""
+        lags = {
+            tp: max(end - self.positions.get(tp, end), 0) for tp, end in self.reads.log_ends.items()
+        }
+        if self.sensors is not None:
+            self.sensors.lagged(lags)
+        return lags
+
+    def _batch_done(self, batch_id: int, seconds: float, commit_seconds: float | None) -> None:
+        """Record the batch's metrics and tell the progress listeners."""
+        lags = {
+            tp: max(end - self.positions.get(tp, end), 0) for tp, end in self.reads.log_ends.items()
+        }
+        sensors = self.sensors
+        if sensors is not None:
+            sensors.batch_done(seconds, commit_seconds, lags)
+            for producer in self.commit.all_producers():
+                sensors.producer(producer)
+            sensors.counters(self.metrics)
+        if self.progress_listeners:
+            progress = BatchProgress(
+                thread=self.transactional_id,
+                batch_id=batch_id,
+                batches=self.batches,
+                records_in=self.reads.records,
+                records_out=self._records_out,
+                lag=sum(lags.values()),
+                commit_ms=(commit_seconds or 0.0) * 1000,
+                batch_ms=seconds * 1000,
+            )
+            for listener in self.progress_listeners:
+                listener(progress)
 
     def _plan_reads(self) -> bool:
         """Choose the batch's levels and plan its reads from the committed positions;
@@ -474,7 +545,16 @@ class StreamThread:
 
     def _collect_rows(self, df: DataFrame, plan: BatchPlan) -> list[Any]:
         """Run the batch's levels as one Spark job; return its metadata rows."""
+        started = time.perf_counter()
         result = run_batch_job(df, plan, self.levels.depth, self.levels.partitions)
+        self._job_seconds += time.perf_counter() - started
+        sensors = self.sensors
+        for row in result.rows:
+            kind = row["kind"]
+            if kind == STATS and sensors is not None:
+                sensors.task_stats(row["task"], *decode_stats(row["value"]))
+            elif kind == FILE and row["topic"] not in self._internal_topics:
+                self._records_out += row["count"]
         for name, value in result.metrics.items():
             self.metrics[name] = self.metrics.get(name, 0) + value
         self._next_punctuation = result.next_punctuation

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
@@ -112,7 +113,14 @@ class TransactionalProducer:
         self._staged: dict[str, list[StagedFile]] = {}
         self._offsets: dict[str, list[OffsetEntry]] = {}
         self._pending_groups: set[str] = set()
-        self.metrics = {"commits": 0, "aborts": 0, "records": 0, "files": 0}
+        self.metrics = {
+            "commits": 0,
+            "aborts": 0,
+            "records": 0,
+            "files": 0,
+            "commit-time-ns": 0,
+            "abort-time-ns": 0,
+        }
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -279,6 +287,7 @@ class TransactionalProducer:
             )
         self._require(ProducerState.IN_TRANSACTION, "commit_transaction")
         self.state = ProducerState.COMMITTING
+        started = time.perf_counter_ns()
         try:
             self._stage(self.accumulator.topics())
             snap = self._current()
@@ -311,6 +320,7 @@ class TransactionalProducer:
                 self.state = ProducerState.ABORTABLE_ERROR
             raise
         self.metrics["commits"] += 1
+        self.metrics["commit-time-ns"] += time.perf_counter_ns() - started
         self._finish_local(committed=True)
 
     def abort_transaction(self) -> None:
@@ -321,6 +331,7 @@ class TransactionalProducer:
             )
         self.state = ProducerState.ABORTING
         self.accumulator.clear()
+        started = time.perf_counter_ns()
         try:
             snap = self._current()
             if snap.meta.state is TransactionState.ONGOING:
@@ -332,6 +343,7 @@ class TransactionalProducer:
             self.state = ProducerState.FATAL_ERROR
             raise
         self.metrics["aborts"] += 1
+        self.metrics["abort-time-ns"] += time.perf_counter_ns() - started
         self._finish_local(committed=False)
 
     def close(self) -> None:

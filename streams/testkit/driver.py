@@ -42,7 +42,9 @@ import pyarrow.compute as pc
 from common.config import StreamsConfig
 from common.delta_rows import DELETED, parse_sink, rows_table
 from common.errors import StreamsError, TopologyError
+from common.metrics import MetricsSnapshot
 from common.serdes import Serde
+from runtime.metrics import StreamsMetrics, store_scopes
 from statestores.api import StateStore
 from topology.api.record import ValueAndTimestamp
 from topology.engine.task import StreamTask
@@ -55,6 +57,10 @@ K = TypeVar("K")
 V = TypeVar("V")
 HeaderList = Sequence[tuple[str, bytes | None]]
 _DUMMY_ROOT = "memory://topology-test-driver"
+
+
+#: The thread id of the test driver's metrics.
+DRIVER_THREAD = "topology-test-driver"
 
 
 class EmptyTopicError(StreamsError, LookupError):
@@ -142,6 +148,12 @@ class TopologyTestDriver:
         ]
         global_stores = {n: s for t in self._global_tasks for n, s in t.stores.items()}
         self._tasks = [self._task(sub.id, global_stores) for sub in topology.task_subtopologies()]
+        self._metrics = StreamsMetrics(
+            self.config, self.application_id, store_scopes(topology, self.config)
+        )
+        self._thread_metrics = self._metrics.thread(DRIVER_THREAD, DRIVER_THREAD)
+        for task in (*self._global_tasks, *self._tasks):  # every task has its metrics
+            self._thread_metrics.task_stats(task.task_id, *task.take_stats())
         self._closed = False
         dead_letters = self.config.errors_dead_letter_queue_topic_name
         if dead_letters and self._route(dead_letters) is not None:
@@ -307,26 +319,16 @@ class TopologyTestDriver:
         """The topics records were produced to."""
         return set(self._outputs)
 
-    def metrics(self) -> dict[str, int]:
-        """Return the task metrics summed over the tasks: ``dropped-records-total``
-        (records dropped: null keys, late records for closed windows, and the records an
-        exception handler skipped) and ``skipped-records-total`` (records with an invalid
-        timestamp)."""
-        totals = {"dropped-records-total": 0, "skipped-records-total": 0}
-        for task_metrics in self.task_metrics().values():
-            for name, value in task_metrics.items():
-                totals[name] += value
-        return totals
-
-    def task_metrics(self) -> dict[str, dict[str, int]]:
-        """Return the metrics of :meth:`metrics` per task id (global tasks included)."""
-        return {
-            t.task_id: {
-                "dropped-records-total": t.dropped_records,
-                "skipped-records-total": t.skipped_records,
-            }
-            for t in (*self._global_tasks, *self._tasks)
-        }
+    def metrics(self) -> MetricsSnapshot:
+        """Every metric now (Kafka's ``metrics()``), as a running application has them
+        (:meth:`runtime.app.app.StreamsApp.metrics`), of one stream thread
+        ``topology-test-driver``: e.g. ``.total("dropped-records-total")`` counts the
+        records dropped (null keys, late records for closed windows, invalid timestamps,
+        the records an exception handler skipped), ``.value("dropped-records-total",
+        task_id="0_0")`` one task's."""
+        for task in (*self._global_tasks, *self._tasks):
+            self._thread_metrics.task_stats(task.task_id, *task.take_stats())
+        return self._metrics.snapshot()
 
     # -- stores ---------------------------------------------------------------------------
 

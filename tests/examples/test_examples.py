@@ -62,7 +62,7 @@ def run_on_spark(
     app = StreamsApp(topology, config, spark=spark)
     app.run_until_idle()
     if metrics is not None:
-        metrics.update(app.metrics())
+        metrics.update(app.metrics().by_name("stream-thread-metrics"))
     return topic_outputs(root, output_topics(example))
 
 

@@ -114,6 +114,10 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "deserialization.exception.handler": "log-and-fail",
         "processing.exception.handler": "log-and-fail",
         "production.exception.handler": "log-and-fail",
+        "metrics.recording.level": "INFO",
+        "metrics.sample.window.ms": "30000",
+        "metrics.num.samples": "2",
+        "metrics.port": "0",
         "errors.dead.letter.queue.topic.name": "",
     }
     assert config.eos_enabled is False

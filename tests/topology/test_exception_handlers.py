@@ -67,7 +67,7 @@ def test_log_and_fail_is_the_default_and_names_topic_partition_offset(drive: Any
         pipe(d, long_bytes(1), POISON)
     assert "topic=in partition=0 offset=2" in str(info.value)
     assert "log-and-continue would skip it" in str(info.value)
-    assert d.metrics()["dropped-records-total"] == 0
+    assert d.metrics().total("dropped-records-total") == 0
 
 
 def test_log_and_continue_skips_the_poison_record_and_counts_it(
@@ -77,8 +77,8 @@ def test_log_and_continue_skips_the_poison_record_and_counts_it(
     with caplog.at_level(logging.WARNING, "common.handlers"):
         pipe(d, long_bytes(1), POISON, long_bytes(3))
     assert d.create_output_topic("out", S, L).read_values_to_list() == [2, 4]
-    assert d.metrics()["dropped-records-total"] == 1
-    assert d.task_metrics()["0_0"]["dropped-records-total"] == 1
+    assert d.metrics().total("dropped-records-total") == 1
+    assert d.metrics().value("dropped-records-total", task_id="0_0") == 1
     assert "[task 0_0] node=KSTREAM-SOURCE-0000000000 topic=in partition=0 offset=1" in caplog.text
 
 
@@ -109,7 +109,7 @@ def test_dead_letter_holds_the_raw_record_with_its_origin_in_headers(drive: Any)
     assert errors["__streams.errors.stacktrace"].startswith("Traceback")
     assert (errors["__streams.errors.topic"], errors["__streams.errors.partition"]) == ("in", "0")
     assert errors["__streams.errors.offset"] == "1"
-    assert d.metrics()["dropped-records-total"] == 1
+    assert d.metrics().total("dropped-records-total") == 1
 
 
 def test_log_and_fail_with_a_dead_letter_topic_aborts_the_dead_letter_too(drive: Any) -> None:
@@ -162,7 +162,7 @@ def test_deprecated_key_and_kafka_class_names_are_accepted(drive: Any) -> None:
     assert d.config.deserialization_exception_handler == "log-and-continue"
     assert d.config.get("default.deserialization.exception.handler") == "log-and-continue"
     pipe(d, POISON)
-    assert d.metrics()["dropped-records-total"] == 1
+    assert d.metrics().total("dropped-records-total") == 1
 
 
 def test_the_new_key_wins_over_the_deprecated_one() -> None:
@@ -206,7 +206,7 @@ def test_processing_log_and_continue_drops_at_the_failing_node_only(drive: Any) 
         topic.pipe_input("k", value)
     assert d.create_output_topic("numbers", S, S).read_values_to_list() == ["1", "3"]
     assert d.create_output_topic("all", S, S).read_values_to_list() == ["1", "x", "3"]
-    assert d.metrics()["dropped-records-total"] == 1
+    assert d.metrics().total("dropped-records-total") == 1
 
 
 def test_processing_default_fails_with_the_node_and_function(drive: Any) -> None:
@@ -290,7 +290,7 @@ def test_processor_api_and_punctuator_errors_go_to_the_handler(drive: Any) -> No
     d.advance_wall_clock_time(10)
     d.advance_wall_clock_time(10)  # the punctuator stays scheduled
     assert d.create_output_topic("out", S, S).read_values_to_list() == ["good"]
-    assert d.metrics()["dropped-records-total"] == 3
+    assert d.metrics().total("dropped-records-total") == 3
 
 
 class RecordingHandler:
@@ -322,7 +322,7 @@ def test_user_handler_by_import_path_gets_context_record_and_user_exception(
     assert (record.key, record.value) == ("k", "x")
     assert type(exception) is ValueError
     assert RecordingHandler.configs[-1]["application.id"] == "app"
-    assert d.metrics()["dropped-records-total"] == 1
+    assert d.metrics().total("dropped-records-total") == 1
 
 
 class BrokenHandler:
@@ -380,7 +380,7 @@ def test_production_log_and_continue_drops_the_output_record(drive: Any) -> None
     [letter] = d.create_output_topic("dlq", S, S).read_records_to_list()
     assert letter.value == "n"  # the raw input record
     assert headers_of(letter)["__streams.errors.offset"] == "1"
-    assert d.metrics()["dropped-records-total"] == 1
+    assert d.metrics().total("dropped-records-total") == 1
 
 
 class ProductionHandler:

@@ -78,7 +78,7 @@ def test_final_results_for_session_windows(drive: Any) -> None:
         ("[k1@30/30]", 1, 30),
     ]
     assert _records(d, "output-suppressed") == [("[k1@0/5]", 3, 5), ("[k2@11/11]", 1, 11)]
-    assert d.metrics()["dropped-records-total"] == 1
+    assert d.metrics().total("dropped-records-total") == 1
 
 
 def _table_counts(suppressed: Suppressed) -> StreamsBuilder:

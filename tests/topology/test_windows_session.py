@@ -119,7 +119,7 @@ def test_late_session_records_dropped_after_gap_plus_grace(drive: Any) -> None:
         ("[dummy@11/11]", None, 11),
         ("[dummy@11/12]", 2, 12),
     ]
-    assert d.metrics()["dropped-records-total"] == 1
+    assert d.metrics().total("dropped-records-total") == 1
 
 
 def test_session_reduce_and_aggregate_with_merger(drive: Any) -> None:

@@ -42,6 +42,7 @@ from common.errors import (
     TopologyError,
 )
 from common.handlers import RawRecord
+from common.metrics import RecordingLevel
 from statestores.api import ChangelogCollector, StateStore, StateStoreContext
 from statestores.state_manager import ProcessorStateManager
 from topology.api.processor import FixedKeyProcessor, PunctuationType, Punctuator
@@ -77,6 +78,21 @@ from topology.engine.context import (
 from topology.engine.nodes import SinkProcessor, SourceRuntime, guard, user_error
 from topology.engine.read_only_stores import read_only
 from topology.engine.task_errors import TaskErrorPaths
+from topology.engine.task_metrics import (
+    COMMIT,
+    DROPPED,
+    NODE,
+    PROCESS,
+    PUNCTUATE,
+    STORE_KEYS,
+    STORE_SIZE,
+    TaskStats,
+    store_disk_size,
+    time_store_operations,
+)
+from topology.engine.task_metrics import (
+    E2E as E2E_KIND,
+)
 from topology.graph.graph import ProcessorSpec, SinkSpec, SourceSpec
 from topology.graph.stores import resolve_serde
 from topology.graph.topology import Topology
@@ -132,7 +148,7 @@ class StreamTask:
     #: how the test suite runs its topology tests under both engines.
     forced_engine: ClassVar[str | None] = None
 
-    def __init__(
+    def __init__(  # noqa: PLR0915 - the task's attributes, one statement each
         self,
         topology: Topology,
         subtopology_id: int,
@@ -179,6 +195,12 @@ class StreamTask:
         # Kafka's task-level dropped-records: null keys, late records, and the records an
         # exception handler skipped (RESUME)
         self.dropped_records = 0
+        #: What the task measured since the runtime last took it (see take_stats).
+        self.stats = TaskStats(RecordingLevel[config.metrics_recording_level])
+        #: The wall clock (ms) of the call being processed: end-to-end latencies are
+        #: measured against it (one clock read per call, not per record).
+        self.now_ms, self._measuring, self._dropped_reported = 0, False, 0
+        self._represented: int | None = None
         self.errors = TaskErrorPaths(self)
         # the input bytes, for dead letters: (topic, offset, key, value) of process(), and
         # (topic, offsets, keys, values) of the last process_columns() call
@@ -246,6 +268,8 @@ class StreamTask:
         for name in self.subtopology.stores:
             store = self.topology.stores[name].builder(self.config).build()
             store.init(self.store_context)
+            if self.stats.debug:
+                time_store_operations(store, self.stats)
             self.stores[name] = store
         self._build_nodes()
         self.transition(TaskState.RUNNING)
@@ -296,6 +320,7 @@ class StreamTask:
                 if not spec.user_code and hasattr(processor, "process_batch"):
                     batch_nodes[name] = processor.process_batch
             contexts[name] = ctx
+        forwards, batch_nodes = self._metered(forwards, batch_nodes)
         for name, ctx in contexts.items():
             kids = [(kid, forwards[kid]) for kid in topology.children[name] if kid in forwards]
             ctx.bind_children(kids)
@@ -312,6 +337,45 @@ class StreamTask:
                 raise user_error(name, processor.init, exc, "init of processor") from exc
         if self.columnar:
             self._bind_batches(forwards, contexts, batch_nodes)
+
+    def _metered(
+        self,
+        forwards: dict[str, Callable[[Any], None]],
+        batch_nodes: dict[str, BatchForward],
+    ) -> tuple[dict[str, Callable[[Any], None]], dict[str, BatchForward]]:
+        """The nodes' entries, measuring: a terminal node's end-to-end latency (INFO), and
+        on DEBUG every node's records (``process-total``). Other nodes' entries are as
+        they were (nothing per record on INFO)."""
+        debug = self.stats.debug
+        children = self.topology.children
+        record, e2e = self.stats.record, self.stats.e2e
+        out, out_batches = dict(forwards), dict(batch_nodes)
+        for name, forward in forwards.items():
+            terminal = not children.get(name)
+            if not (terminal or debug):
+                continue
+
+            def one(item: Any, _f: Any = forward, _n: str = name, _t: bool = terminal) -> None:
+                if _t and item[2] >= 0:
+                    late = self.now_ms - item[2]
+                    record(E2E_KIND, _n, 1, late, late, late)
+                if debug:
+                    record(NODE, _n, 1, 0.0)
+                _f(item)
+
+            out[name] = one
+            batch = batch_nodes.get(name)
+            if batch is not None:
+
+                def many(b: Any, _f: Any = batch, _n: str = name, _t: bool = terminal) -> None:
+                    if _t:
+                        e2e(_n, b.timestamps, self.now_ms)
+                    if debug:
+                        record(NODE, _n, len(b.timestamps), 0.0)
+                    _f(b)
+
+                out_batches[name] = many
+        return out, out_batches
 
     def _combined_sinks(self) -> tuple[frozenset[str], Mapping[str, Any]]:
         """The repartition topics whose columnar sinks combine a count's batches, and
@@ -437,6 +501,28 @@ class StreamTask:
         partition: int | None = None,
     ) -> None:
         """Process one raw input record to completion (all nodes downstream)."""
+        if self._measuring:  # inside a call that measures itself
+            self._process_record(topic, key, value, timestamp, headers, offset, partition)
+            return
+        self._measuring = True
+        self.now_ms = self.wall_clock_ms()
+        start = time.perf_counter_ns()
+        try:
+            self._process_record(topic, key, value, timestamp, headers, offset, partition)
+        finally:
+            self._measuring = False
+            self.stats.record(PROCESS, "", 1, time.perf_counter_ns() - start)
+
+    def _process_record(  # noqa: PLR0917 - the per-record entry point
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers = (),
+        offset: int = -1,
+        partition: int | None = None,
+    ) -> None:
         part = self.partition if partition is None else partition
         source = self.source_for(topic)
         try:
@@ -485,9 +571,16 @@ class StreamTask:
     def process_batch(self, records: Iterable[InputRecord]) -> int:
         """Process raw records in order (any topics of this task); return how many."""
         count = 0
-        for rec in records:
-            self.process(rec[0], rec[4], rec[5], rec[3], rec[6], rec[2], rec[1])
-            count += 1
+        self._measuring = True
+        self.now_ms = self.wall_clock_ms()
+        start = time.perf_counter_ns()
+        try:
+            for rec in records:
+                self.process(rec[0], rec[4], rec[5], rec[3], rec[6], rec[2], rec[1])
+                count += 1
+        finally:
+            self._measuring = False
+            self.stats.record(PROCESS, "", count, time.perf_counter_ns() - start)
         return count
 
     @paused_collection
@@ -504,7 +597,41 @@ class StreamTask:
         """Process one topic-partition's records given as columns (Arrow columns, or
         sequences: bytes for keys and values, ints for timestamps and offsets); keys and
         values are deserialized in bulk. Return the count. The cyclic garbage collector
-        waits meanwhile (:func:`~topology.engine.columnar.collection_paused`)."""
+        waits meanwhile (:func:`~topology.engine.columnar.collection_paused`).
+
+        The call is measured as a whole: the task's ``process`` figures (records, time),
+        the source node's end-to-end latency, and on DEBUG its records."""
+        source = self.source_for(topic)
+        self.now_ms = now = self.wall_clock_ms()
+        self._measuring, self._represented = True, None
+        start = time.perf_counter_ns()
+        count = 0
+        try:
+            count = self._process_columns(
+                topic, partition, keys, values, timestamps, offsets, headers
+            )
+        finally:
+            self._measuring = False
+            # combined records count as the records they stand for
+            records = count if self._represented is None else self._represented
+            stats = self.stats
+            stats.record(PROCESS, "", records, time.perf_counter_ns() - start)
+        if records:
+            stats.e2e(source.name, timestamps, now)
+            if stats.debug:
+                stats.record(NODE, source.name, records, 0.0)
+        return count
+
+    def _process_columns(  # noqa: PLR0917 - columns in record order
+        self,
+        topic: str,
+        partition: int,
+        keys: Any,
+        values: Any,
+        timestamps: Any,
+        offsets: Any,
+        headers: Sequence[Headers] | None = None,
+    ) -> int:
         source = self.source_for(topic)
         if headers is not None and topic in self._weighted:
             split = weights_of(headers)
@@ -518,11 +645,12 @@ class StreamTask:
                         source, topic, partition, keys, values, timestamps, offsets, None, weights
                     )
                 ):
+                    self._represented = int(sum(weights))
                     return len(weights)
                 if topic in self._windowed:
                     raise _late(self.task_id, topic, "by the usual path")
                 index = expansion(weights)
-                self.process_columns(
+                self._process_columns(
                     topic,
                     partition,
                     take_rows(keys, index),
@@ -531,6 +659,7 @@ class StreamTask:
                     take_rows(offsets, index),
                     None if plain else [stripped[i] for i in index.tolist()],
                 )
+                self._represented = int(sum(weights))
                 return len(weights)
         if source.arrow_child is not None and self._process_arrow(
             source, topic, partition, keys, values, timestamps, offsets, headers
@@ -618,6 +747,9 @@ class StreamTask:
         ):
             self.stream_time = before
             return False
+        if self.stats.debug:  # the child took the columns whole
+            for kid in self.topology.children.get(source.name, ()):
+                self.stats.record(NODE, kid, len(ts), 0.0)
         self.consumed_offsets[(topic, partition)] = last_offset + 1
         return True
 
@@ -774,10 +906,14 @@ class StreamTask:
             self.current_topic = self.current_partition = self.current_offset = None
             self.current_headers = None
             self.current_timestamp = now
+            self.now_ms = self.wall_clock_ms()
+            start = time.perf_counter_ns()
             try:
                 sched.punctuator(now)
             except Exception as exc:
                 self.errors.punctuator_failed(sched, exc)  # raises unless the handler resumes
+            finally:
+                self.stats.record(PUNCTUATE, "", 1, time.perf_counter_ns() - start)
             sched.advance(now)
             ran += 1
         return ran
@@ -788,9 +924,30 @@ class StreamTask:
         """Flush every store (caches forward their entries downstream, so call it before
         the collector is flushed); return the next offset to consume per topic-partition."""
         self.raw_input = self.raw_columns = None  # records a flush forwards have none
+        self.now_ms = self.wall_clock_ms()
+        start = time.perf_counter_ns()
         for store in self.stores.values():
             store.flush()
+        if self.stats.debug:
+            self.stats.record(COMMIT, "", 1, time.perf_counter_ns() - start)
         return dict(self.consumed_offsets)
+
+    def take_stats(self) -> tuple[list[Any], dict[str, float]]:
+        """What the task measured since the last call (see
+        :meth:`~topology.engine.task_metrics.TaskStats.drain`), with its dropped records
+        and its stores' sizes."""
+        dropped = self.dropped_records + self.skipped_records - self._dropped_reported
+        if dropped:
+            self.stats.record(DROPPED, "", dropped, dropped)
+            self._dropped_reported += dropped
+        for name, store in self.stores.items():
+            size = store_disk_size(store)
+            if size is not None:
+                self.stats.gauge(STORE_SIZE, name, size)
+            entries = getattr(store, "approximate_num_entries", None)
+            if entries is not None and store.is_open():
+                self.stats.gauge(STORE_KEYS, name, entries())
+        return self.stats.drain()
 
     def post_commit(self) -> None:
         """Clear the commit request after a successful commit."""

@@ -32,6 +32,7 @@ from statestores.protocols import (
 from statestores.state_manager import SNAPSHOT_INTERVAL_KEY, ProcessorStateManager
 from topology.engine.collector import CollectorChangelog, RecordCollector
 from topology.engine.task import StreamTask, config_dict
+from topology.engine.task_metrics import RestoreStats
 from topology.graph.topology import Topology
 
 
@@ -126,7 +127,9 @@ class ActiveTaskCreator:
             transaction_outcomes=services.transaction_outcomes,
             snapshots=services.snapshots,
             timestamp=lambda: holder[0].current_timestamp if holder else 0,
-            restore_listener=services.restore_listener,
+            restore_listener=RestoreStats(
+                lambda: holder[0].stats if holder else None, services.restore_listener
+            ),
         )
         task = StreamTask(
             topology,

@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
             "example": name,
             "master": app.spark.sparkContext.master,
             "seconds": round(time.perf_counter() - started, 1),
-            "metrics": app.metrics(),
+            "metrics": app.metrics().by_name("stream-thread-metrics"),
             "executors": executors,
             "killed": killed,
         }

@@ -85,7 +85,7 @@ def test_stores_are_opened_once_over_many_batches(
         two_store_topology(), config(root, tmp_path, **{"max.poll.records": 2}), spark=spark
     )
     app.run_until_idle()
-    metrics = app.metrics()
+    metrics = app.metrics().by_name("stream-thread-metrics")
     assert metrics["commit-total"] >= 60
     # sub-topologies: 0 (flat_map to the repartition, and the in-memory per-key count),
     # 1 (the word count, RocksDB): one task each

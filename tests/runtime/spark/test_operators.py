@@ -200,7 +200,7 @@ def test_records_shuffled_inside_a_batch_wait_for_a_table_partition_with_more_to
     )
     spilled = read_topic(root, rekeyed)
     assert spilled, "some clicks waited for the users' next records"
-    assert app.metrics()["held-back-records-total"] >= len(spilled)
+    assert app.metrics().total("held-back-records-total") >= len(spilled)
 
 
 # -- 2. a pattern source: existing and new matching topics, never internal ones ---------
@@ -425,4 +425,4 @@ def test_a_windowed_count_combines_inside_batches_and_runs_a_late_batch_again(
     app = run_app(spark, topology, config)
     expected = driver_run(topology, config, [("words", raws)])["counts"]
     assert latest(read_topic(root, "counts")) == latest(expected)
-    assert app.metrics().get("uncombined-batch-total") == 1
+    assert app.metrics().total("uncombined-batch-total") == 1

@@ -132,7 +132,7 @@ def run_with_kill(
             topic.pipe_input(f"k{i % 4}", value, timestamp=1000 + i)
         expected = driver.create_output_topic("out", S, L).read_key_values_to_map()
     assert latest == expected
-    return latest, records, app.metrics()
+    return latest, records, app.metrics().by_name("stream-thread-metrics")
 
 
 @pytest.mark.parametrize("victim", ["worker", pytest.param("host", marks=pytest.mark.slow)])
@@ -227,5 +227,5 @@ def test_a_task_host_lost_between_the_levels_of_a_foreign_key_join_costs_a_retri
     for key, value in expected:
         expected_by_key.setdefault(str(key), []).append((str(key), str(value)))
     assert by_key == expected_by_key
-    metrics = app.metrics()
+    metrics = app.metrics().by_name("stream-thread-metrics")
     assert metrics.get("job-retry-total", 0) >= 1, metrics
