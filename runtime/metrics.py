@@ -123,8 +123,8 @@ class StreamsMetrics:
 
 
 def _add_rate_total(sensor: Sensor, op: str, group: str, tags: Mapping[str, str]) -> None:
-    sensor.add(MetricName.of(f"{op}-rate", group, tags, f"{op}s per second"), "count-rate")
-    sensor.add(MetricName.of(f"{op}-total", group, tags, f"{op}s in total"), "count")
+    sensor.add(MetricName.of(f"{op}-rate", group, tags, f"{op} per second"), "count-rate")
+    sensor.add(MetricName.of(f"{op}-total", group, tags, f"{op} in total"), "count")
 
 
 def _add_avg_max(sensor: Sensor, prefix: str, group: str, tags: Mapping[str, str]) -> None:

@@ -187,6 +187,12 @@ class ProcessorStateManager:
         self.stores[store.name] = entry
         self._restore(entry)
 
+    def catch_up(self) -> None:
+        """Bring every registered store up to its changelog's committed end (a standby
+        replica's update, Kafka's ``StandbyTask.update``)."""
+        for entry in self.stores.values():
+            self._catch_up(entry)
+
     # -- commits -------------------------------------------------------------------------
 
     def flush(self) -> None:

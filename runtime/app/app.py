@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import shutil
 import threading
@@ -49,9 +50,11 @@ from runtime.app.dataframe_sources import (
     first_failure,
     ingests,
 )
+from runtime.app.instance_status import InstanceStatus, store_rows
 from runtime.app.internal_topics import TopicPlan, plan_topics
 from runtime.app.log_manager import LogManager, application_topics
 from runtime.app.process_id import load_or_create_process_id
+from runtime.app.store_queries import QueryableStore, StoreCatalog, query_of
 from runtime.group.coordinator import GroupState
 from runtime.metrics import StreamsMetrics, store_scopes
 from runtime.metrics_http import MetricsServer
@@ -135,6 +138,9 @@ class StreamsApp:
         self.streams_metrics.client_gauges(self._alive_threads, self._failed_threads)
         self._progress_listeners: list[Callable[[BatchProgress], None]] = []
         self._metrics_server: MetricsServer | None = None
+        self._queries: dict[tuple[str, bool], QueryableStore] = {}
+        #: This instance's record under the storage root (``streams-eos status``).
+        self._status: InstanceStatus | None = None
 
     # -- state ----------------------------------------------------------------------------
 
@@ -174,6 +180,11 @@ class StreamsApp:
                 self.topology, self.admin, self.application_id, config=self.config
             )
             self.process_id = load_or_create_process_id(self.config.state_dir, self.application_id)
+            self._status = InstanceStatus(
+                self.admin, self.application_id, self.process_id, self._describe_instance
+            )
+            self._machine.observer = self._state_changed
+            StoreCatalog.of(self.topology, self.config).write(self.admin)
             n = self.config.num_stream_threads
             self._levels = plan_levels(
                 self.topology,
@@ -357,6 +368,23 @@ class StreamsApp:
         names)."""
         return self.streams_metrics.snapshot()
 
+    def store(self, name: str, *, timestamped: bool = False) -> QueryableStore:
+        """A read-only view of store ``name``'s committed state (Kafka's
+        ``KafkaStreams.store``): ``get``, ``range``, ``all``, ``approximate_num_entries``
+        for a key-value store, ``fetch`` for window and session stores (see
+        :class:`~runtime.app.store_queries.QueryableStore`). It answers on the driver from
+        the last committed transaction, while the application runs and after it stopped.
+
+        Raises:
+            InvalidStateStoreError: no such store, or it keeps no changelog.
+        """
+        key = (name, timestamped)
+        found = self._queries.get(key)
+        if found is None:
+            found = query_of(self.topology, self.config, self.admin, name, timestamped=timestamped)
+            self._queries[key] = found
+        return found
+
     def add_progress_listener(self, listener: Callable[[BatchProgress], None]) -> None:
         """Call ``listener`` with each batch's :class:`BatchProgress` (from the thread
         that ran it; Spark's ``StreamingQueryListener.onQueryProgress`` in this runtime's
@@ -364,6 +392,53 @@ class StreamsApp:
         self._progress_listeners.append(listener)
         for thread in self.threads:
             thread.progress_listeners.append(listener)
+
+    def _after_batch(self, progress: BatchProgress) -> None:
+        self._write_status(force=False)
+
+    def _state_changed(self, new: AppState, old: AppState) -> None:
+        self._write_status(force=True)
+
+    def _write_status(self, *, force: bool) -> None:
+        if self._status is None:
+            return
+        try:
+            self._status.write(force=force)
+        except Exception as exc:  # for people watching: never stops the app
+            log.warning("[app %s] cannot write its status record: %s", self.application_id, exc)
+
+    def _describe_instance(self) -> dict[str, Any]:
+        """What the instance record holds now (see :mod:`runtime.app.instance_status`)."""
+        m = self.streams_metrics.snapshot()
+        threads = []
+        for index, thread in enumerate(list(self.threads)):
+            query = self.queries[index] if index < len(self.queries) else None
+            sensors = thread.sensors
+            thread_id = sensors.thread_id if sensors is not None else thread.transactional_id
+            threads.append(
+                {
+                    "thread.id": thread_id,
+                    "transactional.id": thread.transactional_id,
+                    "alive": bool(query is not None and query.isActive),
+                    "batches": thread.batches,
+                    "last_batch_ms": thread.last_batch_ms,
+                    "commit_latency_avg_ms": _finite(
+                        m.total("commit-latency-avg", "stream-thread-metrics", thread_id=thread_id)
+                    ),
+                    "process_rate": _finite(
+                        m.total("process-rate", "stream-thread-metrics", thread_id=thread_id)
+                    ),
+                    "tasks": thread.task_ids(),
+                    "executors": thread.placement.by_executor(),
+                    "failure": None if thread.failure is None else str(thread.failure),
+                }
+            )
+        return {
+            "state": self.state.value,
+            "threads": threads,
+            "stores": store_rows(m),
+            "error": None if self._error is None else str(self._error),
+        }
 
     def _alive_threads(self) -> int:
         return (
@@ -410,6 +485,7 @@ class StreamsApp:
             ),
         )
         thread.progress_listeners.extend(self._progress_listeners)
+        thread.progress_listeners.append(self._after_batch)
         # before the thread starts and its query's first batch plans: a record appended
         # after this is seen by the trigger's watch
         thread.trigger = BatchTrigger(
@@ -536,3 +612,8 @@ class StreamsApp:
                 self._machine.transit(AppState.PENDING_ERROR)
                 self._machine.transit(AppState.ERROR)
         raise exc
+
+
+def _finite(value: float) -> float | None:
+    """``value``, or None when it is NaN (no sample yet): JSON has no NaN."""
+    return None if math.isnan(value) else value

@@ -73,6 +73,8 @@ class AppStateMachine:
         self._state = AppState.CREATED
         self._lock = threading.Condition()
         self.listener: StateListener | None = None
+        #: The runtime's own observer of every change (called before the user's listener).
+        self.observer: StateListener | None = None
 
     @property
     def state(self) -> AppState:
@@ -93,6 +95,11 @@ class AppStateMachine:
             self._state = new
             self._lock.notify_all()
         log.info("[app %s] state %s -> %s", self.name, old.value, new.value)
+        if self.observer is not None and new is not old:
+            try:
+                self.observer(new, old)
+            except Exception:  # never breaks the app either
+                log.warning("[app %s] state observer failed", self.name, exc_info=True)
         if self.listener is not None and new is not old:
             try:
                 self.listener(new, old)

@@ -8,11 +8,12 @@ fences the one it replaces.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import uuid
 
-from common.errors import StreamsError
+from common.errors import ConfigError, StreamsError
 
 PROCESS_FILE = "streams-process-metadata"
 
@@ -22,10 +23,28 @@ def load_or_create_process_id(state_dir: str, application_id: str) -> str:
 
     Raises:
         StreamsError: the file exists but cannot be read (it names the file to delete).
+        ConfigError: ``state.dir`` cannot be written (named with its key).
     """
     app_dir = os.path.join(state_dir, application_id)
-    os.makedirs(app_dir, exist_ok=True)
     path = os.path.join(app_dir, PROCESS_FILE)
+    try:
+        os.makedirs(app_dir, exist_ok=True)
+        return _load_or_create(state_dir, application_id, path)
+    except PermissionError as exc:
+        raise ConfigError(
+            f"state.dir: cannot write {exc.filename or app_dir} (permission denied); choose "
+            "a directory this user can write (--config state.dir=PATH)"
+        ) from exc
+    except OSError as exc:
+        if exc.errno in (errno.EROFS, errno.ENOSPC, errno.ENOTDIR, errno.EEXIST):
+            raise ConfigError(
+                f"state.dir: cannot write {exc.filename or app_dir} ({exc.strerror}); choose "
+                "a writable directory (--config state.dir=PATH)"
+            ) from exc
+        raise
+
+
+def _load_or_create(state_dir: str, application_id: str, path: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -47,6 +66,6 @@ def load_or_create_process_id(state_dir: str, application_id: str) -> str:
         os.link(tmp, path)  # first writer wins if two start at once
     except FileExistsError:
         os.unlink(tmp)
-        return load_or_create_process_id(state_dir, application_id)
+        return _load_or_create(state_dir, application_id, path)
     os.unlink(tmp)
     return process_id

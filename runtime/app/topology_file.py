@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from common.config import StreamsConfig
-from common.errors import ConfigError
+from common.errors import ConfigError, StreamsError
 from common.serdes import JsonSerde
 from runtime.storage.fs import register_storage_options
+from topology.graph.topology import Topology
 
 
 def load_topology_file(path: str) -> ModuleType:
     """Import FILE as a module whose functions Spark ships by value to its workers.
 
     Raises:
-        ConfigError: FILE does not exist or defines no ``build_topology()``.
+        ConfigError: FILE does not exist, is not valid Python, fails while it is imported
+            (a missing module, an error at its top level: named with the file and line),
+            or defines no ``build_topology()``.
     """
     file = Path(path)
     if not file.is_file():
@@ -30,7 +34,26 @@ def load_topology_file(path: str) -> ModuleType:
         raise ConfigError(f"topology file {path} cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(name, None)
+        where = f"{path}, line {exc.lineno}" if exc.lineno else path
+        raise ConfigError(
+            f"topology file {where}: {exc.msg} (a syntax error: fix the file)"
+        ) from exc
+    except ModuleNotFoundError as exc:
+        sys.modules.pop(name, None)
+        raise ConfigError(
+            f"topology file {path}{_line_in(exc, file)}: imports {exc.name!r}, which is not "
+            f"installed in this Python ({sys.executable}): install it, or fix the import"
+        ) from exc
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise ConfigError(
+            f"topology file {path}{_line_in(exc, file)} failed while it was loaded: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     if not callable(getattr(module, "build_topology", None)):
         raise ConfigError(
             f"topology file {path} defines no build_topology() function; add one that "
@@ -46,6 +69,43 @@ def load_topology_file(path: str) -> ModuleType:
     except ImportError:  # pragma: no cover - a dependency of the project
         pass
     return module
+
+
+def _line_in(exc: BaseException, file: Path) -> str:
+    """``, line N`` of the innermost frame of ``exc`` inside ``file`` (empty if none)."""
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename).resolve() == file.resolve():
+            line = frame.lineno
+    return "" if line is None else f", line {line}"
+
+
+def build_topology_of(module: ModuleType, path: str) -> Topology:
+    """Call FILE's ``build_topology()`` and check what it returns.
+
+    Raises:
+        ConfigError: it raised, or returned something other than a built topology.
+    """
+    try:
+        topology = module.build_topology()
+    except StreamsError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"topology file {path}{_line_in(exc, Path(path))}: build_topology() raised "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(topology, Topology):
+        hint = (
+            "; did you return the builder? return builder.build()"
+            if hasattr(topology, "build")
+            else ""
+        )
+        raise ConfigError(
+            f"topology file {path}: build_topology() returned {type(topology).__name__}, not "
+            f"a Topology{hint}"
+        )
+    return topology
 
 
 def build_config(

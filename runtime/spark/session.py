@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from common.conf import LOG4J2_FILE
+from common.conf import LOG4J2_FILE, LOG_FILE_ENV
 from common.errors import ConfigError
 from runtime.spark import cds
 
@@ -87,6 +87,12 @@ def get_or_create_session(
     if sharing.java_options:
         options = settings.get("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = f"{options} {sharing.java_options}".strip()
+    log_file = os.environ.get(LOG_FILE_ENV)
+    if log_file and submitted is None:  # the JVM logs to that file only (log4j2.properties)
+        # added after the class-sharing plan: a system property does not change the archive
+        options = settings.get("spark.driver.extraJavaOptions", "")
+        quiet = f"-Dstreams.log.file={log_file} -Dstreams.console.level=off"
+        settings["spark.driver.extraJavaOptions"] = f"{options} {quiet}".strip()
     for key, value in settings.items():
         builder = builder.config(key, value)
     with warnings.catch_warnings():

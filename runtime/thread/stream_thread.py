@@ -185,6 +185,8 @@ class StreamThread:
         self.progress_listeners: list[Callable[[BatchProgress], None]] = []
         self._job_seconds = 0.0
         self._records_out = 0
+        #: When the last batch ended (epoch ms; 0: none yet).
+        self.last_batch_ms = 0
         app = config.application_id
         #: Repartition and changelog topics: what a batch writes there is not output.
         self._internal_topics = frozenset(topology.repartition_topic_names(app)) | frozenset(
@@ -347,6 +349,7 @@ class StreamThread:
 
     def _batch_done(self, batch_id: int, seconds: float, commit_seconds: float | None) -> None:
         """Record the batch's metrics and tell the progress listeners."""
+        self.last_batch_ms = time.time_ns() // 1_000_000
         lags = {
             tp: max(end - self.positions.get(tp, end), 0) for tp, end in self.reads.log_ends.items()
         }

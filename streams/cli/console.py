@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -16,7 +17,11 @@ from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.records import ConsumerRecord
 from runtime.txn.producer import TransactionalProducer
+from streams.cli.progress import ProgressBar
 from streams.cli.transactions import uncommitted_records
+
+#: Input smaller than this (bytes) gets no progress bar.
+BAR_MIN_BYTES = 4 << 20
 
 #: Lines per transaction of ``console-produce --transactional-id`` without ``--batch``.
 DEFAULT_TXN_BATCH = 1000
@@ -263,8 +268,26 @@ class _LineParser:
 
 
 def _lines(stream: BinaryIO, linger: float) -> Iterator[tuple[int, bytes | None]]:
-    """Yield ``(line number, line)``; ``(n, None)`` when input paused past ``linger``."""
+    """Yield ``(line number, line)``; ``(n, None)`` when input paused past ``linger``.
+
+    When ``stream`` is a regular file (``< big-file.txt``), a progress bar of the bytes
+    read is drawn on stderr."""
     fd = stream.fileno()
+    info = os.fstat(fd)
+    bar = None
+    if stat.S_ISREG(info.st_mode) and info.st_size > BAR_MIN_BYTES:
+        bar = ProgressBar("reading stdin (bytes)", info.st_size - os.lseek(fd, 0, os.SEEK_CUR))
+        bar.__enter__()
+    try:
+        yield from _read_lines(fd, linger, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _read_lines(
+    fd: int, linger: float, bar: ProgressBar | None
+) -> Iterator[tuple[int, bytes | None]]:
     partial = b""
     lineno = 0
     waiting = False
@@ -276,6 +299,8 @@ def _lines(stream: BinaryIO, linger: float) -> Iterator[tuple[int, bytes | None]
         chunk = os.read(fd, 1 << 16)
         if not chunk:
             break
+        if bar is not None:
+            bar.update(len(chunk))
         parts = (partial + chunk).split(b"\n")
         partial = parts.pop()
         for raw in parts:

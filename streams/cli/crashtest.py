@@ -16,7 +16,8 @@ import argparse
 from typing import Any
 
 from common.errors import ConfigError
-from streams.crash.plan import GUARANTEES, KILL_KINDS
+from streams.cli.progress import ProgressBar
+from streams.crash.plan import GUARANTEES, KILL_KINDS, RunRecord
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -64,7 +65,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--workdir", metavar="DIR", help="root, state and logs (default: new tmp)")
     p.add_argument("--report", metavar="PATH", help="also write the report as JSON")
-    p.set_defaults(handler=run, needs_root=False)
+    p.set_defaults(handler=run, needs_root=False, creates_root=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,6 +84,15 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise ConfigError(f"--config {pair!r}: expected KEY=VALUE")
         config[key.strip()] = value.strip()
+    bar = ProgressBar(f"crash test: {args.kills} kills, then a run to the end", args.kills + 1)
+    killed = 0
+
+    def on_run(record: RunRecord) -> None:
+        nonlocal killed
+        killed += record.killed
+        bar.what = f"crash test: run {record.run} {'killed' if record.killed else 'ended'}"
+        bar.update(1 if record.killed or record.error is None else 0)
+
     report = crashtest(
         args.file,
         inputs=inputs,
@@ -96,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         kinds=args.kind,
         lose_checkpoint=args.lose_checkpoint,
         report=args.report,
+        on_run=on_run,
     )
+    bar.close()
     print(report.text())
     return report.exit_code

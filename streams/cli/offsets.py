@@ -22,7 +22,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("--topic", required=True, help="the topic name")
-    p.add_argument("--time", type=int, default=-1, help="-1 (latest), -2 (earliest) or epoch ms")
+    p.add_argument("--time", type=_time, default=-1, help="-1 (latest), -2 (earliest) or epoch ms")
     p.add_argument("--partitions", help="comma-separated partitions (default: all)")
     p.set_defaults(handler=run)
 
@@ -38,6 +38,22 @@ def run(args: argparse.Namespace) -> int:
             offset = found[partition]
             print(f"{args.topic}:{partition}:{ends[partition] if offset is None else offset}")
     return 0
+
+
+def _time(text: str) -> int:
+    """``--time``: -1, -2 or a timestamp >= 0 (argparse reports the error in one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not -1 (latest), -2 (earliest) or an epoch-ms timestamp"
+        ) from None
+    if value < -2:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not supported: give -1 (latest), -2 (earliest) or an epoch-ms "
+            "timestamp (Kafka's -3, the offset of the largest timestamp, is not available)"
+        )
+    return value
 
 
 def _partitions(spec: str | None, count: int) -> set[int] | None:

@@ -22,14 +22,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from runtime.app.topology_file import RawRecord, build_config, generated_records, load_topology_file
+from common.config import StreamsConfig
+from common.errors import ConfigError, StreamsError
+from runtime.app.topology_file import (
+    RawRecord,
+    build_config,
+    build_topology_of,
+    generated_records,
+    load_topology_file,
+)
+from streams.cli.progress import BatchLines, ProgressBar, RestoreWatch, log_to_file
 from topology.engine.processing import describe_processing
+from topology.graph.topology import Topology
+
+#: The log file of a run, under ``state.dir/<application.id>/logs/``.
+LOG_NAME = "streams-eos.log"
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -60,7 +74,23 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help="first produce FILE's generate(N) to its input topic(s)",
     )
-    run.set_defaults(handler=_run, needs_root=False)
+    run.add_argument(
+        "--progress-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="a progress line per SECONDS instead of per batch",
+    )
+    run.add_argument("--no-progress", action="store_true", help="no progress lines")
+    run.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of the session the run builds (repeatable), e.g. "
+        "spark.ui.enabled=true; under spark-submit, its --conf wins",
+    )
+    run.set_defaults(handler=_run, needs_root=False, creates_root=True)
     desc = sub.add_parser(
         "describe",
         parents=[common],
@@ -83,12 +113,51 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    module = load_topology_file(args.file)
+    config = build_config(module, root=args.root, properties=args.properties, overrides=args.config)
+    topology = build_topology_of(module, args.file)
+    log_path = None
+    if not args.verbose:
+        log_path = os.path.join(config.state_dir, config.application_id, "logs", LOG_NAME)
+        try:
+            log_to_file(log_path)
+        except OSError as exc:
+            raise ConfigError(
+                f"state.dir: cannot write the log file {log_path} ({exc.strerror}); choose a "
+                "writable directory (--config state.dir=PATH)"
+            ) from exc
+        print(f"log: {log_path} (--verbose: logs on the terminal)", file=sys.stderr)
+    try:
+        return _run_app(args, module, config, topology)
+    except (KeyboardInterrupt, ConfigError):
+        raise
+    except Exception as exc:
+        line = one_line(exc)
+        print(f"error: {line}", file=sys.stderr)  # first: before anything else is printed
+        if log_path is not None:
+            print(f"details (tracebacks): {log_path}", file=sys.stderr)
+        raise RunFailedError(line) from exc
+
+
+class RunFailedError(StreamsError):
+    """The application stopped with an error (its one line; the details are logged)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an error, with its type unless it is one of ours."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, StreamsError):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _run_app(
+    args: argparse.Namespace, module: ModuleType, config: StreamsConfig, topology: Topology
+) -> int:
     from runtime.app.app import StreamsApp
     from runtime.storage.producer import Producer
     from runtime.storage.topics import TopicAdmin
 
-    module = load_topology_file(args.file)
-    config = build_config(module, root=args.root, properties=args.properties, overrides=args.config)
     admin = TopicAdmin(config.topics_root)
     for topic, partitions in dict(getattr(module, "TOPICS", {}) or {}).items():
         admin.create(topic, int(partitions), if_not_exists=True)
@@ -96,21 +165,33 @@ def _run(args: argparse.Namespace) -> int:
         _generate(module, Producer(admin), args.generate)
     spark, sources = None, None
     build_sources = getattr(module, "build_sources", None)
-    if callable(build_sources):  # DataFrames need their session first
+    spark_conf = _spark_conf(args.spark_conf)
+    if callable(build_sources) or spark_conf:  # the session first: DataFrames, settings
         from runtime.spark.session import get_or_create_session
 
-        spark = get_or_create_session(f"streams-{config.application_id}")
+        spark = get_or_create_session(f"streams-{config.application_id}", conf=spark_conf)
+        if spark_conf.get("spark.ui.enabled", "").lower() == "true":
+            url = spark.sparkContext.uiWebUrl
+            print(f"Spark UI: {url} (Structured Streaming tab)", file=sys.stderr)
+    if callable(build_sources):
         sources = build_sources(spark)
-    app = StreamsApp(module.build_topology(), config, spark=spark, sources=sources)
+    app = StreamsApp(topology, config, spark=spark, sources=sources)
+    lines = None
+    if not args.no_progress:
+        lines = BatchLines(args.progress_interval)
+        app.add_progress_listener(lines)
+    watch = None
+    if not args.no_progress:
+        watch = RestoreWatch(config.state_dir, config.application_id)
+        watch.start()
     started = time.perf_counter()
-    if args.until_idle:
-        app.run_until_idle()
-    else:
-        app.start()
-        try:
-            app.await_termination()
-        except KeyboardInterrupt:
-            app.close()
+    try:
+        _run_until_stopped(app, args)
+    finally:
+        if watch is not None:
+            watch.stop()
+    if lines is not None:
+        lines.flush()
     thread = app.thread
     if thread is not None:
         summary: dict[str, Any] = {
@@ -134,6 +215,31 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_until_stopped(app: Any, args: argparse.Namespace) -> None:
+    if args.until_idle:
+        app.run_until_idle()
+        return
+    app.start()
+    try:
+        app.await_termination()
+    except KeyboardInterrupt:
+        app.close()
+
+
+def _spark_conf(items: Sequence[str]) -> dict[str, str]:
+    """``--spark-conf KEY=VALUE`` pairs."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().startswith("spark."):
+            raise ConfigError(
+                f"--spark-conf {item!r}: expected KEY=VALUE with a Spark key "
+                "(spark.ui.enabled=true)"
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
 def _generate(module: ModuleType, producer: Any, n: int) -> None:
     for topic, records in generated_records(module, n).items():
         _send_all(producer, topic, records)
@@ -141,14 +247,17 @@ def _generate(module: ModuleType, producer: Any, n: int) -> None:
         print(f"produced {len(records)} records to {topic}", file=sys.stderr)
 
 
-def _send_all(producer: Any, topic: str, records: Iterable[RawRecord]) -> None:
-    for key, value, timestamp in records:
-        producer.send(topic, key, value, timestamp=timestamp)
+def _send_all(producer: Any, topic: str, records: Sequence[RawRecord]) -> None:
+    with ProgressBar(f"producing to {topic}", len(records)) as bar:
+        for i, (key, value, timestamp) in enumerate(records, 1):
+            producer.send(topic, key, value, timestamp=timestamp)
+            if i % 1000 == 0 or i == len(records):
+                bar.update(min(1000, i - bar.done))
 
 
 def _describe(args: argparse.Namespace) -> int:
     module = load_topology_file(args.file)
-    topology = module.build_topology()
+    topology = build_topology_of(module, args.file)
     print(topology.describe(), end="")
     config = build_config(module, root="memory://describe", properties=None, overrides=args.config)
     print(describe_processing(topology, config), end="")

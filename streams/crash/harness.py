@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -148,7 +148,7 @@ class CrashTest:
         self.records = list(inputs) + (generated(self.module, generate) if generate else [])
         if not self.records:
             raise CrashTestError("no input: give input files (--input TOPIC=PATH) or --generate")
-        from runtime.app.topology_file import build_config
+        from runtime.app.topology_file import build_config, build_topology_of
 
         self.config = build_config(
             self.module,
@@ -156,7 +156,7 @@ class CrashTest:
             properties=None,
             overrides=[f"{k}={v}" for k, v in self.overrides.items()],
         )
-        self.topology = self.module.build_topology()
+        self.topology = build_topology_of(self.module, str(self.file))
         self.application_id = self.config.application_id
         self.runs: list[RunRecord] = []
         self.kills: list[KillEvent] = []
@@ -354,6 +354,7 @@ class CrashTest:
         points: Sequence[str] | None = None,
         kinds: Sequence[KillKind] | None = None,
         lose_checkpoint: bool = False,
+        on_run: Callable[[RunRecord], None] | None = None,
     ) -> CrashReport:
         """Run the application, killing it ``kills`` times, then check; return the report.
 
@@ -361,6 +362,7 @@ class CrashTest:
             points: restrict fault kills to these points (default: every point).
             kinds: restrict the kinds of kill (default: all the guarantee allows).
             lose_checkpoint: delete Spark's checkpoint before every restart.
+            on_run: told each run's record as it ends (a progress bar).
         """
         self.setup()
         plan = plan_kills(
@@ -381,6 +383,8 @@ class CrashTest:
                 self._typical_s = min(self._run_seconds)
                 kill = Kill("random", fraction=rng.uniform(0.05, 0.9))
             record = self.wait(self.spawn(self._fault_env(kill)), kill)
+            if on_run is not None:
+                on_run(record)
             if record.error is not None:
                 break
             if record.killed:
@@ -395,7 +399,9 @@ class CrashTest:
                 f"{len(self.kills) - killed} kills after that hit startup: give more input"
             )
         if not self.runs or self.runs[-1].error is None:
-            self.wait(self.spawn())
+            last = self.wait(self.spawn())
+            if on_run is not None:
+                on_run(last)
         return self.check(kills_planned=kills, notes=notes)
 
     def _fault_env(self, kill: Kill) -> dict[str, str]:
@@ -483,6 +489,7 @@ def crashtest(
     kinds: Sequence[KillKind] | None = None,
     lose_checkpoint: bool = False,
     report: str | os.PathLike[str] | None = None,
+    on_run: Callable[[RunRecord], None] | None = None,
 ) -> CrashReport:
     """Run ``file`` under ``kills`` SIGKILLs and check it against the reference.
 
@@ -490,6 +497,7 @@ def crashtest(
         inputs: ``{topic: path of a JSON-lines file}``, or records.
         generate: records from FILE's ``generate(n)`` (instead of, or besides, inputs).
         report: also write the JSON report there.
+        on_run: told each run's record as it ends.
 
     Returns:
         The report; ``report.exactly_once`` is the verdict.
@@ -513,7 +521,9 @@ def crashtest(
         env=env,
         seed=seed,
     )
-    result = test.run(kills, points=points, kinds=kinds, lose_checkpoint=lose_checkpoint)
+    result = test.run(
+        kills, points=points, kinds=kinds, lose_checkpoint=lose_checkpoint, on_run=on_run
+    )
     if report is not None:
         Path(report).write_text(result.to_json())
     return result

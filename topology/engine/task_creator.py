@@ -128,7 +128,9 @@ class ActiveTaskCreator:
             snapshots=services.snapshots,
             timestamp=lambda: holder[0].current_timestamp if holder else 0,
             restore_listener=RestoreStats(
-                lambda: holder[0].stats if holder else None, services.restore_listener
+                lambda: holder[0].stats if holder else None,
+                services.restore_listener,
+                lambda: state_dir,
             ),
         )
         task = StreamTask(

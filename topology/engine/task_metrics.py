@@ -15,6 +15,8 @@ cost is a counter per node call and two clock reads per store call.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +36,11 @@ RESTORE = "restore"  # changelog records restored into a store; ns spent (INFO)
 REMAINING = "restore-remaining"  # gauge: records left to restore (INFO)
 STORE_SIZE = "store-size"  # gauge: bytes of a store's files on disk (INFO)
 STORE_KEYS = "store-keys"  # gauge: a store's estimated number of keys (INFO)
+
+#: The file of a restore's progress in a task's state directory (see RestoreStats).
+RESTORE_PROGRESS = "restore-progress.json"
+#: How often that file is rewritten during a restore (seconds).
+PROGRESS_EVERY_S = 0.5
 
 #: One recorded figure: (kind, name, count, sum, max, min).
 Figure = tuple[str, str, int, float, float, float]
@@ -191,18 +198,34 @@ class RestoreStats:
     per store (``restore-total``, ``restore-rate``, ``restore-latency``), and the records
     left to restore (``restore-remaining-records-total``); then tells ``inner``.
 
+    While a restore runs it also keeps ``restore-progress.json`` in the task's state
+    directory (``{store: [restored, total]}``, rewritten at most twice a second, removed at
+    the end): what ``streams-eos run`` draws its restore progress bar from on a local
+    master.
+
     Args:
         stats: the task's stats (a callable: the task is built after its state manager).
         inner: the runtime's own listener, if any.
+        state_dir: the task's state directory (a callable, as ``stats``; None: no file).
     """
 
-    def __init__(self, stats: Callable[[], TaskStats | None], inner: Any = None):
+    def __init__(
+        self,
+        stats: Callable[[], TaskStats | None],
+        inner: Any = None,
+        state_dir: Callable[[], str | None] | None = None,
+    ):
         self._stats = stats
         self.inner = inner
+        self._state_dir = state_dir
         self._left: dict[str, tuple[int, int]] = {}
+        self._progress: dict[str, list[int]] = {}
+        self._written = 0.0
 
     def on_restore_start(self, store: str, start_offset: int, end_offset: int) -> None:
         self._left[store] = (end_offset, time.perf_counter_ns())
+        self._progress[store] = [0, max(end_offset - start_offset, 0)]
+        self._write_progress(force=True)
         stats = self._stats()
         if stats is not None:
             stats.gauge(REMAINING, store, max(end_offset - start_offset, 0))
@@ -217,13 +240,39 @@ class RestoreStats:
         if stats is not None:
             stats.record(RESTORE, store, restored, now - started)
             stats.gauge(REMAINING, store, max(end - batch_end_offset, 0))
+        if store in self._progress:
+            self._progress[store][0] += restored
+            self._write_progress(force=False)
         if self.inner is not None:
             self.inner.on_batch_restored(store, batch_end_offset, restored)
 
     def on_restore_end(self, store: str, total_restored: int, elapsed_s: float) -> None:
         self._left.pop(store, None)
+        self._progress.pop(store, None)
+        self._write_progress(force=True)
         stats = self._stats()
         if stats is not None:
             stats.gauge(REMAINING, store, 0)
         if self.inner is not None:
             self.inner.on_restore_end(store, total_restored, elapsed_s)
+
+    def _write_progress(self, *, force: bool) -> None:
+        directory = self._state_dir() if self._state_dir is not None else None
+        if directory is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._written < PROGRESS_EVERY_S:
+            return
+        self._written = now
+        path = os.path.join(directory, RESTORE_PROGRESS)
+        try:
+            if not self._progress:
+                if os.path.exists(path):
+                    os.unlink(path)
+                return
+            tmp = f"{path}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self._progress, f)
+            os.replace(tmp, path)
+        except OSError:  # for people watching only: never fails a restore
+            return

@@ -9,6 +9,7 @@ import socket
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -23,7 +24,7 @@ from topology import Materialized, StreamsBuilder
 WORDS = [f"w{i}" for i in range(13)]
 
 
-def word_count() -> object:
+def word_count() -> Any:
     b = StreamsBuilder()
     (
         b.stream("lines")
