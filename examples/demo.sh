@@ -24,3 +24,9 @@ streams-eos console-consume --topic word-counts-out --from-beginning --timeout-m
 
 echo "== transactions of the application (one per micro-batch, all committed)"
 streams-eos transactions --list
+
+echo "== the application, from storage (instances, threads, lag, transactions, stores)"
+streams-eos status --application-id wordcount
+
+echo "== the committed count of 'stream', read from the word-counts store (interactive query)"
+streams-eos state --application-id wordcount --store word-counts --key stream

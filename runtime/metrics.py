@@ -23,10 +23,10 @@ The groups and names (``metrics.recording.level`` in brackets):
 * ``stream-processor-node-metrics`` (thread-id, task-id, processor-node-id):
   ``record-e2e-latency-avg/min/max`` of source and terminal nodes [INFO];
   ``process-rate/total`` of every node [DEBUG]
-* ``stream-state-metrics`` (thread-id, task-id, ``<type>-state-id``): ``total-sst-files-size``
-  and ``estimate-num-keys`` [INFO]; ``<op>-rate`` and ``<op>-latency-avg/max`` for put,
-  get, delete, put-if-absent, put-all, range, all, prefix-scan, fetch, remove, flush
-  [DEBUG]
+* ``stream-state-metrics`` (thread-id, task-id, ``<type>-state-id``):
+  ``total-sst-files-size`` and ``size-all-mem-tables`` (RocksDB stores),
+  ``estimate-num-keys`` [INFO]; ``<op>-rate`` and ``<op>-latency-avg/max`` for put, get,
+  delete, put-if-absent, put-all, range, all, prefix-scan, fetch, remove, flush [DEBUG]
 * ``consumer-fetch-manager-metrics`` (client-id[, topic, partition]): ``records-lag``,
   ``records-lag-avg``, ``records-lag-max`` [INFO]
 * ``consumer-coordinator-metrics`` (client-id): ``rebalance-total``,
@@ -429,6 +429,10 @@ class _TaskSensors:
             elif kind == tm.STORE_KEYS:
                 metric = MetricName.of(
                     "estimate-num-keys", STATE, self._store_tags(name), "keys (estimate)"
+                )
+            elif kind == tm.STORE_MEMTABLES:
+                metric = MetricName.of(
+                    "size-all-mem-tables", STATE, self._store_tags(name), "bytes in memtables"
                 )
             else:
                 return

@@ -233,6 +233,12 @@ class RocksDBBase:
         value = self.db.property_int_value("rocksdb.total-sst-files-size")
         return int(value or 0)
 
+    def memtable_size(self) -> int:
+        """Return the bytes of the database's memtables (RocksDB's
+        ``size-all-mem-tables``): written, not yet flushed to SST files."""
+        value = self.db.property_int_value("rocksdb.size-all-mem-tables")
+        return int(value or 0)
+
     def checkpoint(self, path: str) -> None:
         """Create a RocksDB checkpoint (hard-linked SST files) in the new directory ``path``."""
         Checkpoint(self.db).create_checkpoint(path)

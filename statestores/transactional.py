@@ -222,6 +222,11 @@ class TransactionalBytesStore:
         size = getattr(self._base, "disk_size", None)
         return None if size is None or not self._open else int(size())
 
+    def memtable_size(self) -> int | None:
+        """The bytes of committed entries in RocksDB's memtables (None: no RocksDB)."""
+        size = getattr(self._base, "memtable_size", None)
+        return None if size is None or not self._open else int(size())
+
     def approximate_num_entries(self) -> int:
         """Return about how many committed entries the store holds, plus the overlay's."""
         return self._base.approximate_num_entries() + len(self._overlay)

@@ -223,4 +223,6 @@ def log_to_file(path: str) -> None:
     for handler in root.handlers:
         if not isinstance(handler, logging.FileHandler):
             handler.setLevel(max(handler.level, logging.WARNING))
+            # py4j reports each error a Python callback raised, before the run's own line
+            handler.addFilter(lambda record: not record.name.startswith("py4j"))
     os.environ[LOG_FILE_ENV] = path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -201,6 +202,18 @@ def test_streams_eos_run_generates_and_runs_an_example(root: str, tmp_path: Path
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=240, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"produced {n} records to {example.INPUT}" in result.stderr
+    # what a person sees: where the logs go, a bar while producing, a line per batch, and
+    # none of Spark's log lines (they are in the log file)
+    err = result.stderr.splitlines()
+    log_file = tmp_path / "state" / "flash-sale" / "logs" / "streams-eos.log"
+    assert err[0] == f"log: {log_file} (--verbose: logs on the terminal)"
+    assert any(line.startswith(f"producing to {example.INPUT} [####") for line in err)
+    batches = [line for line in err if re.match(r"batch \d+: in [\d,]+ out [\d,]+ lag", line)]
+    assert (
+        batches and sum(int(b.split(" in ")[1].split()[0].replace(",", "")) for b in batches) >= n
+    )
+    assert not [line for line in err if " WARN " in line or "Traceback" in line], err
+    assert log_file.is_file()
     summary = json.loads(result.stderr.strip().splitlines()[-1])
     assert summary["application.id"] == "flash-sale" and summary["batches"] >= 1
     expected = driver_outputs(example, generated_records(example, n))

@@ -103,3 +103,60 @@ def test_a_topology_file_ships_by_value_to_workers_that_cannot_import_it(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+FAILING = """
+from topology import StreamsBuilder
+
+CONFIG = {"application.id": "failing", "default.key.serde": "string",
+          "default.value.serde": "string", "commit.interval.ms": 100}
+TOPICS = {"in": 2, "out": 2}
+INPUT = "in"
+
+
+def generate(n):
+    return [(f"k{i}", "boom" if i == 7 else f"v{i}") for i in range(n)]
+
+
+def check(value):
+    if value == "boom":
+        raise ValueError(f"cannot handle {value!r}")
+    return value.upper()
+
+
+def build_topology():
+    b = StreamsBuilder()
+    b.stream("in").map_values(check).to("out")
+    return b.build()
+"""
+
+
+def test_a_run_that_fails_prints_its_error_first_and_last_and_logs_the_rest(
+    root: str, tmp_path: Path
+) -> None:
+    """A log-and-fail stop: one line naming the processor, function and record error,
+    first and last; the tracebacks (Python's and Spark's) are in the log file it names."""
+    file = tmp_path / "failing.py"
+    file.write_text(FAILING)
+    state = tmp_path / "state"
+    result = cli(
+        root, "run", str(file), "--generate", "20", "--until-idle", "--config", f"state.dir={state}"
+    )
+    assert result.returncode == 1
+    log_file = state / "failing" / "logs" / "streams-eos.log"
+    err = [line for line in result.stderr.splitlines() if "incubator modules" not in line]
+    bars = [line for line in err if line.startswith("producing to in [")]
+    assert bars and "20/20 in " in bars[-1]
+    error = (
+        "error: processor KSTREAM-MAPVALUES-0000000001: user function 'check' "
+        f"({file.name}:14) raised ValueError: cannot handle 'boom'"
+    )
+    assert [line for line in err if line not in bars] == [
+        f"log: {log_file} (--verbose: logs on the terminal)",
+        "produced 20 records to in",
+        error,
+        f"details (tracebacks): {log_file}",
+        error,
+    ], result.stderr
+    logged = log_file.read_text()
+    assert "Traceback" in logged and "ValueError: cannot handle 'boom'" in logged

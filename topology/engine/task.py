@@ -85,6 +85,7 @@ from topology.engine.task_metrics import (
     PROCESS,
     PUNCTUATE,
     STORE_KEYS,
+    STORE_MEMTABLES,
     STORE_SIZE,
     TaskStats,
     store_disk_size,
@@ -941,9 +942,10 @@ class StreamTask:
             self.stats.record(DROPPED, "", dropped, dropped)
             self._dropped_reported += dropped
         for name, store in self.stores.items():
-            size = store_disk_size(store)
-            if size is not None:
-                self.stats.gauge(STORE_SIZE, name, size)
+            sizes = store_disk_size(store)
+            if sizes is not None:
+                self.stats.gauge(STORE_SIZE, name, sizes[0])
+                self.stats.gauge(STORE_MEMTABLES, name, sizes[1])
             entries = getattr(store, "approximate_num_entries", None)
             if entries is not None and store.is_open():
                 self.stats.gauge(STORE_KEYS, name, entries())

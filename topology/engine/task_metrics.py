@@ -36,6 +36,7 @@ RESTORE = "restore"  # changelog records restored into a store; ns spent (INFO)
 REMAINING = "restore-remaining"  # gauge: records left to restore (INFO)
 STORE_SIZE = "store-size"  # gauge: bytes of a store's files on disk (INFO)
 STORE_KEYS = "store-keys"  # gauge: a store's estimated number of keys (INFO)
+STORE_MEMTABLES = "store-memtables"  # gauge: bytes in a store's memtables (INFO)
 
 #: The file of a restore's progress in a task's state directory (see RestoreStats).
 RESTORE_PROGRESS = "restore-progress.json"
@@ -185,12 +186,14 @@ def _timed(inner: Callable[..., Any], name: str, many: bool, stats: TaskStats) -
     return timed
 
 
-def store_disk_size(store: Any) -> int | None:
-    """The bytes ``store``'s files take on disk (None: it keeps no files)."""
+def store_disk_size(store: Any) -> tuple[int, int] | None:
+    """The bytes of ``store``'s SST files and of its memtables (None: no RocksDB)."""
     try:
-        return bottom(store).disk_size()
-    except (TypeError, AttributeError):
+        below = bottom(store)
+    except TypeError:
         return None
+    disk, memtables = below.disk_size(), below.memtable_size()
+    return None if disk is None or memtables is None else (disk, memtables)
 
 
 class RestoreStats:
