@@ -148,25 +148,15 @@ class ThreadMetrics:
         self.tags = {"thread-id": thread_id}
         self.consumer_id = f"{client_id}-consumer"
         self.producer_id = f"{client_id}-producer"
-        reg, tags = self.registry, self.tags
-        self.process = reg.sensor(f"{thread_id}.process", INFO)
-        _add_rate_total(self.process, "process", THREAD, tags)
-        _add_avg_max(self.process, "process-latency", THREAD, tags)
-        self.process_records = reg.sensor(f"{thread_id}.process-records", INFO)
-        _add_avg_max(self.process_records, "process-records", THREAD, tags)
-        self.poll = reg.sensor(f"{thread_id}.poll", INFO)
-        _add_rate_total(self.poll, "poll", THREAD, tags)
-        _add_avg_max(self.poll, "poll-latency", THREAD, tags)
-        self.poll_records = reg.sensor(f"{thread_id}.poll-records", INFO)
-        _add_avg_max(self.poll_records, "poll-records", THREAD, tags)
-        self.commit = reg.sensor(f"{thread_id}.commit", INFO)
-        _add_rate_total(self.commit, "commit", THREAD, tags)
-        _add_avg_max(self.commit, "commit-latency", THREAD, tags)
-        self.punctuate = reg.sensor(f"{thread_id}.punctuate", INFO)
-        _add_rate_total(self.punctuate, "punctuate", THREAD, tags)
-        _add_avg_max(self.punctuate, "punctuate-latency", THREAD, tags)
-        self.batch = reg.sensor(f"{thread_id}.batch", INFO)
-        _add_avg_max(self.batch, "batch-latency", THREAD, tags)
+        reg = self.registry
+        # (operation: its -rate/-total and -latency-avg/max), (a size: its -avg/-max)
+        self.process = self._thread_sensor("process", "process-latency")
+        self.process_records = self._thread_sensor(None, "process-records")
+        self.poll = self._thread_sensor("poll", "poll-latency")
+        self.poll_records = self._thread_sensor(None, "poll-records")
+        self.commit = self._thread_sensor("commit", "commit-latency")
+        self.punctuate = self._thread_sensor("punctuate", "punctuate-latency")
+        self.batch = self._thread_sensor(None, "batch-latency")
         self.lag_max = reg.sensor(f"{thread_id}.records-lag-max", INFO)
         lag_tags = {"client-id": self.consumer_id}
         self.lag_max.add(
@@ -212,6 +202,15 @@ class ThreadMetrics:
         self._producer_seen: dict[int, dict[str, int]] = {}
         self._counters: dict[str, float] = {}
         self._tasks: dict[str, _TaskSensors] = {}
+
+    def _thread_sensor(self, operation: str | None, measured: str) -> Sensor:
+        """A thread-level sensor: ``<operation>-rate/-total`` (when given) and
+        ``<measured>-avg/-max``."""
+        sensor = self.registry.sensor(f"{self.thread_id}.{measured}", INFO)
+        if operation is not None:
+            _add_rate_total(sensor, operation, THREAD, self.tags)
+        _add_avg_max(sensor, measured, THREAD, self.tags)
+        return sensor
 
     # -- what the driver measures -------------------------------------------------------
 

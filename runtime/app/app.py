@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import os
 import shutil
 import threading
@@ -50,27 +49,26 @@ from runtime.app.dataframe_sources import (
     first_failure,
     ingests,
 )
-from runtime.app.instance_status import InstanceStatus, store_rows
+from runtime.app.insight import AppInsight
 from runtime.app.internal_topics import TopicPlan, plan_topics
 from runtime.app.log_manager import LogManager, application_topics
 from runtime.app.process_id import load_or_create_process_id
-from runtime.app.store_queries import QueryableStore, StoreCatalog, query_of
+from runtime.app.store_queries import QueryableStore
 from runtime.group.coordinator import GroupState
-from runtime.metrics import StreamsMetrics, store_scopes
-from runtime.metrics_http import MetricsServer
 from runtime.spark.checkpoint import checkpoint_location, clear_checkpoint
 from runtime.spark.session import check_local_workers
-from runtime.spark.source_topics import PatternWatch, internal_topic_names, pattern_sources
+from runtime.spark.source_topics import pattern_watch
 from runtime.spark.startup import SessionStart
 from runtime.spark.trigger import BatchTrigger
 from runtime.storage.fs import register_storage_options
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.client import shutdown_hosts
-from runtime.thread.batch_levels import BatchLevels, plan_levels
+from runtime.thread.batch_levels import BatchLevels, plan_thread_levels
 from runtime.thread.membership import ThreadMembership, task_partitions
 from runtime.thread.placement import shutdown_executor_hosts
 from runtime.thread.progress import BatchProgress
-from runtime.thread.stream_thread import ApplicationShutdownError, StreamThread, TaskMigratedError
+from runtime.thread.shutdown import ApplicationShutdownError
+from runtime.thread.stream_thread import StreamThread, TaskMigratedError
 from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -124,23 +122,14 @@ class StreamsApp:
         self._levels: BatchLevels | None = None
         self._shuffle_levels: BatchLevels | None = None
         self._error: BaseException | None = None
-        self._patterns = pattern_sources(topology)
         #: The threads rejoining their group now (the app is REBALANCING while any is).
         self._rebalancing: set[int] = set()
         self._rebalance_lock = threading.Lock()
         #: While start() runs, the threads' first joins are part of its REBALANCING.
         self._starting = False
         self._lock = threading.Lock()
-        #: The instance's metrics (Kafka Streams' names; see :mod:`runtime.metrics`).
-        self.streams_metrics = StreamsMetrics(
-            self.config, self.application_id, store_scopes(topology, self.config)
-        )
-        self.streams_metrics.client_gauges(self._alive_threads, self._failed_threads)
-        self._progress_listeners: list[Callable[[BatchProgress], None]] = []
-        self._metrics_server: MetricsServer | None = None
-        self._queries: dict[tuple[str, bool], QueryableStore] = {}
-        #: This instance's record under the storage root (``streams-eos status``).
-        self._status: InstanceStatus | None = None
+        #: Its metrics, progress listeners, instance record and store queries.
+        self.insight = AppInsight(self)
 
     # -- state ----------------------------------------------------------------------------
 
@@ -180,30 +169,11 @@ class StreamsApp:
                 self.topology, self.admin, self.application_id, config=self.config
             )
             self.process_id = load_or_create_process_id(self.config.state_dir, self.application_id)
-            self._status = InstanceStatus(
-                self.admin, self.application_id, self.process_id, self._describe_instance
+            self.insight.started()
+            self._machine.observer = self.insight.state_changed
+            self._levels, self._shuffle_levels = plan_thread_levels(
+                self.topology, self.plan.sources, self.plan.tasks, self.config
             )
-            self._machine.observer = self._state_changed
-            StoreCatalog.of(self.topology, self.config).write(self.admin)
-            n = self.config.num_stream_threads
-            self._levels = plan_levels(
-                self.topology,
-                self.plan.sources,
-                self.plan.tasks,
-                self.application_id,
-                in_batch=False,
-            )
-            # A batch shuffles repartitioned records itself while one thread owns every
-            # task (see StreamThread._choose_levels); never under exactly_once, whose
-            # tasks commit separately.
-            if n == 1 and self.config.processing_guarantee != "exactly_once":
-                self._shuffle_levels = plan_levels(
-                    self.topology,
-                    self.plan.sources,
-                    self.plan.tasks,
-                    self.application_id,
-                    in_batch=True,
-                )
             self._started_ms = time.time_ns() // 1_000_000
             check_local_workers(self.spark)
             for index in range(1, self.config.num_stream_threads + 1):
@@ -211,10 +181,6 @@ class StreamsApp:
             if self.config.log_cleaner_enable:
                 self.log_manager = LogManager(self.admin, self.config, self._cleaned_topics)
                 self.log_manager.start()
-            if self.config.metrics_port:
-                self._metrics_server = MetricsServer(
-                    self.streams_metrics.snapshot, self.config.metrics_port
-                )
             for ingest in self.ingests:  # the threads watch the topics: start feeding them
                 ingest.start(self.spark)
         except BaseException:
@@ -361,94 +327,30 @@ class StreamsApp:
         return self.queries[0] if self.queries else None
 
     def metrics(self) -> MetricsSnapshot:
-        """Every metric of this instance now (Kafka's ``metrics()``): a mapping from
-        :class:`~common.metrics.MetricName` (name, group, tags) to
-        :class:`~common.metrics.Metric`; ``.value(name, group, **tags)`` reads one and
-        ``.total(name, ...)`` sums those that match (see :mod:`runtime.metrics` for the
-        names)."""
-        return self.streams_metrics.snapshot()
+        """Every metric now (Kafka's ``metrics()``): ``MetricName -> Metric``, with
+        ``.value(name, group, **tags)`` and ``.total(...)`` (names: :mod:`runtime.metrics`)."""
+        return self.insight.metrics.snapshot()
 
     def store(self, name: str, *, timestamped: bool = False) -> QueryableStore:
-        """A read-only view of store ``name``'s committed state (Kafka's
-        ``KafkaStreams.store``): ``get``, ``range``, ``all``, ``approximate_num_entries``
-        for a key-value store, ``fetch`` for window and session stores (see
-        :class:`~runtime.app.store_queries.QueryableStore`). It answers on the driver from
-        the last committed transaction, while the application runs and after it stopped.
+        """A read-only view of store ``name``'s committed state (Kafka's ``store``; see
+        :class:`~runtime.app.store_queries.QueryableStore`), answered on the driver from the
+        last committed transaction, while the application runs and after it stopped.
 
         Raises:
             InvalidStateStoreError: no such store, or it keeps no changelog.
         """
-        key = (name, timestamped)
-        found = self._queries.get(key)
-        if found is None:
-            found = query_of(self.topology, self.config, self.admin, name, timestamped=timestamped)
-            self._queries[key] = found
-        return found
+        return self.insight.store(name, timestamped)
 
     def add_progress_listener(self, listener: Callable[[BatchProgress], None]) -> None:
         """Call ``listener`` with each batch's :class:`BatchProgress` (from the thread
         that ran it; Spark's ``StreamingQueryListener.onQueryProgress`` in this runtime's
         terms). Listeners added before ``start()`` see every batch."""
-        self._progress_listeners.append(listener)
-        for thread in self.threads:
-            thread.progress_listeners.append(listener)
+        self.insight.add_listener(listener)
 
-    def _after_batch(self, progress: BatchProgress) -> None:
-        self._write_status(force=False)
-
-    def _state_changed(self, new: AppState, old: AppState) -> None:
-        self._write_status(force=True)
-
-    def _write_status(self, *, force: bool) -> None:
-        if self._status is None:
-            return
-        try:
-            self._status.write(force=force)
-        except Exception as exc:  # for people watching: never stops the app
-            log.warning("[app %s] cannot write its status record: %s", self.application_id, exc)
-
-    def _describe_instance(self) -> dict[str, Any]:
-        """What the instance record holds now (see :mod:`runtime.app.instance_status`)."""
-        m = self.streams_metrics.snapshot()
-        threads = []
-        for index, thread in enumerate(list(self.threads)):
-            query = self.queries[index] if index < len(self.queries) else None
-            sensors = thread.sensors
-            thread_id = sensors.thread_id if sensors is not None else thread.transactional_id
-            threads.append(
-                {
-                    "thread.id": thread_id,
-                    "transactional.id": thread.transactional_id,
-                    "alive": bool(query is not None and query.isActive),
-                    "batches": thread.batches,
-                    "last_batch_ms": thread.last_batch_ms,
-                    "commit_latency_avg_ms": _finite(
-                        m.total("commit-latency-avg", "stream-thread-metrics", thread_id=thread_id)
-                    ),
-                    "process_rate": _finite(
-                        m.total("process-rate", "stream-thread-metrics", thread_id=thread_id)
-                    ),
-                    "tasks": thread.task_ids(),
-                    "executors": thread.placement.by_executor(),
-                    "failure": None if thread.failure is None else str(thread.failure),
-                }
-            )
-        return {
-            "state": self.state.value,
-            "threads": threads,
-            "stores": store_rows(m),
-            "error": None if self._error is None else str(self._error),
-        }
-
-    def _alive_threads(self) -> int:
-        return (
-            sum(1 for q in self.queries if q.isActive)
-            if self.state.is_running_or_rebalancing()
-            else 0
-        )
-
-    def _failed_threads(self) -> int:
-        return self.replaced_threads + (1 if self.state is AppState.ERROR else 0)
+    @property
+    def error(self) -> BaseException | None:
+        """The error that stopped the application (None: none)."""
+        return self._error
 
     def _start_thread(self, index: int) -> None:
         """Start stream thread ``index`` (1-based): a member of the application's group,
@@ -479,13 +381,9 @@ class StreamsApp:
             internal_sources=frozenset(self.plan.sources) - frozenset(self.plan.external_sources),
             global_topics=plan.global_topics,
             offset_resets=plan.offset_resets,
-            metrics=self.streams_metrics.thread(
-                f"{self.application_id}-{self.process_id}-StreamThread-{index}",
-                f"{self.application_id}-{self.process_id}-StreamThread-{index}",
-            ),
+            metrics=self.insight.thread_metrics(index),
         )
-        thread.progress_listeners.extend(self._progress_listeners)
-        thread.progress_listeners.append(self._after_batch)
+        self.insight.attach(thread)
         # before the thread starts and its query's first batch plans: a record appended
         # after this is seen by the trigger's watch
         thread.trigger = BatchTrigger(
@@ -493,7 +391,9 @@ class StreamsApp:
             thread.source_topics,
             poll_ms=self.config.poll_ms,
             name=thread.transactional_id,
-            patterns=self._pattern_watch(),
+            patterns=pattern_watch(
+                self.topology, self.application_id, self.admin.list, self.config.metadata_max_age_ms
+            ),
         )
         thread.on_rebalancing = functools.partial(self._thread_rebalancing, index)
         thread.start()
@@ -557,9 +457,7 @@ class StreamsApp:
         )
 
     def _stop_all(self) -> None:
-        if self._metrics_server is not None:
-            self._metrics_server.close()
-            self._metrics_server = None
+        self.insight.stopped()
         for ingest in self.ingests:
             ingest.stop()
         if self.log_manager is not None:
@@ -589,19 +487,6 @@ class StreamsApp:
             .start()
         )
 
-    def _pattern_watch(self) -> PatternWatch | None:
-        """What finds the topics a pattern source subscribes to later: the existing
-        topics it matches (never the internal ones), listed every
-        ``metadata.max.age.ms``."""
-        if not self._patterns:
-            return None
-        return PatternWatch(
-            [p.pattern for p in self._patterns],
-            internal_topic_names(self.topology, self.application_id),
-            self.admin.list,
-            self.config.metadata_max_age_ms,
-        )
-
     def _fail(self, exc: BaseException) -> None:
         self._error = exc
         self._stop_all()
@@ -612,8 +497,3 @@ class StreamsApp:
                 self._machine.transit(AppState.PENDING_ERROR)
                 self._machine.transit(AppState.ERROR)
         raise exc
-
-
-def _finite(value: float) -> float | None:
-    """``value``, or None when it is NaN (no sample yet): JSON has no NaN."""
-    return None if math.isnan(value) else value

@@ -208,3 +208,20 @@ class PatternFollower:
             log.info("[app %s] pattern sources now read %s", self.application_id, sorted(found))
         resets = offset_resets(self.topology, found, self.application_id)
         return found, {t: r for t, r in resets.items() if t in found}
+
+
+def pattern_watch(
+    topology: Topology, application_id: str, list_topics: Callable[[], list[str]], max_age_ms: int
+) -> PatternWatch | None:
+    """What finds the topics the topology's pattern sources subscribe to later: the
+    existing topics they match (never the internal ones), listed every ``max_age_ms``
+    (``metadata.max.age.ms``); None without pattern sources."""
+    patterns = pattern_sources(topology)
+    if not patterns:
+        return None
+    return PatternWatch(
+        [p.pattern for p in patterns],
+        internal_topic_names(topology, application_id),
+        list_topics,
+        max_age_ms,
+    )

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -81,6 +82,7 @@ class BatchTrigger:
         self._pending = False
         self._failing: str | None = None
         self._closed = threading.Event()
+        self._alarm: threading.Timer | None = None
         self._server = socket.create_server(("127.0.0.1", 0))
         self._server.settimeout(_ACCEPT_WAIT_S)  # so that the accepting thread sees close()
         self.port: int = self._server.getsockname()[1]
@@ -120,6 +122,20 @@ class BatchTrigger:
                     self._clients.remove(client)
                     log.debug("[trigger %s] a connection left", self.name)
 
+    def wake_at(self, due_ms: int | None) -> None:
+        """Run a batch at ``due_ms`` (epoch ms; a wall-clock punctuator falls due then)
+        even when no record arrives; replaces the time set before (None: none)."""
+        with self._lock:
+            if self._alarm is not None:
+                self._alarm.cancel()
+                self._alarm = None
+            if due_ms is None or self._closed.is_set():
+                return
+            delay = max(0.0, (due_ms - time.time_ns() // 1_000_000) / 1000)
+            self._alarm = threading.Timer(delay, self.wake)
+            self._alarm.daemon = True
+            self._alarm.start()
+
     def subscribed(self) -> list[str]:
         """Every topic watched: the thread's own and those a pattern found since."""
         with self._lock:
@@ -129,6 +145,8 @@ class BatchTrigger:
         """Stop watching; close the connection (call after the query stopped)."""
         self._closed.set()
         with self._lock:
+            if self._alarm is not None:
+                self._alarm.cancel()
             for client in self._clients:
                 with contextlib.suppress(OSError):
                     client.close()

@@ -254,3 +254,20 @@ class WindowCombining:
         to run again uncombined."""
         if metrics.get("uncombined-batch-total"):
             self._from = batch + 1 + self.UNCOMBINED_BATCHES
+
+
+def plan_thread_levels(
+    topology: Topology,
+    sources: Mapping[str, int],
+    tasks: Mapping[int, int],
+    config: StreamsConfig,
+) -> tuple[BatchLevels, BatchLevels | None]:
+    """The levels of a stream thread's batches: through the repartition topics, and (while
+    one thread owns every task: ``num.stream.threads`` = 1, and never under exactly_once,
+    whose tasks commit separately) the levels of a batch that shuffles repartitioned
+    records itself (see ``StreamThread._choose_levels``), else None."""
+    app = config.application_id
+    levels = plan_levels(topology, sources, tasks, app, in_batch=False)
+    if config.num_stream_threads != 1 or config.processing_guarantee == "exactly_once":
+        return levels, None
+    return levels, plan_levels(topology, sources, tasks, app, in_batch=True)

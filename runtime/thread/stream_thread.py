@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import functools
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -44,9 +43,7 @@ from runtime.tasks.collector import OutputTopic
 from runtime.tasks.global_state import plan_globals
 from runtime.tasks.task_runner import (
     FILE,
-    STATS,
     BatchPlan,
-    decode_stats,
 )
 from runtime.thread.batch_job import run_batch_job
 from runtime.thread.batch_levels import BatchLevels, WindowCombining
@@ -54,8 +51,9 @@ from runtime.thread.commit import Batch, CommitStrategy, commit_strategy
 from runtime.thread.membership import GenerationFencedError, ThreadMembership
 from runtime.thread.output_topics import OutputCatalog, has_topic_extractors
 from runtime.thread.placement import TaskPlacement
-from runtime.thread.progress import BatchProgress
+from runtime.thread.progress import BatchReporter
 from runtime.thread.read_plan import BatchReads, ReadPlanner
+from runtime.thread.shutdown import check_shutdown
 from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -68,11 +66,6 @@ class TaskMigratedError(StreamsError):
     """This instance lost its tasks: a newer instance with the same transactional id (or a
     newer group generation) took over, so its commit was refused. Nothing it staged
     becomes visible. Close the zombie; the newer instance carries on."""
-
-
-class ApplicationShutdownError(StreamsError):
-    """Another instance of the application asked every instance to stop
-    (SHUTDOWN_APPLICATION from its uncaught exception handler)."""
 
 
 class StreamThread:
@@ -179,19 +172,8 @@ class StreamThread:
         self.batch_times: collections.deque[float] = collections.deque(maxlen=BATCH_TIMES_KEPT)
         self.records_in = 0
         self.batches = 0
-        #: Where the thread records its metrics (None: nowhere).
-        self.sensors = metrics
-        #: Told each batch's progress (see BatchProgress).
-        self.progress_listeners: list[Callable[[BatchProgress], None]] = []
-        self._job_seconds = 0.0
-        self._records_out = 0
-        #: When the last batch ended (epoch ms; 0: none yet).
-        self.last_batch_ms = 0
-        app = config.application_id
-        #: Repartition and changelog topics: what a batch writes there is not output.
-        self._internal_topics = frozenset(topology.repartition_topic_names(app)) | frozenset(
-            topology.changelog_topics(app).values()
-        )
+        #: Its metrics and the listeners of its batches' progress.
+        self.reporter = BatchReporter(topology, config.application_id, transactional_id, metrics)
         #: This thread instance, as its tasks' hosts know it: a host holding a task for
         #: another owner (an earlier instance) rebuilds it from committed state.
         self.owner = f"{transactional_id}-{uuid.uuid4().hex[:12]}"
@@ -199,7 +181,6 @@ class StreamThread:
         self.static_key = static_key(topology, config)
         #: When the earliest wall-clock punctuator of the thread's tasks is due (ms).
         self._next_punctuation: int | None = None
-        self._punctuation_timer: threading.Timer | None = None
         #: Whether the thread's tasks ran once since start (built on their hosts).
         self._tasks_started = False
 
@@ -239,7 +220,7 @@ class StreamThread:
         fence any older instance); return the positions."""
         if self.membership is not None:
             self.owned = self.membership.join()
-            self._note_joins()
+            self.reporter.joined(self.membership)
         self.positions = self.commit.start(self.task_ids())
         return dict(self.positions)
 
@@ -254,21 +235,12 @@ class StreamThread:
         owned = self.membership.poll()
         if self.membership.rebalances != rejoins:
             self._tell_rebalancing(False)
-        self._note_joins()
+        self.reporter.joined(self.membership)
         if owned is None:
             return
         self.owned = owned
         self.positions = self.commit.assigned(self.task_ids())
-        if self.sensors is not None:
-            self.sensors.closed_tasks(self.task_ids())
-
-    def _note_joins(self) -> None:
-        """Record the member's joins since last time (rebalance metrics)."""
-        membership = self.membership
-        if membership is not None and membership.join_seconds:
-            joins, membership.join_seconds = membership.join_seconds, []
-            if self.sensors is not None:
-                self.sensors.rebalanced(joins)
+        self.reporter.reassigned(self.task_ids())
 
     def _rebalance_noted(self) -> None:
         """The group rebalances: say so; run a batch soon (its start rejoins)."""
@@ -289,14 +261,15 @@ class StreamThread:
         lease = 0
         commit_seconds: float | None = None
         try:
-            self._check_shutdown(batch_id)
+            check_shutdown(
+                self.admin, self.shutdown_marker, self.transactional_id, self.group, batch_id
+            )
             self._poll_group()
             planned = self._plan_reads()
             lease = self.admin.leases.hold(self._planned_files())
-            if self.sensors is not None:
-                self.sensors.polled(self.reads.records, time.perf_counter() - started)
+            self.reporter.polled(self.reads, time.perf_counter() - started)
             if not planned and not self._tasks_due():
-                self._record_lags()
+                self.reporter.lags(self.reads, self.positions)
                 return  # nothing to read, nothing due for this thread's tasks
             if self.membership is not None:
                 self.membership.batch_started()
@@ -306,10 +279,10 @@ class StreamThread:
                 functools.partial(self._run_job, df),
                 self._validate_generation,
             )
-            self._job_seconds, self._records_out = 0.0, 0
+            self.reporter.committing()
             committing = time.perf_counter()
             self.positions.update(self.commit.commit_batch(batch))
-            commit_seconds = time.perf_counter() - committing - self._job_seconds
+            commit_seconds = time.perf_counter() - committing - self.reporter.job_seconds
             self.placement.committed(self.metrics)
         except ProducerFencedError as exc:
             self.failure = TaskMigratedError(
@@ -333,45 +306,19 @@ class StreamThread:
         seconds = time.perf_counter() - started
         self.batch_times.append(seconds)
         self.batches += 1
-        self._batch_done(batch_id, seconds, commit_seconds)
+        self.reporter.batch_done(
+            batch_id,
+            self.batches,
+            self.reads,
+            self.positions,
+            seconds,
+            commit_seconds,
+            self.commit.all_producers(),
+            self.metrics,
+        )
         self._tasks_started = True
         self._maybe_wake()
         self._schedule_punctuation()
-
-    def _record_lags(self) -> dict[tuple[str, int], int]:
-        """Each owned partition's lag now (its log end when planned less its position)."""
-        lags = {
-            tp: max(end - self.positions.get(tp, end), 0) for tp, end in self.reads.log_ends.items()
-        }
-        if self.sensors is not None:
-            self.sensors.lagged(lags)
-        return lags
-
-    def _batch_done(self, batch_id: int, seconds: float, commit_seconds: float | None) -> None:
-        """Record the batch's metrics and tell the progress listeners."""
-        self.last_batch_ms = time.time_ns() // 1_000_000
-        lags = {
-            tp: max(end - self.positions.get(tp, end), 0) for tp, end in self.reads.log_ends.items()
-        }
-        sensors = self.sensors
-        if sensors is not None:
-            sensors.batch_done(seconds, commit_seconds, lags)
-            for producer in self.commit.all_producers():
-                sensors.producer(producer)
-            sensors.counters(self.metrics)
-        if self.progress_listeners:
-            progress = BatchProgress(
-                thread=self.transactional_id,
-                batch_id=batch_id,
-                batches=self.batches,
-                records_in=self.reads.records,
-                records_out=self._records_out,
-                lag=sum(lags.values()),
-                commit_ms=(commit_seconds or 0.0) * 1000,
-                batch_ms=seconds * 1000,
-            )
-            for listener in self.progress_listeners:
-                listener(progress)
 
     def _plan_reads(self) -> bool:
         """Choose the batch's levels and plan its reads from the committed positions;
@@ -439,19 +386,10 @@ class StreamThread:
         return due is not None and due <= time.time_ns() // 1_000_000
 
     def _schedule_punctuation(self) -> None:
-        """Wake the source when the next wall-clock punctuator is due, so a batch runs
-        for it even when no record arrives."""
-        if self._punctuation_timer is not None:
-            self._punctuation_timer.cancel()
-            self._punctuation_timer = None
-        due = self._next_punctuation
-        if due is None or self.trigger is None:
-            return
-        delay = max(0.0, (due - time.time_ns() // 1_000_000) / 1000)
-        timer = threading.Timer(delay, self.wake_now)
-        timer.daemon = True
-        timer.start()
-        self._punctuation_timer = timer
+        """Have the trigger run a batch when the next wall-clock punctuator is due, even
+        when no record arrives."""
+        if self.trigger is not None:
+            self.trigger.wake_at(self._next_punctuation)
 
     def _maybe_wake(self) -> None:
         """After a batch that left records behind (capped by ``max.poll.records`` or held
@@ -478,26 +416,8 @@ class StreamThread:
         """The topics the trigger watches (with those its pattern sources found)."""
         return self.trigger.subscribed() if self.trigger is not None else []
 
-    def _check_shutdown(self, batch_id: int) -> None:
-        if self.shutdown_marker is None:
-            return
-        path, started_ms = self.shutdown_marker
-        data = self.admin.root.read_bytes(path)
-        if data is None:
-            return
-        stamp, _, reason = data.decode(errors="replace").partition("\n")
-        if int(stamp or 0) >= started_ms:
-            raise ApplicationShutdownError(
-                f"[thread {self.transactional_id}] batch {batch_id}: an instance of "
-                f"{self.group} asked the whole application to shut down "
-                f"(SHUTDOWN_APPLICATION) after: {reason}; "
-                "fix the cause and start the instances again"
-            )
-
     def close(self) -> None:
         """Abort open transactions, release the producers, leave the group."""
-        if self._punctuation_timer is not None:
-            self._punctuation_timer.cancel()
         if self.trigger is not None:
             self.trigger.close()
         if self.membership is not None:
@@ -550,14 +470,7 @@ class StreamThread:
         """Run the batch's levels as one Spark job; return its metadata rows."""
         started = time.perf_counter()
         result = run_batch_job(df, plan, self.levels.depth, self.levels.partitions)
-        self._job_seconds += time.perf_counter() - started
-        sensors = self.sensors
-        for row in result.rows:
-            kind = row["kind"]
-            if kind == STATS and sensors is not None:
-                sensors.task_stats(row["task"], *decode_stats(row["value"]))
-            elif kind == FILE and row["topic"] not in self._internal_topics:
-                self._records_out += row["count"]
+        self.reporter.job_done(result.rows, time.perf_counter() - started)
         for name, value in result.metrics.items():
             self.metrics[name] = self.metrics.get(name, 0) + value
         self._next_punctuation = result.next_punctuation

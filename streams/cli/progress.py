@@ -18,11 +18,13 @@ import os
 import sys
 import threading
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from common.conf import LOG_FILE_ENV
-from runtime.thread.progress import BatchProgress
 from topology.engine.task_metrics import RESTORE_PROGRESS
+
+if TYPE_CHECKING:  # the runtime's thread modules import Spark: not for console-produce
+    from runtime.thread.progress import BatchProgress
 
 
 class BatchLines:

@@ -30,7 +30,7 @@ from types import ModuleType
 from typing import Any
 
 from common.config import StreamsConfig
-from common.errors import ConfigError, StreamsError
+from common.errors import ConfigError, StreamsError, StreamsProcessingError
 from runtime.app.topology_file import (
     RawRecord,
     build_config,
@@ -144,9 +144,11 @@ class RunFailedError(StreamsError):
 
 
 def one_line(exc: BaseException) -> str:
-    """The first line of an error, with its type unless it is one of ours."""
+    """The first line of an error, after its type (Kafka's names: ``TaskMigratedError:
+    ...``) unless the type says nothing the line does not (a processing or configuration
+    error, whose line names the processor or the key)."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, StreamsError):
+    if type(exc) is StreamsError or isinstance(exc, ConfigError | StreamsProcessingError):
         return text or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -251,8 +253,10 @@ def _send_all(producer: Any, topic: str, records: Sequence[RawRecord]) -> None:
     with ProgressBar(f"producing to {topic}", len(records)) as bar:
         for i, (key, value, timestamp) in enumerate(records, 1):
             producer.send(topic, key, value, timestamp=timestamp)
-            if i % 1000 == 0 or i == len(records):
-                bar.update(min(1000, i - bar.done))
+            if i % 1000 == 0:
+                bar.update(i - bar.done)
+        producer.flush()  # the records are in the topic when the bar is full
+        bar.update(len(records) - bar.done)
 
 
 def _describe(args: argparse.Namespace) -> int:

@@ -162,7 +162,7 @@ def test_the_word_count_has_kafkas_metrics_and_serves_them_to_prometheus(
         check_every_metric(m, len(lines) + words, len(lines), len(WORDS))
         assert progress, "no batch progress was told"
         samples = scrape(port)
-        thread_id = app.threads[0].sensors.thread_id  # type: ignore[union-attr]
+        thread_id = app.threads[0].reporter.sensors.thread_id  # type: ignore[union-attr]
         name = prometheus_name("stream-thread-metrics", "process-total")
         key = f'{name}{{thread_id="{thread_id}"}}'
         assert samples[key] == m.value("process-total", "stream-thread-metrics")

@@ -20,7 +20,7 @@ from runtime.group.coordinator import GroupCoordinator, GroupState
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from runtime.thread.stream_thread import ApplicationShutdownError
+from runtime.thread.shutdown import ApplicationShutdownError
 from topology import Consumed, Produced, StreamsBuilder, Topology
 
 S = Serdes.String()
