@@ -116,7 +116,7 @@ class BatchReporter:
     def lags(self, reads: BatchReads, positions: Positions) -> dict[tuple[str, int], int]:
         """Each owned partition's lag (its log end when planned less its position),
         recorded."""
-        lags = {tp: max(end - positions.get(tp, end), 0) for tp, end in reads.log_ends.items()}
+        lags = _lags(reads, positions)
         if self.sensors is not None:
             self.sensors.lagged(lags)
         return lags
@@ -134,7 +134,7 @@ class BatchReporter:
     ) -> None:
         """Record the batch's metrics and tell the listeners."""
         self.last_batch_ms = time.time_ns() // 1_000_000
-        lags = {tp: max(end - positions.get(tp, end), 0) for tp, end in reads.log_ends.items()}
+        lags = _lags(reads, positions)
         sensors = self.sensors
         if sensors is not None:
             sensors.batch_done(seconds, commit_seconds, lags)
@@ -155,3 +155,8 @@ class BatchReporter:
         )
         for listener in self.listeners:
             listener(progress)
+
+
+def _lags(reads: BatchReads, positions: Positions) -> dict[tuple[str, int], int]:
+    """Each partition's log end (when the batch was planned) less its position."""
+    return {tp: max(end - positions.get(tp, end), 0) for tp, end in reads.log_ends.items()}

@@ -129,6 +129,8 @@ def _missing_root(args: argparse.Namespace) -> str | None:
     """Why a local storage root that does not exist cannot be used (None: it can): only
     the commands that create topics create it."""
     root = getattr(args, "root", None)
+    if not getattr(args, "needs_root", True):  # describe, run, crashtest: their own
+        return None
     if not root or ("://" in root and not root.startswith("file://")):
         return None
     path = root.removeprefix("file://")

@@ -123,3 +123,13 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith("streams-eos ")
+
+
+def test_describe_needs_no_root_even_when_streams_root_does_not_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "topo.py"
+    file.write_text(GOOD)
+    monkeypatch.setenv("STREAMS_ROOT", str(tmp_path / "not-yet"))
+    assert main(["describe", str(file)]) == 0
+    assert capsys.readouterr().out.startswith("Topologies:")
