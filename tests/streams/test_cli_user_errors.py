@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from common.conf import LOG_FILE_ENV
 from runtime.storage.topics import TopicAdmin
 from streams.cli import main
 
@@ -21,6 +24,27 @@ def build_topology():
     builder.stream("in").to("out")
     return builder.build()
 """
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``run`` sends the process's logs to a file (``log_to_file``): undo it after each
+    test, so no handler, filter or ``STREAMS_LOG_FILE`` outlives the test in this process."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    states = [(h, h.level, list(h.filters), h.formatter) for h in handlers]
+    monkeypatch.delenv(LOG_FILE_ENV, raising=False)
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    for handler, hlevel, filters, formatter in states:
+        handler.setLevel(hlevel)
+        handler.filters[:] = filters
+        handler.setFormatter(formatter)
+    root.setLevel(level)
+    os.environ.pop(LOG_FILE_ENV, None)
 
 
 def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:

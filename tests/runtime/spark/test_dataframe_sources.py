@@ -283,7 +283,8 @@ def build_sources(spark):
     return {{"clicks": spark.readStream.schema("key string, value string").json({str(files)!r})}}
 """
     )
-    args = ["run", str(topology_file), "--until-idle", "--root", root]
+    # --verbose: in this process, logs stay on the terminal (no file handler is left behind)
+    args = ["run", str(topology_file), "--until-idle", "--root", root, "--verbose"]
     args += ["--config", f"state.dir={tmp_path / 'state'}", "--config", "commit.interval.ms=50"]
     assert main(args) == 0
     from deltalake import DeltaTable
