@@ -20,21 +20,30 @@ from streams.crash.harness import crashtest
 from streams.testing import crashtest as crashtest_from_testing
 from tests.crash.conftest import FAST_JVM, RUN_CONFIG, example, runnable_examples
 
-#: Records per example: enough batches (max.poll.records=2 per partition) for every kill.
-GENERATE = {"wordcount": 160, "flash_sale": 300}
+#: Records per example and kill count: enough batches (max.poll.records=2 per partition)
+#: for every kill.
+GENERATE = {("wordcount", 3): 100, ("wordcount", 5): 160, ("flash_sale", 5): 300}
 QUICK = {**RUN_CONFIG, "max.poll.records": "2"}
 
 
-# the flash sale's 5 kills take as long as the word count's (3 minutes each): slow
-@pytest.mark.parametrize("name", ["wordcount", pytest.param("flash_sale", marks=pytest.mark.slow)])
-def test_five_kills_under_exactly_once_v2_leave_exactly_the_reference(
-    name: str, tmp_path: Path
+# three kills (a fault point, a random moment, another fault point) in the default suite;
+# five kills take three minutes an example: slow
+@pytest.mark.parametrize(
+    ("name", "kills"),
+    [
+        ("wordcount", 3),
+        pytest.param("wordcount", 5, marks=pytest.mark.slow),
+        pytest.param("flash_sale", 5, marks=pytest.mark.slow),
+    ],
+)
+def test_kills_under_exactly_once_v2_leave_exactly_the_reference(
+    name: str, kills: int, tmp_path: Path
 ) -> None:
     path = example(name)
     report = crashtest(
         path,
-        generate=GENERATE[name],
-        kills=5,
+        generate=GENERATE[name, kills],
+        kills=kills,
         seed=11,
         workdir=tmp_path,
         config=QUICK,
@@ -42,14 +51,14 @@ def test_five_kills_under_exactly_once_v2_leave_exactly_the_reference(
         report=tmp_path / "report.json",
     )
     assert report.exactly_once, report.text()
-    assert len(report.kills) == 5 and report.restarts == 5
+    assert len(report.kills) == kills and report.restarts == kills
     assert {k.kind for k in report.kills} >= {"fault", "random"}
     assert report.duplicates == report.losses == 0
     assert report.records_out == report.records_expected > 0
     assert report.stores and all(s["ok"] for s in report.stores)
     assert report.recovery_p50 is not None and report.recovery_max is not None
     saved = json.loads((tmp_path / "report.json").read_text())
-    assert saved["exactly_once"] is True and len(saved["kills"]) == 5
+    assert saved["exactly_once"] is True and len(saved["kills"]) == kills
 
 
 @pytest.mark.slow
