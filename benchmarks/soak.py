@@ -8,10 +8,12 @@ configures them, on intervals of seconds (``--config key=value`` overrides); the
 output topics keep --retention-ms of records, the Delta logs ten minutes of commits.
 
 Printed per tenth of the run: batch latency p50/p99; live files and bytes of every topic,
-of ``state.dir``, of the transaction and group logs and of the store snapshots; the
-resident memory of the driver, of Spark's JVM and of the Python workers and task hosts.
-The last lines compare the last tenth with the second (latency) and the middle one (files,
-bytes, memory).
+of ``state.dir``, of the transaction and group logs and of the store snapshots, at the end
+of the tenth and at their most within it (sampled twenty times a tenth: the logs that are
+compacted every so many versions go up and down like a saw, and one sample falls anywhere
+on its teeth); the resident memory of the driver, of Spark's JVM and of the Python
+workers and task hosts. The last lines compare the last tenth with the second (latency)
+and the middle one (files, bytes, memory).
 
 A run stopped part-way (the machine went away, Ctrl-C) goes on with ``--resume`` and the
 same ``--work``: the application restarts from its committed state, as after a crash, and
@@ -195,6 +197,8 @@ def feed(
     started = time.perf_counter() - before_elapsed
     mark = 0
     work = os.path.dirname(dirs[0])
+    every = max(1, tenth // 20)
+    peak: dict[str, tuple[int, int]] = {}
     for i in range(first, args.batches):
         before = batches_done(app)
         for key, line in lines.chunk(args.lines):
@@ -207,6 +211,8 @@ def feed(
             if time.monotonic() > deadline:
                 raise SystemExit(f"batch {i}: nothing processed for 120 s")
             time.sleep(0.002)
+        if (i + 1) % every == 0:
+            peak = most(peak, usage(*dirs))
         if (i + 1) % tenth == 0:
             done = batches_done(app)
             times = list(app.threads[0].batch_times)[-(done - mark) :]  # one thread
@@ -215,9 +221,22 @@ def feed(
                 sample(len(rows) + 1, i + 1, times, dirs=dirs, sampler=sampler, started=started)
             )
             rows[-1]["run"] = runs + 1
+            rows[-1]["peak"] = most(peak, rows[-1]["usage"])
+            peak = {}
             print_row(rows[-1], header=len(rows) == 1)
             save_progress(work, {"rows": rows, "fed": i + 1, "lines": lines.n, "runs": runs})
     return rows
+
+
+def most(
+    a: dict[str, tuple[int, int]], b: dict[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """The larger files and the larger bytes of each directory in ``a`` or ``b``."""
+    out = dict(a)
+    for name, (files, size) in b.items():
+        f0, s0 = out.get(name, (0, 0))
+        out[name] = (max(f0, files), max(s0, size))
+    return out
 
 
 def progress_path(work: str) -> str:
@@ -232,7 +251,9 @@ def load_progress(work: str) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     for row in progress["rows"]:
-        row["usage"] = {k: tuple(v) for k, v in row["usage"].items()}
+        for key in ("usage", "peak"):
+            if key in row:
+                row[key] = {k: tuple(v) for k, v in row[key].items()}
     return progress
 
 
@@ -280,8 +301,13 @@ def print_row(row: dict[str, Any], header: bool) -> None:
         f"{row['p50'] * 1000:>7.0f} {row['p99'] * 1000:>7.0f}  "
         f"{rss['driver']:.0f}/{rss['jvm']:.0f}/{rss['python']:.0f}  {row.get('run', 1)}"
     )
+    peak = row.get("peak", {})  # absent in tenths sampled before peaks were
     for name, (files, size) in row["usage"].items():
-        print(f"{'':>8}{name:<44} {files:>8} files {size / MB:>10.1f} MB")
+        most_files, most_size = peak.get(name, (files, size))
+        print(
+            f"{'':>8}{name:<44} {files:>8} files {size / MB:>10.1f} MB"
+            f"   (most {most_files} files {most_size / MB:.1f} MB)"
+        )
     done = ", ".join(f"{k} {v}" for k, v in sorted(row["cleaner"].items()))
     print(f"{'':>8}log cleaner so far: {done or 'nothing'}")
     sys.stdout.flush()
@@ -305,10 +331,13 @@ def report(rows: list[dict[str, Any]]) -> None:
         f"\nlast tenth vs second: batch p50 {last['p50'] / second['p50']:.2f}x "
         f"(goal <= 1.1), p99 {last['p99'] / second['p99']:.2f}x"
     )
-    print(f"last tenth vs tenth {middle['tenth']} (goal <= 1.2 each):")
+    # the most within each tenth where both have it, else the tenths' last samples
+    key = "peak" if "peak" in last and "peak" in middle else "usage"
+    what = "at their most within the tenth" if key == "peak" else "at the tenth's end"
+    print(f"last tenth vs tenth {middle['tenth']}, {what} (goal <= 1.2 each):")
     worst = 0.0
-    for name, (files, size) in last["usage"].items():
-        mfiles, msize = middle["usage"].get(name, (0, 0))
+    for name, (files, size) in last[key].items():
+        mfiles, msize = middle[key].get(name, (0, 0))
         fr = files / mfiles if mfiles else float("inf") if files else 1.0
         br = size / msize if msize else float("inf") if size else 1.0
         worst = max(worst, fr, br)
