@@ -8,6 +8,7 @@ non-zero; ``--verbose`` adds the stack trace.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import logging
 import os
@@ -17,18 +18,37 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from common.errors import StreamsError
-from streams.cli import (
-    app_reset,
-    console,
-    crashtest,
-    groups,
-    offsets,
-    run,
-    state,
-    status,
-    topics,
-    transactions,
-)
+
+#: Every subcommand, in the order ``--help`` lists them: its module under ``streams.cli``
+#: and its one-line help. A command's module (and what it imports: Delta, Arrow, Spark) is
+#: imported only when that command runs, so ``streams-eos topics --list`` does not pay for
+#: the imports of ``run``.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "topics": ("topics", "create, list, describe, alter or delete topics"),
+    "get-offsets": (
+        "offsets",
+        "print offsets of a topic's partitions (latest, earliest, or by time)",
+    ),
+    "console-produce": ("console", "produce lines from stdin to a topic"),
+    "console-consume": ("console", "print a topic's records"),
+    "transactions": (
+        "transactions",
+        "list, describe, find hanging, abort or sweep transactions",
+    ),
+    "groups": ("groups", "list, describe, reset offsets of, or delete consumer groups"),
+    "application-reset": (
+        "app_reset",
+        "reset a Streams application so that it reprocesses its input",
+    ),
+    "run": ("run", "run a topology file on Spark"),
+    "describe": ("run", "print a topology file's topology"),
+    "crashtest": ("crashtest", "run a topology file under random kills and check exactly-once"),
+    "status": (
+        "status",
+        "show an application's instances, threads, tasks, lag, transactions, stores",
+    ),
+    "state": ("state", "print a store's committed state (interactive query)"),
+}
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -62,8 +82,9 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser of ``streams-eos`` with every subcommand."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Return the argument parser of ``streams-eos``: every subcommand, with the options of
+    the one ``argv`` names (all of them without ``argv``: importing every command's module)."""
     parser = _Parser(
         prog="streams-eos",
         description="Kafka Streams on Spark, exactly once: topic and offset tools.",
@@ -73,22 +94,28 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", metavar="COMMAND", required=True, parser_class=_Parser
     )
     common = _common()
-    topics.register(sub, common)
-    offsets.register(sub, common)
-    console.register(sub, common)
-    transactions.register(sub, common)
-    groups.register(sub, common)
-    app_reset.register(sub, common)
-    run.register(sub, common)
-    crashtest.register(sub, common)
-    status.register(sub, common)
-    state.register(sub, common)
+    named = _command_of(argv) if argv is not None else None
+    modules = {m for c, (m, _) in COMMANDS.items() if argv is None or c == named}
+    registered: set[str] = set()
+    for command, (module, summary) in COMMANDS.items():
+        if module in modules:
+            if module not in registered:  # a module adds all of its commands
+                importlib.import_module(f"streams.cli.{module}").register(sub, common)
+                registered.add(module)
+        else:  # listed by --help; never parsed (argv names another command)
+            sub.add_parser(command, help=summary)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (None: none)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``streams-eos`` and return its exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -40,7 +40,7 @@ from runtime.group.reset import (
     plan_reset,
 )
 from runtime.storage.topics import TopicAdmin
-from streams.cli import groups
+from streams.cli import COMMANDS, groups
 
 #: Kafka's ``StreamsResetter.matchesInternalTopicFormat`` suffixes.
 INTERNAL_SUFFIXES = (
@@ -56,7 +56,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "application-reset",
         parents=[common],
-        help="reset a Streams application so that it reprocesses its input",
+        help=COMMANDS["application-reset"][1],
         description=(
             "Reset the input offsets of an application's group, delete its internal topics, "
             "store snapshots and Spark checkpoint, as kafka-streams-application-reset does. "

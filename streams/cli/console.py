@@ -17,6 +17,7 @@ from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.records import ConsumerRecord
 from runtime.txn.producer import TransactionalProducer
+from streams.cli import COMMANDS
 from streams.cli.progress import ProgressBar
 from streams.cli.transactions import uncommitted_records
 
@@ -44,7 +45,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     prod = sub.add_parser(
         "console-produce",
         parents=[common],
-        help="produce lines from stdin to a topic",
+        help=COMMANDS["console-produce"][1],
         description=(
             "Read lines from stdin and produce each as one record (UTF-8). With "
             "--transactional-id, lines are produced in transactions of --batch lines, each "
@@ -84,7 +85,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     cons = sub.add_parser(
         "console-consume",
         parents=[common],
-        help="print a topic's records",
+        help=COMMANDS["console-consume"][1],
         description="Print records, in offset order per partition.",
     )
     cons.add_argument("--topic", required=True)

@@ -16,6 +16,7 @@ import argparse
 from typing import Any
 
 from common.errors import ConfigError
+from streams.cli import COMMANDS
 from streams.cli.progress import ProgressBar
 from streams.crash.plan import GUARANTEES, KILL_KINDS, RunRecord
 
@@ -25,7 +26,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "crashtest",
         parents=[common],
-        help="run a topology file under random kills and check exactly-once",
+        help=COMMANDS["crashtest"][1],
         description=(
             "Run FILE as a separate process on local Spark, SIGKILL it N times (at random "
             "moments, at commits and at the fault points of the commit protocol), restart "

@@ -49,6 +49,7 @@ from runtime.group.reset import (
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
+from streams.cli import COMMANDS
 from streams.cli.transactions import format_table
 
 NONE = "-"
@@ -74,7 +75,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "groups",
         parents=[common],
-        help="list, describe, reset offsets of, or delete consumer groups",
+        help=COMMANDS["groups"][1],
         description=(
             "Manage consumer groups as kafka-consumer-groups does. --reset-offsets prints "
             "the plan (a dry run) unless --execute is given; it needs the group inactive."

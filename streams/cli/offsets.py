@@ -7,6 +7,7 @@ from typing import Any
 
 from common.errors import StreamsError
 from runtime.storage.reader import TopicReader
+from streams.cli import COMMANDS
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -14,7 +15,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "get-offsets",
         parents=[common],
-        help="print offsets of a topic's partitions (latest, earliest, or by time)",
+        help=COMMANDS["get-offsets"][1],
         description=(
             "Print TOPIC:PARTITION:OFFSET per partition. --time -1 gives the log-end offset, "
             "-2 the log-start offset, and an epoch-ms timestamp the first offset whose "

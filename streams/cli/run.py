@@ -38,6 +38,7 @@ from runtime.app.topology_file import (
     generated_records,
     load_topology_file,
 )
+from streams.cli import COMMANDS
 from streams.cli.progress import BatchLines, ProgressBar, RestoreWatch, log_to_file
 from topology.engine.processing import describe_processing
 from topology.graph.topology import Topology
@@ -51,7 +52,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     run = sub.add_parser(
         "run",
         parents=[common],
-        help="run a topology file on Spark",
+        help=COMMANDS["run"][1],
         description="Run FILE's build_topology() as a streams application on Spark.",
     )
     run.add_argument("file", metavar="FILE", help="a Python file defining build_topology()")
@@ -94,7 +95,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     desc = sub.add_parser(
         "describe",
         parents=[common],
-        help="print a topology file's topology",
+        help=COMMANDS["describe"][1],
         description=(
             "Print FILE's topology in Kafka's TopologyDescription format, then how its "
             "records run under FILE's CONFIG: which sources and nodes take batches "

@@ -21,6 +21,7 @@ from typing import Any
 from common.errors import StreamsError
 from runtime.app.store_queries import QueryableStore, StoreCatalog
 from runtime.storage.topics import TopicAdmin
+from streams.cli import COMMANDS
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -28,7 +29,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     parser = sub.add_parser(
         "state",
         parents=[common],
-        help="print a store's committed state (interactive query)",
+        help=COMMANDS["state"][1],
         description=(
             "Print the committed state of an application's store: one key, or every entry; "
             "while the application runs or after it stopped."

@@ -24,6 +24,7 @@ from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
 from statestores.snapshots import SnapshotManager
+from streams.cli import COMMANDS
 from streams.cli.transactions import format_table, is_open
 
 NONE = "-"
@@ -35,7 +36,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     parser = sub.add_parser(
         "status",
         parents=[common],
-        help="show an application's instances, threads, tasks, lag, transactions, stores",
+        help=COMMANDS["status"][1],
         description=(
             "Show an application from what it keeps in storage: each instance and thread "
             "(state, batches, tasks and where they run), lag per partition, last commits "

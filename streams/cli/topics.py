@@ -7,6 +7,7 @@ from typing import Any
 
 from common.errors import StreamsError
 from runtime.storage.topics import TopicAdmin, TopicDescription
+from streams.cli import COMMANDS
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -14,7 +15,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "topics",
         parents=[common],
-        help="create, list, describe, alter or delete topics",
+        help=COMMANDS["topics"][1],
         description="Manage topics (Delta tables under <root>/topics), as kafka-topics does.",
     )
     action = p.add_mutually_exclusive_group(required=True)

@@ -31,6 +31,7 @@ from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.metadata import TransactionMetadata
 from runtime.txn.state import TransactionState
+from streams.cli import COMMANDS
 
 LIST_HEADERS = ("TransactionalId", "ProducerId", "ProducerEpoch", "State", "Participants", "Age")
 HANGING_HEADERS = (*LIST_HEADERS, "TimeoutMs")
@@ -50,7 +51,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "transactions",
         parents=[common],
-        help="list, describe, find hanging, abort or sweep transactions",
+        help=COMMANDS["transactions"][1],
         description=(
             "Inspect and repair transactions, as kafka-transactions does. Age is the time "
             "since an open transaction began (ms); a hanging transaction is one still "

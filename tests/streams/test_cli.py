@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from streams.cli import main
+from streams.cli import COMMANDS, main
 from tests.clitools import cli
 
 
@@ -214,3 +218,26 @@ def test_get_offsets_latest_earliest_and_partitions(root: str) -> None:
     assert cli(root, "get-offsets", "--topic", "t", "--time", "-2").stdout == "t:0:0\nt:1:0\n"
     out = cli(root, "get-offsets", "--topic", "t", "--partitions", "1")
     assert out.stdout == "t:1:3\n"
+
+
+def test_a_command_imports_only_what_it_needs(root: str) -> None:
+    """``get-offsets`` imports its own module, not Spark, the topology layer or the other
+    commands (each command's imports wait until it runs), and ``--help`` still lists all."""
+    TopicAdmin(root).create("events", 2)
+    code = (
+        "import sys; from streams.cli import main; main(['get-offsets', '--topic', 'events']); "
+        "print(sorted(m for m in sys.modules if m.startswith(('streams.cli.', 'pyspark', "
+        "'topology', 'statestores', 'prometheus_client'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "STREAMS_ROOT": root},
+        check=True,
+    )
+    assert out.stdout.splitlines() == ["events:0:0", "events:1:0", "['streams.cli.offsets']"]
+    listed = cli(root, "--help").stdout
+    for command in COMMANDS:
+        assert f"    {command}" in listed, command
+    assert "invalid choice: 'nope'" in cli(root, "nope").stderr
