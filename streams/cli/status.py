@@ -166,7 +166,7 @@ def _stores(admin: TopicAdmin, app: str, instances: list[dict[str, Any]]) -> lis
                     "changelog_records": part.records,
                     "changelog_bytes": part.bytes,
                     "snapshot_offset": None if snap is None else snap.offset,
-                    "bytes_on_disk": seen.get("bytes"),
+                    "sst_bytes": seen.get("bytes"),
                     "keys": seen.get("keys"),
                 }
             )
@@ -249,7 +249,7 @@ def render(status: dict[str, Any]) -> str:
             str(x["partition"]),
             x["task"] or NONE,
             _num(x["keys"]),
-            _num(x["bytes_on_disk"]),
+            _num(x["sst_bytes"]),
             str(x["changelog_records"]),
             str(x["changelog_bytes"]),
             _num(x["snapshot_offset"]),
@@ -262,7 +262,7 @@ def render(status: dict[str, Any]) -> str:
             "PARTITION",
             "TASK",
             "KEYS",
-            "BYTES ON DISK",
+            "SST BYTES",
             "CHANGELOG RECORDS",
             "CHANGELOG BYTES",
             "SNAPSHOT AT",
