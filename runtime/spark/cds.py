@@ -15,6 +15,14 @@ the sessions started meanwhile (a long test run's command-line subprocesses) nei
 archives of their own nor wait for them at exit. Archives live in ``$STREAMS_CDS_DIR`` (default
 ``$XDG_CACHE_HOME/spark-streams-eos/cds``), one per JDK, Spark and JVM setting;
 ``STREAMS_CDS_DIR=off`` turns them off.
+
+The directory is a cache with a bound: an archive is about 160 MB, and every new virtual
+environment, Spark or JDK (or JVM setting) makes a new one, so each session keeps only the
+:data:`KEEP` most recently used archives (using one touches it) and removes the rest,
+adopts the complete archives of writers that have gone (a ``.tmp`` whose process exited
+before anyone with its key started again) or removes them when they are incomplete or
+their archive exists already. Removing an archive a running JVM has mapped is harmless on
+POSIX (the mapping stays); a JVM that finds its archive gone starts without it.
 """
 
 from __future__ import annotations
@@ -31,6 +39,9 @@ from dataclasses import dataclass
 log = logging.getLogger(__name__)
 
 CDS_DIR_ENV = "STREAMS_CDS_DIR"
+
+#: How many archives the directory keeps (the most recently used; each is about 160 MB).
+KEEP = 4
 
 #: The first bytes of a complete JDK dynamic archive (little-endian ``0xf00baba8``).
 MAGIC = (0xF00BABA8).to_bytes(4, "little")
@@ -79,7 +90,10 @@ def plan(conf: Mapping[str, str]) -> CdsPlan:
     try:
         os.makedirs(directory, exist_ok=True)
         archive = os.path.join(directory, f"spark-{_key(java, conf)}.jsa")
-        if _complete(archive) or _adopt(archive):
+        tidy(directory, keep=archive)
+        if _complete(archive):
+            with contextlib.suppress(OSError):
+                os.utime(archive)  # used: the least recently used ones go first
             return CdsPlan(f"-XX:SharedArchiveFile={archive} {QUIET}", dumps=False)
         if _being_written(archive):
             return CdsPlan("", dumps=False)
@@ -144,9 +158,9 @@ def _writers(archive: str) -> list[tuple[str, int]]:
     """The temporary archives of ``archive`` with the id of the process that made each."""
     out = []
     for tmp in glob.glob(f"{glob.escape(archive)}.*.tmp"):
-        pid = tmp[len(archive) + 1 : -len(".tmp")]
-        if pid.isdigit():
-            out.append((tmp, int(pid)))
+        owner, pid = _writer_of(tmp)
+        if owner == archive:
+            out.append((tmp, pid))
     return out
 
 
@@ -160,17 +174,50 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _adopt(archive: str) -> bool:
-    """Give a complete temporary archive its final name; drop those left unfinished by a
-    killed process. Return whether ``archive`` now exists."""
-    for tmp, pid in _writers(archive):
-        if _complete(tmp):
-            with contextlib.suppress(OSError):
-                os.replace(tmp, archive)
-        elif not _alive(pid):
-            with contextlib.suppress(OSError):
+def tidy(directory: str, keep: str | None = None) -> None:
+    """Bound the archive directory: adopt or drop what writers that have gone left behind,
+    (and adopt the complete archive of one still running), then keep the :data:`KEEP` most
+    recently used archives (``keep``, the one about to be
+    used, always among them) and remove the others."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        tmp = os.path.join(directory, name)
+        archive, pid = _writer_of(tmp)
+        if archive is None:
+            continue
+        with contextlib.suppress(OSError):
+            if _complete(tmp):  # the JVM writes the header last: this one is done
+                if _complete(archive):
+                    os.remove(tmp)
+                else:
+                    os.replace(tmp, archive)
+            elif not _alive(pid):  # killed before or while it wrote
                 os.remove(tmp)
-    return _complete(archive)
+    archives = []
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if name.startswith("spark-") and name.endswith(".jsa") and path != keep:
+            with contextlib.suppress(OSError):
+                archives.append((os.stat(path).st_mtime_ns, path))
+    archives.sort(reverse=True)
+    room = KEEP - 1 if keep is not None else KEEP  # ``keep`` is used or written next
+    for _, path in archives[max(room, 0) :]:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            log.debug("removed the least recently used CDS archive %s", path)
+
+
+def _writer_of(path: str) -> tuple[str | None, int]:
+    """For a temporary archive ``<archive>.<pid>.tmp``: its archive and the writer's pid."""
+    if not path.endswith(".tmp"):
+        return None, 0
+    archive, _, pid = path[: -len(".tmp")].rpartition(".")
+    if not pid.isdigit() or not archive.endswith(".jsa"):
+        return None, 0
+    return archive, int(pid)
 
 
 def _being_written(archive: str) -> bool:
