@@ -198,9 +198,11 @@ def test_records_shuffled_inside_a_batch_wait_for_a_table_partition_with_more_to
     assert sorted(v for _, v, _ in read_topic(root, "joined")) == sorted(
         f"u{i % 30}:name{i % 30}".encode() for i in range(40)
     )
-    spilled = read_topic(root, rekeyed)
+    # the log manager purges the repartition topic below the committed offsets while the
+    # app runs: its log-end offsets count every record ever spilled to it
+    spilled = sum(TopicReader(root).end_offsets(rekeyed).values())
     assert spilled, "some clicks waited for the users' next records"
-    assert app.metrics().total("held-back-records-total") >= len(spilled)
+    assert app.metrics().total("held-back-records-total") >= spilled
 
 
 # -- 2. a pattern source: existing and new matching topics, never internal ones ---------
