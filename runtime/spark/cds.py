@@ -175,10 +175,10 @@ def _alive(pid: int) -> bool:
 
 
 def tidy(directory: str, keep: str | None = None) -> None:
-    """Bound the archive directory: adopt or drop what writers that have gone left behind,
-    (and adopt the complete archive of one still running), then keep the :data:`KEEP` most
-    recently used archives (``keep``, the one about to be
-    used, always among them) and remove the others."""
+    """Bound the archive directory: adopt every complete temporary archive (or drop it when
+    its archive exists), drop the incomplete ones of writers that have gone, then keep the
+    :data:`KEEP` most recently used archives (``keep``, the one about to be used or written,
+    always among them) and remove the others."""
     try:
         names = os.listdir(directory)
     except OSError:
@@ -197,7 +197,9 @@ def tidy(directory: str, keep: str | None = None) -> None:
             elif not _alive(pid):  # killed before or while it wrote
                 os.remove(tmp)
     archives = []
-    for name in os.listdir(directory):
+    with contextlib.suppress(OSError):
+        names = os.listdir(directory)
+    for name in names:
         path = os.path.join(directory, name)
         if name.startswith("spark-") and name.endswith(".jsa") and path != keep:
             with contextlib.suppress(OSError):
