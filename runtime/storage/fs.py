@@ -129,7 +129,15 @@ class StorageRoot:
         return bool(self._info(path).type == pafs.FileType.Directory)
 
     def list_dir(self, path: str) -> list[pafs.FileInfo]:
-        """List the direct children of ``path`` (empty when it does not exist)."""
+        """List the direct children of ``path`` (empty when it does not exist).
+
+        Another process may delete entries while they are listed (the log cleaner
+        removes Delta commit files, the vacuum merged data files): an entry gone
+        between the directory read and its stat is simply not listed, as if the
+        listing had come a moment later.
+        """
+        if self.is_local:
+            return _list_local(path)
         try:
             return list(self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
         except Exception as exc:
@@ -209,3 +217,30 @@ class StorageRoot:
 
     def __repr__(self) -> str:
         return f"StorageRoot({self.uri!r})"
+
+
+def _list_local(path: str) -> list[pafs.FileInfo]:
+    """List a local directory, skipping entries deleted while it is read."""
+    infos: list[pafs.FileInfo] = []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    st = entry.stat()
+                except FileNotFoundError:
+                    continue
+                if entry.is_dir():
+                    infos.append(
+                        pafs.FileInfo(entry.path, pafs.FileType.Directory, mtime_ns=st.st_mtime_ns)
+                    )
+                else:
+                    infos.append(
+                        pafs.FileInfo(
+                            entry.path, pafs.FileType.File, mtime_ns=st.st_mtime_ns, size=st.st_size
+                        )
+                    )
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StorageError(f"cannot list {path}: {exc}") from exc
+    return infos
