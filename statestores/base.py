@@ -148,7 +148,8 @@ class RocksDBBase:
     def __init__(self, path: str, store_name: str, app_config: Mapping[str, Any]) -> None:
         self.path = path
         os.makedirs(path, exist_ok=True)
-        options = store_options(store_name, app_config)
+        live_files = sum(1 for name in os.listdir(path) if name.endswith(".sst"))
+        options = store_options(store_name, app_config, live_files=live_files)
         meta_options = Options(raw_mode=True)
         try:
             self.db = Rdict(path, options, column_families={META_CF: meta_options})

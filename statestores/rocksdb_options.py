@@ -2,7 +2,7 @@
 
 Kafka Streams opens each RocksDB store with a 50 MiB LRU block cache, 4 KiB blocks, a
 bloom filter, 16 MiB write buffers (3 of them) and no compression (here also: at most two
-info log files of 1 MiB), then lets the user's
+info log files of 256 KiB, and a MANIFEST rolled at 64 KiB), then lets the user's
 ``rocksdb.config.setter`` (Kafka's ``RocksDBConfigSetter``) change anything. Here the
 setter is named by ``rocksdb.config.setter`` as ``pkg.module.Name`` or ``pkg.module:Name``:
 a class (instantiated with no argument) or an object with
@@ -28,6 +28,9 @@ _COMPRESSIONS = {
     "lz4": DBCompressionType.lz4,
     "zstd": DBCompressionType.zstd,
 }
+# a MANIFEST entry of one live SST file (number, level, sizes, smallest and largest key,
+# sequence numbers, checksums): about 100-250 bytes with short keys
+_MANIFEST_BYTES_PER_FILE = 256
 
 
 @runtime_checkable
@@ -51,6 +54,8 @@ class RocksDBSettings:
         compression: ``none``, ``snappy``, ``lz4`` or ``zstd``.
         keep_log_files: info log files kept (the current ``LOG`` and older ones).
         max_log_file_bytes: size at which the info log rolls over.
+        max_manifest_bytes: size at which the MANIFEST rolls over (at least; see
+            ``manifest_bound``).
     """
 
     block_cache_bytes: int = 50 * 1024 * 1024
@@ -63,9 +68,22 @@ class RocksDBSettings:
     # its info log is mostly a line per snapshot, and rolls every few hours at this size)
     keep_log_files: int = 2
     max_log_file_bytes: int = 256 * 1024
+    # RocksDB appends every flush and compaction to its MANIFEST until the file passes
+    # max_manifest_file_size (1 GiB by default), then starts a new one holding only the
+    # live files; every snapshot copies it, so a store open for months copied ever more.
+    # Rolling at 64 KiB (or at a few times the live files' entries for a big store, so it
+    # does not roll at every flush) keeps each snapshot's manifest the size of its state.
+    max_manifest_bytes: int = 64 * 1024
 
-    def options(self) -> Options:
+    def manifest_bound(self, live_files: int) -> int:
+        """Return the MANIFEST size to roll at for a store holding ``live_files`` SSTs."""
+        return max(self.max_manifest_bytes, 4 * _MANIFEST_BYTES_PER_FILE * live_files)
+
+    def options(self, live_files: int = 0) -> Options:
         """Return raw-mode ``rocksdict.Options`` carrying these settings.
+
+        Args:
+            live_files: SST files the store holds when opened (sizes its MANIFEST bound).
 
         Raises:
             ConfigError: ``compression`` is not one of the allowed names.
@@ -88,6 +106,7 @@ class RocksDBSettings:
         opts.set_compression_type(_COMPRESSIONS[self.compression]())
         opts.set_keep_log_file_num(self.keep_log_files)
         opts.set_max_log_file_size(self.max_log_file_bytes)
+        opts.set_max_manifest_file_size(self.manifest_bound(live_files))
         return opts
 
 
@@ -122,17 +141,20 @@ def load_config_setter(path: str) -> RocksDBConfigSetter | None:
     return setter
 
 
-def store_options(store_name: str, app_config: Mapping[str, Any]) -> Options:
+def store_options(
+    store_name: str, app_config: Mapping[str, Any], *, live_files: int = 0
+) -> Options:
     """Return the options to open ``store_name`` with: defaults, then the config setter.
 
     Args:
         store_name: the store's name, passed to the setter.
         app_config: the application's configuration (dotted keys).
+        live_files: SST files already in the store's directory.
 
     Raises:
         ConfigError: the config setter cannot be loaded.
     """
-    options = RocksDBSettings().options()
+    options = RocksDBSettings().options(live_files)
     setter = load_config_setter(str(app_config.get(CONFIG_SETTER_KEY) or ""))
     if setter is not None:
         setter.set_config(store_name, options, app_config)

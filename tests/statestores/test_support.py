@@ -15,10 +15,10 @@ import pytest
 
 from common.errors import ConfigError
 from common.serdes import Serdes
-from statestores.base import StoreIOError
+from statestores.base import RocksDBBase, StoreIOError
 from statestores.checkpoint import OffsetCheckpoint
 from statestores.compaction import ChangelogRecord, compact, replay
-from statestores.rocksdb_options import load_config_setter
+from statestores.rocksdb_options import CONFIG_SETTER_KEY, RocksDBSettings, load_config_setter
 from statestores.snapshots import LocalSnapshotStorage, SnapshotManager
 from statestores.state_directory import StateDirectory, TaskDirectoryLockedError
 from statestores.state_manager import ProcessorStateManager
@@ -207,3 +207,44 @@ def test_rocksdb_config_setter_is_applied(tmp_path: Path) -> None:
     store.flush()
     assert GrowBuffers.calls == ["tuned"] and store.get("a") == "b"
     store.close()
+
+
+class DefaultManifest:
+    """Gives a store RocksDB's own MANIFEST bound (1 GiB)."""
+
+    def set_config(self, store_name: str, options: object, configs: object) -> None:
+        options.set_max_manifest_file_size(1 << 30)  # type: ignore[attr-defined]
+
+
+def _flush_many(path: Path, app_config: dict[str, str], flushes: int) -> dict[str, int]:
+    base = RocksDBBase(str(path / "db"), "counts", app_config)
+    try:
+        for i in range(flushes):
+            base.db[f"word-{i % 40}".encode()] = str(i).encode()
+            base.db.flush()
+        base.checkpoint(str(path / "snapshot"))
+        assert base.db[b"word-1"] == str(max(i for i in range(flushes) if i % 40 == 1)).encode()
+    finally:
+        base.close()
+    return {
+        kind: sum(f.stat().st_size for f in (path / kind).glob("MANIFEST-*"))
+        for kind in ("db", "snapshot")
+    }
+
+
+def test_a_long_lived_store_keeps_its_manifest_and_snapshots_small(tmp_path: Path) -> None:
+    """Every flush appends to RocksDB's MANIFEST and every snapshot copies it: with
+    RocksDB's own bound (1 GiB) a store open for months copies ever more; here it rolls
+    over at 64 KiB, and a store reopened with many files gets room for their entries."""
+    flushes = 700
+    unbounded = _flush_many(
+        tmp_path / "unbounded", {CONFIG_SETTER_KEY: f"{__name__}:DefaultManifest"}, flushes
+    )
+    bounded = _flush_many(tmp_path / "bounded", {}, flushes)
+    bound = RocksDBSettings().max_manifest_bytes
+    assert unbounded["db"] > 2 * bound and unbounded["snapshot"] > 2 * bound
+    # a manifest passes the bound by at most the last edit before it rolls
+    assert bounded["db"] <= bound + 4096 and bounded["snapshot"] <= bound + 4096
+    settings = RocksDBSettings()
+    assert settings.manifest_bound(0) == settings.manifest_bound(10) == bound
+    assert settings.manifest_bound(1000) == 1000 * 1024 > bound
