@@ -58,13 +58,17 @@ _DELTA_KEYS = (LOG_RETENTION_PROPERTY, CHECKPOINT_INTERVAL_PROPERTY, TOMBSTONE_R
 TOPIC_CONFIG_KEYS = ("cleanup.policy", *_LONG_AT_LEAST, *_DELTA_KEYS)
 #: Set on every topic created here: Delta log commits are deleted only by the log cleaner,
 #: behind an offset index snapshot (see runtime.storage.vacuum), never by a commit's hook;
-#: a removed file's tombstone stays in Delta checkpoints for an hour, not Delta's week
-#: (merges remove files at every batch: a week of tombstones would make every checkpoint
-#: hold millions of rows). The vacuum here goes by the offset index, not by tombstones;
-#: an hour is longer than any reader holds a file (``file.delete.delay.ms``).
+#: a removed file's tombstone stays in Delta checkpoints for ten minutes, not Delta's week.
+#: Merges remove files at every batch, and every checkpoint carries the tombstones of its
+#: retention window: a week's would be millions of rows, an hour's made each checkpoint
+#: ~2 MB at a batch a second (and the log keeps a checkpoint per 100 commits for
+#: ``log.delta.retention.ms``). Nothing here reads tombstones: the vacuum goes by the
+#: offset index, readers by live files; ten minutes is ten times ``file.delete.delay.ms``,
+#: the longest a reader holds a removed file, and what a Delta VACUUM run on a topic by
+#: hand takes as its default retention.
 _CREATE_PROPERTIES = {
     "delta.enableExpiredLogCleanup": "false",
-    TOMBSTONE_RETENTION_PROPERTY: "interval 1 hour",
+    TOMBSTONE_RETENTION_PROPERTY: "interval 10 minutes",
 }
 
 _INTERVAL = re.compile(

@@ -327,15 +327,15 @@ def test_topic_configs_of_the_cleaner_are_validated(admin: TopicAdmin) -> None:
     assert vacuum(admin, TOPIC, delay_ms=0, now_ms=T0).files == 0
 
 
-def test_delta_checkpoints_keep_the_tombstones_of_merged_files_for_an_hour_only(
+def test_delta_checkpoints_keep_the_tombstones_of_merged_files_for_ten_minutes_only(
     admin: TopicAdmin, producer: Producer, root: str
 ) -> None:
     """Merges remove files at every batch: Delta's default keeps each tombstone in every
-    checkpoint for a week (millions of rows in a month-old topic); topics keep them for an
-    hour (changeable per topic)."""
+    checkpoint for a week (millions of rows in a month-old topic); topics keep them for ten
+    minutes (changeable per topic)."""
     admin.create(TOPIC, 1, configs={"segment.ms": "3600000"})
     properties = DeltaTable(admin.table_uri(TOPIC)).metadata().configuration
-    assert properties["delta.deletedFileRetentionDuration"] == "interval 1 hour"
+    assert properties["delta.deletedFileRetentionDuration"] == "interval 10 minutes"
     with pytest.raises(TopicError, match="interval <n> <unit>"):
         admin.alter_configs(TOPIC, {"delta.deletedFileRetentionDuration": "1h"})
     admin.alter_configs(TOPIC, {"delta.deletedFileRetentionDuration": "interval 1 second"})
