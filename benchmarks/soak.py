@@ -32,6 +32,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -216,10 +217,18 @@ def feed(
         if (i + 1) % tenth == 0:
             done = batches_done(app)
             times = list(app.threads[0].batch_times)[-(done - mark) :]  # one thread
-            mark = done
             rows.append(
-                sample(len(rows) + 1, i + 1, times, dirs=dirs, sampler=sampler, started=started)
+                sample(
+                    len(rows) + 1,
+                    i + 1,
+                    times,
+                    dirs=dirs,
+                    sampler=sampler,
+                    started=started,
+                    since=mark,
+                )
             )
+            mark = done
             rows[-1]["run"] = runs + 1
             rows[-1]["peak"] = most(peak, rows[-1]["usage"])
             peak = {}
@@ -272,11 +281,18 @@ def sample(
     dirs: tuple[str, str],
     sampler: Sampler,
     started: float,
+    since: int,
 ) -> dict[str, Any]:
     root, state = dirs
     sampler.sample()
-    batch = max(sampler.peaks) if sampler.peaks else 0
-    peak = sampler.peaks.get(batch, {})
+    # the sampler's peaks of each batch since the last tenth (it samples every second):
+    # their median is the tenth's level, their largest its worst moment
+    peaks = dict(sampler.peaks)  # one copy: the sampler's thread adds batches meanwhile
+    window = [peak for batch, peak in peaks.items() if batch > since] or [{}]
+    for batch in peaks:
+        if batch <= since:
+            sampler.peaks.pop(batch, None)  # the soak's own bookkeeping stays bounded
+    names = ("driver", "jvm", "python")
     return {
         "tenth": n,
         "batches": done,
@@ -284,7 +300,8 @@ def sample(
         "p50": percentile(times, 0.5) if times else 0.0,
         "p99": percentile(times, 0.99) if times else 0.0,
         "usage": usage(root, state),
-        "rss": {k: peak.get(k, 0.0) for k in ("driver", "jvm", "python")},
+        "rss": {k: statistics.median(p.get(k, 0.0) for p in window) for k in names},
+        "rss_most": {k: max(p.get(k, 0.0) for p in window) for k in names},
         "cleaner": dict(manager.totals) if (manager := sampler.app.log_manager) else {},
     }
 
@@ -293,13 +310,14 @@ def print_row(row: dict[str, Any], header: bool) -> None:
     if header:
         print(
             f"{'tenth':>5} {'batches':>8} {'elapsed s':>9} {'p50 ms':>7} {'p99 ms':>7}  "
-            "RSS MiB driver/JVM/workers  run"
+            "RSS MiB driver/JVM/workers: median (most)  run"
         )
-    rss = row["rss"]
+    rss, top = row["rss"], row.get("rss_most", row["rss"])
     print(
         f"{row['tenth']:>5} {row['batches']:>8} {row['elapsed']:>9.0f} "
         f"{row['p50'] * 1000:>7.0f} {row['p99'] * 1000:>7.0f}  "
-        f"{rss['driver']:.0f}/{rss['jvm']:.0f}/{rss['python']:.0f}  {row.get('run', 1)}"
+        f"{rss['driver']:.0f}/{rss['jvm']:.0f}/{rss['python']:.0f} "
+        f"({top['driver']:.0f}/{top['jvm']:.0f}/{top['python']:.0f})  {row.get('run', 1)}"
     )
     peak = row.get("peak", {})  # absent in tenths sampled before peaks were
     for name, (files, size) in row["usage"].items():
@@ -344,7 +362,10 @@ def report(rows: list[dict[str, Any]]) -> None:
         print(f"  {name:<44} files {fr:5.2f}x  bytes {br:5.2f}x")
     for name in ("driver", "jvm", "python"):
         a, b = middle["rss"][name], last["rss"][name]
-        print(f"  RSS {name:<40} {b / a if a else 1.0:5.2f}x ({a:.0f} -> {b:.0f} MiB)")
+        ratio = f"{b / a if a else 1.0:5.2f}x ({a:.0f} -> {b:.0f} MiB"
+        if "rss_most" in middle and "rss_most" in last:
+            ratio += f"; most {middle['rss_most'][name]:.0f} -> {last['rss_most'][name]:.0f}"
+        print(f"  RSS {name:<40} {ratio})")
     print(f"worst directory growth: {worst:.2f}x")
 
 
