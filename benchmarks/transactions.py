@@ -5,6 +5,9 @@
 2. Throughput: --records records of --value-bytes in transactions of --txn-size records,
    against the plain (non-transactional) producer committing the same records every
    --txn-size records (one Delta commit per batch either way), as a ratio in one run.
+3. The coordinators' logs (transaction states, group generations): appends one after
+   another and reads of the newest version, per backend (``file``: one file per version,
+   created exclusively; ``delta``: a Delta table, for object stores).
 
     python benchmarks/transactions.py [--records 1000000] [--txn-size 10000]
 """
@@ -25,8 +28,10 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from produce_consume import machine
 
+from runtime.storage.fs import StorageRoot
 from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
+from runtime.txn.cas_log import Backend, CasLog
 from runtime.txn.producer import TransactionalProducer
 
 
@@ -99,6 +104,22 @@ def throughput(work: str, args: argparse.Namespace) -> dict[str, float]:
     return times
 
 
+def cas_log_rates(work: str, backend: Backend, appends: int) -> tuple[float, float]:
+    """Append ``appends`` versions in a row, then read the newest as often; return the
+    milliseconds per append and per read."""
+    log = CasLog(StorageRoot(work), ("bench", backend), backend=backend)
+    document = {"producerId": 4711, "epoch": 3, "state": "Ongoing", "partitions": ["t-0"]}
+    start = time.perf_counter()
+    for version in range(appends):
+        if not log.append(version - 1, document):
+            raise SystemExit(f"{backend}: append {version} refused")
+    append_ms = (time.perf_counter() - start) / appends * 1000
+    start = time.perf_counter()
+    for _ in range(appends):
+        log.read_latest()
+    return append_ms, (time.perf_counter() - start) / appends * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -132,6 +153,14 @@ def main() -> None:
             print(f"  {label:<24} {n / times[name]:>12,.0f} records/s  ({times[name]:.2f} s)")
         ratio = times["plain"] / times["txn"]
         print(f"  ratio transactional / plain: {ratio:.2f}  (target >= 0.9)")
+        print("coordinator logs: appends in a row, then reads of the newest version")
+        sizes: tuple[tuple[Backend, int], ...] = (("file", 2000), ("delta", 200))
+        for backend, appends in sizes:
+            append_ms, read_ms = cas_log_rates(work, backend, appends)
+            print(
+                f"  {backend:<6} {appends:>5} appends  {append_ms:7.3f} ms each "
+                f"({1000 / append_ms:,.0f}/s)   read newest {read_ms:7.3f} ms"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
