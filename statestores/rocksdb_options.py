@@ -2,7 +2,7 @@
 
 Kafka Streams opens each RocksDB store with a 50 MiB LRU block cache, 4 KiB blocks, a
 bloom filter, 16 MiB write buffers (3 of them) and no compression (here also: at most two
-info log files of 256 KiB, and a MANIFEST rolled at 64 KiB), then lets the user's
+info log files of 256 KiB, and a MANIFEST rolled at 16 KiB), then lets the user's
 ``rocksdb.config.setter`` (Kafka's ``RocksDBConfigSetter``) change anything. Here the
 setter is named by ``rocksdb.config.setter`` as ``pkg.module.Name`` or ``pkg.module:Name``:
 a class (instantiated with no argument) or an object with
@@ -71,9 +71,11 @@ class RocksDBSettings:
     # RocksDB appends every flush and compaction to its MANIFEST until the file passes
     # max_manifest_file_size (1 GiB by default), then starts a new one holding only the
     # live files; every snapshot copies it, so a store open for months copied ever more.
-    # Rolling at 64 KiB (or at a few times the live files' entries for a big store, so it
-    # does not roll at every flush) keeps each snapshot's manifest the size of its state.
-    max_manifest_bytes: int = 64 * 1024
+    # Rolling at 16 KiB (or at four times the live files' entries for a big store, so it
+    # does not roll at every flush) keeps each snapshot's manifest the size of its state;
+    # a roll writes one new file of the live files' entries (a small store's: ~1 KiB,
+    # every hour or so at a flush a second).
+    max_manifest_bytes: int = 16 * 1024
 
     def manifest_bound(self, live_files: int) -> int:
         """Return the MANIFEST size to roll at for a store holding ``live_files`` SSTs."""

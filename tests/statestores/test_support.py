@@ -235,8 +235,8 @@ def _flush_many(path: Path, app_config: dict[str, str], flushes: int) -> dict[st
 def test_a_long_lived_store_keeps_its_manifest_and_snapshots_small(tmp_path: Path) -> None:
     """Every flush appends to RocksDB's MANIFEST and every snapshot copies it: with
     RocksDB's own bound (1 GiB) a store open for months copies ever more; here it rolls
-    over at 64 KiB, and a store reopened with many files gets room for their entries."""
-    flushes = 700
+    over at 16 KiB, and a store reopened with many files gets room for their entries."""
+    flushes = 300
     unbounded = _flush_many(
         tmp_path / "unbounded", {CONFIG_SETTER_KEY: f"{__name__}:DefaultManifest"}, flushes
     )
