@@ -131,10 +131,12 @@ class StorageRoot:
     def list_dir(self, path: str) -> list[pafs.FileInfo]:
         """List the direct children of ``path`` (empty when it does not exist).
 
-        Another process may delete entries while they are listed (the log cleaner
-        removes Delta commit files, the vacuum merged data files): an entry gone
-        between the directory read and its stat is simply not listed, as if the
-        listing had come a moment later.
+        Other processes change directories while they are listed (an application
+        creates a topic's log, the log cleaner removes Delta commit files, the vacuum
+        merged data files): a directory not there when it is opened lists as empty,
+        and an entry gone between the directory read and its stat is not listed, as if
+        the listing had come a moment earlier or later. (pyarrow's local listing raised
+        when the directory appeared between its open and its existence check.)
         """
         if self.is_local:
             return _list_local(path)
