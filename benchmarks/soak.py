@@ -2,8 +2,9 @@
 
 The word count (``examples/wordcount.py``, exactly_once_v2, RocksDB store, --words distinct
 words) runs as a long-lived application while a feeder writes --lines lines at a time to
-its input topic and waits for each chunk to be processed, so every chunk is one batch,
-for --batches batches. Retention, merging, purging and vacuuming run as the application
+its input topic, each chunk as soon as the batch before has planned its reads (so the
+application never waits for the feeder, and every chunk is one batch), for --batches
+batches. Retention, merging, purging and vacuuming run as the application
 configures them, on intervals of seconds (``--config key=value`` overrides); the input and
 output topics keep --retention-ms of records, the Delta logs ten minutes of commits.
 
@@ -185,8 +186,8 @@ def feed(
     sampler: Sampler,
     progress: dict[str, Any] | None,
 ) -> list[dict[str, Any]]:
-    """Write one chunk per batch and wait for it; sample at every tenth (and save the
-    progress there)."""
+    """Write one chunk per batch, the next while the last is processed; sample at every
+    tenth (and save the progress there)."""
     producer = Producer(admin)
     runs = 0 if progress is None else progress["runs"] + 1
     lines = Lines(args.words, seed=7 + runs)
@@ -200,18 +201,24 @@ def feed(
     work = os.path.dirname(dirs[0])
     every = max(1, tenth // 20)
     peak: dict[str, tuple[int, int]] = {}
+    thread = app.threads[0]  # one stream thread: every chunk is one of its batches
+    base = batches_done(app) - first  # batch i is processed once batches_done > base + i
+    chunk: dict[tuple[str, int], int] = {}  # the log ends after the chunk of batch i
+    if first < args.batches:
+        chunk = write_chunk(producer, topic, lines, args.lines)
     for i in range(first, args.batches):
-        before = batches_done(app)
-        for key, line in lines.chunk(args.lines):
-            producer.send(topic, key, line, timestamp=int(time.time() * 1000))
-        producer.flush()
-        deadline = time.monotonic() + 120
-        while batches_done(app) == before:
-            if app.state.is_terminal():
-                raise SystemExit(f"the application stopped: {app.state.name}")
-            if time.monotonic() > deadline:
-                raise SystemExit(f"batch {i}: nothing processed for 120 s")
-            time.sleep(0.002)
+        ends = chunk
+        # the next chunk is written as soon as this batch has fixed what it reads (or is
+        # done): the application never waits for the feeder, and each chunk is one batch
+        wait_for(
+            app,
+            i,
+            lambda: batches_done(app) > base + i or planned(thread.reads.ends, ends),  # noqa: B023
+            "planned",
+        )
+        if i + 1 < args.batches:
+            chunk = write_chunk(producer, topic, lines, args.lines)
+        wait_for(app, i, lambda: batches_done(app) > base + i, "processed")  # noqa: B023
         if (i + 1) % every == 0:
             peak = most(peak, usage(*dirs))
         if (i + 1) % tenth == 0:
@@ -235,6 +242,31 @@ def feed(
             print_row(rows[-1], header=len(rows) == 1)
             save_progress(work, {"rows": rows, "fed": i + 1, "lines": lines.n, "runs": runs})
     return rows
+
+
+def write_chunk(producer: Producer, topic: str, lines: Lines, n: int) -> dict[tuple[str, int], int]:
+    """Write one chunk of ``n`` lines; return the log end of each partition it reached."""
+    for key, line in lines.chunk(n):
+        producer.send(topic, key, line, timestamp=int(time.time() * 1000))
+    return {(r.topic, r.partition): r.last_offset + 1 for r in producer.flush()}
+
+
+def planned(ends: dict[tuple[str, int], int], written: dict[tuple[str, int], int]) -> bool:
+    """Whether a batch planned up to ``ends`` reads all of the chunk that ended at
+    ``written``."""
+    return all(ends.get(tp, 0) >= end for tp, end in written.items())
+
+
+def wait_for(app: StreamsApp, batch: int, done: Any, what: str) -> None:
+    """Wait until ``done()``; stop the soak when the application stopped or when nothing
+    happened for two minutes."""
+    deadline = time.monotonic() + 120
+    while not done():
+        if app.state.is_terminal():
+            raise SystemExit(f"the application stopped: {app.state.name}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"batch {batch}: not {what} after 120 s")
+        time.sleep(0.002)
 
 
 def most(

@@ -55,7 +55,11 @@ from runtime.app.log_manager import LogManager, application_topics
 from runtime.app.process_id import load_or_create_process_id
 from runtime.app.store_queries import QueryableStore
 from runtime.group.coordinator import GroupState
-from runtime.spark.checkpoint import checkpoint_location, clear_checkpoint
+from runtime.spark.checkpoint import (
+    checkpoint_location,
+    clear_checkpoint,
+    disposable_checkpoint_files,
+)
 from runtime.spark.session import check_local_workers
 from runtime.spark.source_topics import pattern_watch
 from runtime.spark.startup import SessionStart
@@ -478,14 +482,15 @@ class StreamsApp:
         assert thread.trigger is not None
         name = f"{self.process_id}-thread-{index}"
         clear_checkpoint(f"{self.checkpoint_location()}/{name}")
-        return (
+        writer = (
             thread.trigger.dataframe(self.spark)
             .writeStream.foreachBatch(thread.run_batch)
             .queryName(f"streams-{self.application_id}-{self.process_id}-{index}")
             .option("checkpointLocation", f"{self.checkpoint_location()}/{name}")
             .trigger(processingTime=f"{self.config.commit_interval_ms} milliseconds")
-            .start()
         )
+        with disposable_checkpoint_files(self.spark):
+            return writer.start()
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc
