@@ -186,3 +186,51 @@ def test_changelogs_are_compacted_in_the_background_and_restores_still_agree(
     StreamsApp(example.build_topology(), config, spark=spark).run_until_idle()
     latest, _ = output_counts(root, example.OUTPUT)
     assert latest == reference_counts(example, lines)
+
+
+def _log_managers(query: Any) -> set[str]:
+    """The classes writing a running query's offset and commit logs."""
+    execution = query._jsq.streamingQuery()
+    return {
+        log.fileManager().getClass().getSimpleName()
+        for log in (execution.offsetLog(), execution.commitLog())
+    }
+
+
+def test_stream_threads_write_their_disposable_checkpoints_cheaply_and_leave_the_session_be(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    example = load_example("wordcount")
+    admin.create(example.INPUT, 2)
+    admin.create(example.OUTPUT, 2)
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    users = (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileContextBasedCheckpointFileManager"
+    )
+    spark.conf.set(key, users)  # the user's own choice for their own queries
+    config = {
+        **example.CONFIG,
+        "topics.root": root,
+        "state.dir": str(tmp_path / "state"),
+        "commit.interval.ms": 20,
+        "group.initial.rebalance.delay.ms": 0,
+    }
+    app = StreamsApp(example.build_topology(), config, spark=spark)
+    try:
+        app.start()
+        assert app.query is not None
+        assert _log_managers(app.query) == {"FileSystemBasedCheckpointFileManager"}
+        assert spark.conf.get(key) == users
+        own = spark.readStream.format("rate").load().writeStream.format("noop")
+        own_query = own.option("checkpointLocation", str(tmp_path / "own")).start()
+        try:
+            assert _log_managers(own_query) == {"FileContextBasedCheckpointFileManager"}
+        finally:
+            own_query.stop()
+        produce_lines(admin, example.INPUT, [(None, "a b a")])
+        app.run_until_idle()
+    finally:
+        app.close()
+        spark.conf.unset(key)
+    assert output_counts(root, example.OUTPUT)[0] == {"a": 2, "b": 1}
