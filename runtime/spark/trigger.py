@@ -45,9 +45,16 @@ log = logging.getLogger(__name__)
 #: How long the accepting thread waits for a connection before it checks for close().
 _ACCEPT_WAIT_S = 0.2
 
-#: Spark's class that warns, at every query start, that its socket source keeps nothing
-#: for a recovery (this one needs none).
-_SOCKET_PROVIDER = "org.apache.spark.sql.execution.streaming.sources.TextSocketSourceProvider"
+#: Spark's classes whose warnings say nothing about a stream thread's query: the socket
+#: source warns at every query start that it keeps nothing for a recovery (this one needs
+#: none); the processing-time trigger warns at every batch longer than its interval, which
+#: ``commit.interval.ms`` is not a bound of (a thread commits at most that often, as in
+#: Kafka Streams). The trigger's class moved in Spark 4.1: both names are quietened.
+_QUIET_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.sources.TextSocketSourceProvider",
+    "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor",
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+)
 
 
 class BatchTrigger:
@@ -99,7 +106,7 @@ class BatchTrigger:
     def dataframe(self, spark: SparkSession) -> DataFrame:
         """The streaming DataFrame whose batches this trigger starts (Spark's socket
         source, connected to this trigger)."""
-        _quiet_socket_warning(spark)
+        _quiet_warnings(spark)
         return (
             spark.readStream.format("socket")
             .option("host", "127.0.0.1")
@@ -213,13 +220,14 @@ class BatchTrigger:
         return {topic: self._reader.end_offsets(topic) for topic in self.subscribed()}
 
 
-def _quiet_socket_warning(spark: SparkSession) -> None:
-    """Silence the socket source's "not for production" warning (it concerns Spark's
-    recovery of the lines it read; nothing is recovered from them here)."""
+def _quiet_warnings(spark: SparkSession) -> None:
+    """Log only the errors of :data:`_QUIET_LOGGERS` (their warnings concern Spark's own
+    recovery and trigger interval, neither of which a stream thread relies on)."""
     jvm: Any = getattr(spark.sparkContext, "_jvm", None)
     if jvm is None:
         return
-    with contextlib.suppress(Exception):  # not log4j 2: the warning stays
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-            _SOCKET_PROVIDER, jvm.org.apache.logging.log4j.Level.ERROR
-        )
+    with contextlib.suppress(Exception):  # not log4j 2: the warnings stay
+        for name in _QUIET_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+                name, jvm.org.apache.logging.log4j.Level.ERROR
+            )

@@ -15,6 +15,7 @@ from common.errors import UnknownTopicError
 from common.serdes import Serdes
 from runtime.app.app import StreamsApp
 from runtime.app.app_state import AppState
+from runtime.spark.trigger import _QUIET_LOGGERS, BatchTrigger
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
@@ -234,3 +235,33 @@ def test_stream_threads_write_their_disposable_checkpoints_cheaply_and_leave_the
         app.close()
         spark.conf.unset(key)
     assert output_counts(root, example.OUTPUT)[0] == {"a": 2, "b": 1}
+
+
+def test_spark_warnings_about_what_a_stream_thread_never_relies_on_are_quiet(
+    spark: SparkSession, admin: TopicAdmin
+) -> None:
+    """The socket source's "no recovery" warning and the trigger's "falling behind" one
+    (a batch longer than commit.interval.ms, every batch of a busy thread) log nothing."""
+    admin.create("lines", 1)
+    trigger = BatchTrigger(admin, ["lines"], poll_ms=20, name="t")
+    try:
+        trigger.dataframe(spark)
+    finally:
+        trigger.close()
+    jvm: Any = spark.sparkContext._jvm
+    levels = {
+        name: str(jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel())
+        for name in _QUIET_LOGGERS
+    }
+    assert set(levels.values()) == {"ERROR"}, levels
+
+    def is_class(name: str) -> bool:
+        try:
+            jvm.java.lang.Class.forName(name)
+        except Exception:
+            return False
+        return True
+
+    # the names are this Spark's own: the socket source and one of the trigger's names
+    found = {name.rsplit(".", 1)[1] for name in _QUIET_LOGGERS if is_class(name)}
+    assert found == {"TextSocketSourceProvider", "ProcessingTimeExecutor"}
