@@ -55,11 +55,7 @@ from runtime.app.log_manager import LogManager, application_topics
 from runtime.app.process_id import load_or_create_process_id
 from runtime.app.store_queries import QueryableStore
 from runtime.group.coordinator import GroupState
-from runtime.spark.checkpoint import (
-    checkpoint_location,
-    clear_checkpoint,
-    disposable_checkpoint_files,
-)
+from runtime.spark.checkpoint import checkpoint_location, start_disposable
 from runtime.spark.session import check_local_workers
 from runtime.spark.source_topics import pattern_watch
 from runtime.spark.startup import SessionStart
@@ -477,20 +473,16 @@ class StreamsApp:
 
     def _start_query(self, thread: StreamThread, index: int) -> StreamingQuery:
         """Start thread ``index``'s query: its trigger's batches, each a ``foreachBatch``
-        call of the thread, which plans the reads from its committed positions. Spark's
-        checkpoint holds nothing to recover, so each start begins with an empty one."""
+        call of the thread, which plans the reads from its committed positions."""
         assert thread.trigger is not None
-        name = f"{self.process_id}-thread-{index}"
-        clear_checkpoint(f"{self.checkpoint_location()}/{name}")
+        location = f"{self.checkpoint_location()}/{self.process_id}-thread-{index}"
         writer = (
             thread.trigger.dataframe(self.spark)
             .writeStream.foreachBatch(thread.run_batch)
             .queryName(f"streams-{self.application_id}-{self.process_id}-{index}")
-            .option("checkpointLocation", f"{self.checkpoint_location()}/{name}")
             .trigger(processingTime=f"{self.config.commit_interval_ms} milliseconds")
         )
-        with disposable_checkpoint_files(self.spark):
-            return writer.start()
+        return start_disposable(self.spark, writer, location)
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc

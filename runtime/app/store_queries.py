@@ -6,8 +6,11 @@ replica** of its own instead, as Kafka's standby tasks keep one: per partition o
 store, a store of the same kind restored from the newest snapshot and the store's changelog
 read ``read_committed``, and caught up with the changelog's new committed records before
 every query. So a query sees the state of the last transaction committed when it asks,
-never an uncommitted write; it works while the application runs, after it stopped, and
-from another process (``streams-eos state``), wherever the storage root is reachable.
+never an uncommitted write. A transaction decided before the query but still adding its
+files to the topics one after another (its outputs may already be visible, its changelog
+not yet) is waited for, up to :data:`SETTLE_S`: a query never answers less than the
+outputs committed before it asked. It works while the application runs, after it stopped,
+and from another process (``streams-eos state``), wherever the storage root is reachable.
 
 The replicas live in a temporary directory of the querying process, removed by
 :meth:`QueryableStore.close` or when the process exits; a query stays usable after its
@@ -24,6 +27,7 @@ import pickle
 import shutil
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +37,8 @@ from common.config import StreamsConfig
 from common.errors import StreamsError
 from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.storage.topics import TopicAdmin
+from runtime.txn.coordinator import TransactionCoordinator
+from runtime.txn.state import TransactionState
 from statestores.metered import changelog_topic
 from statestores.state_manager import SNAPSHOT_INTERVAL_KEY, ProcessorStateManager
 from topology.api.record import ValueAndTimestamp
@@ -44,6 +50,11 @@ class InvalidStateStoreError(StreamsError):
     """The store cannot be queried (Kafka's ``InvalidStateStoreException``): no such
     store, no changelog to read it from, or the wrong kind asked for."""
 
+
+#: How long a query waits for a transaction that was decided but is still adding its files
+#: to the topics (it takes milliseconds; one that takes longer has lost its instance and
+#: completes when a new one starts, and is not waited for again).
+SETTLE_S = 2.0
 
 #: Where an application keeps what ``streams-eos state`` needs to query its stores.
 CATALOG = "queryable-stores.pickle"
@@ -139,7 +150,10 @@ class _Replica:
             changelog_reader=TopicChangelogReader(admin),
             snapshots=RootSnapshotStorage(admin.root),
         )
-        self.store: Any = factory.builder(config).build()
+        builder: Any = factory.builder(config)
+        # no cache: a cache would keep answering what it read before a catch-up
+        uncached = getattr(builder, "with_caching_disabled", None)
+        self.store: Any = (uncached() if uncached else builder).build()
         self.store.init(self.manager)
 
     def catch_up(self) -> None:
@@ -205,6 +219,10 @@ class QueryableStore:
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, True)
         self._lock = threading.Lock()
         self._replicas: list[_Replica] = []
+        self._application_id = config.application_id
+        self._coordinator = TransactionCoordinator(admin)
+        #: decided transactions that did not complete within SETTLE_S: (id, sequence)
+        self._stuck: set[tuple[str, int]] = set()
         try:
             for p in range(admin.num_partitions(topic)):
                 task_id = f"{subtopology_id}_{p}"
@@ -306,8 +324,29 @@ class QueryableStore:
     def _catch_up(self) -> None:
         if self._closed:
             raise InvalidStateStoreError(f"the query of store {self.name!r} is closed")
+        self._settle()
         for replica in self._replicas:
             replica.catch_up()
+
+    def _settle(self) -> None:
+        """Wait until no transaction of the application that writes this store's changelog
+        is between its commit decision and its last topic commit (see the module)."""
+        deadline = time.monotonic() + SETTLE_S
+        while rolling := self._rolling_forward():
+            if time.monotonic() > deadline:
+                self._stuck |= rolling
+                return
+            time.sleep(0.005)
+
+    def _rolling_forward(self) -> set[tuple[str, int]]:
+        prefix = f"{self._application_id}-"
+        return {
+            (meta.transactional_id, meta.txn_sequence)
+            for meta in self._coordinator.list()
+            if meta.transactional_id.startswith(prefix)
+            and meta.state is TransactionState.PREPARE_COMMIT
+            and self.changelog in meta.staged
+        } - self._stuck
 
     def _value(self, found: Any) -> Any:
         if self.unwrap and isinstance(found, ValueAndTimestamp):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Iterator
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from common.config import StreamsConfig
 from common.errors import StreamsError
@@ -41,20 +41,23 @@ def checkpoint_location(config: StreamsConfig, root: StorageRoot) -> str:
     return os.path.join(state_dir, config.application_id, "spark-checkpoint")
 
 
-@contextlib.contextmanager
-def disposable_checkpoint_files(spark: SparkSession) -> Iterator[None]:
-    """Start the queries inside this block with checkpoint logs written the cheap way.
+def start_disposable(
+    spark: SparkSession, writer: DataStreamWriter, location: str
+) -> StreamingQuery:
+    """Start ``writer``'s query with a disposable checkpoint at ``location``: emptied
+    first, its logs written the cheap way.
 
     A stream thread's query checkpoint holds nothing to recover (positions live in
-    ``__consumer_offsets``; each start begins with an empty one), so its offset and
+    ``__consumer_offsets``), so each start begins with an empty one, and its offset and
     commit logs, written at every micro-batch, need none of the default manager's atomic
-    overwrite. The setting is read when a query starts and the session's own is put back
-    after the block, so the user's other queries keep Spark's default.
+    overwrite. The setting is read when the query starts; the session's own is put back
+    at once, so the user's other queries keep theirs.
     """
+    clear_checkpoint(location)
     before = spark.conf.get(CHECKPOINT_FILE_MANAGER, None)
     spark.conf.set(CHECKPOINT_FILE_MANAGER, DISPOSABLE_CHECKPOINT_FILES)
     try:
-        yield
+        return writer.option("checkpointLocation", location).start()
     finally:
         if before is None:
             spark.conf.unset(CHECKPOINT_FILE_MANAGER)

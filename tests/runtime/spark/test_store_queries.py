@@ -18,6 +18,7 @@ from runtime.app.store_queries import InvalidStateStoreError, StoreCatalog
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
+from runtime.txn import faults
 from tests.runtime.spark.helpers import eos_config
 from topology import Materialized, Produced, StreamsBuilder, TimeWindows
 
@@ -151,3 +152,35 @@ def test_an_aborted_batch_is_never_seen_by_a_store_query(
     assert store.get("boom") == 2
     assert store.get("c") is None  # counted in the aborted batch only
     assert dict(store.all()) == committed_counts(root)
+
+
+def test_a_query_waits_for_a_decided_transaction_still_committing_its_topics(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """A transaction commits its topics one after another after its decision: a query asked
+    once the output shows the new count, while the changelog is not committed yet, waits
+    for it and answers the new count, never less than the output it followed (and a key
+    asked before is not answered from what the replica read then)."""
+    admin.create("lines", 1)
+    admin.create("counts-out", 1)
+    app = StreamsApp(word_count(), eos_config("iq-settle", root, str(tmp_path / "s")), spark=spark)
+    produce(admin, ["a b"], 1000)
+    app.start()
+    try:
+        wait_until(lambda: committed_counts(root).get("a") == 1)
+        store = app.store("word-counts")
+        assert store.get("a") == 1
+        # the next commit stops for a second after its first two topics (the offsets and
+        # the output, or the output and the other store's changelog: in name order)
+        faults.arm_stall("after_participant_2", 1.0)
+        try:
+            produce(admin, ["a"], 2000)
+            wait_until(lambda: committed_counts(root).get("a") == 2)
+            asked = time.monotonic()
+            assert store.get("a") == 2
+            waited = time.monotonic() - asked
+        finally:
+            faults.arm_stall(None)
+        assert waited > 0.2, waited  # the commit was still under way when the query asked
+    finally:
+        app.close()
