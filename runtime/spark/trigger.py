@@ -49,7 +49,9 @@ _ACCEPT_WAIT_S = 0.2
 #: source warns at every query start that it keeps nothing for a recovery (this one needs
 #: none); the processing-time trigger warns at every batch longer than its interval, which
 #: ``commit.interval.ms`` is not a bound of (a thread commits at most that often, as in
-#: Kafka Streams). The trigger's class moved in Spark 4.1: both names are quietened.
+#: Kafka Streams). The trigger's class moved between Spark releases: both names are
+#: quietened. The loggers are the driver JVM's, so the user's own queries there lose these
+#: two warnings as well (a query's ``lastProgress`` still shows how long its batches take).
 _QUIET_LOGGERS = (
     "org.apache.spark.sql.execution.streaming.sources.TextSocketSourceProvider",
     "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor",
