@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 #: The SQL setting naming the class that writes a query's offset and commit logs.
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 #: Writes them through Hadoop's ``FileSystem`` API: the word count's micro-batch spends
-#: about 20 ms on its two log writes, against about 85 ms through ``FileContext`` (Spark's
-#: default, whose atomic overwrite is not needed where nothing is recovered).
+#: about 15 ms on its two log writes, against about 70 ms through ``FileContext`` (Spark's
+#: default, whose atomic overwrite is not needed where nothing is recovered;
+#: ``benchmarks/checkpoint_writes.py``).
 DISPOSABLE_CHECKPOINT_FILES = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
