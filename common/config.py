@@ -230,6 +230,12 @@ class StreamsConfig(BaseModel):
     # how often a stream thread looks for new records in its topics (Kafka's poll.ms: how
     # long a poll waits for input)
     poll_ms: _Int = _key("poll.ms", _POSITIVE, default=100, gt=0)
+    # how long a stream thread may go without a batch while records wait for it before its
+    # watchdog warns, counts stalled-total and wakes its query; 0: ten times the larger of
+    # poll.ms and the query's trigger interval (commit.interval.ms under exactly-once)
+    stall_timeout_ms: _Int = _key(
+        "stall.timeout.ms", "0 (automatic) or an integer > 0", default=0, ge=0
+    )
     max_task_idle_ms: _Int = _key(
         "max.task.idle.ms",
         "-1 (never wait) or an integer >= 0",

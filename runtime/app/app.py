@@ -11,9 +11,11 @@
 ``start()`` checks the topics, creates the internal ones, fences any older instance of
 the same stream thread (its transactional id ``<application.id>-<processId>-<thread>``
 survives restarts through the process id kept in ``state.dir``), and starts each thread's
-query: one ``foreachBatch`` call per micro-batch, which plans its reads from the committed
-positions, triggered (at most every ``commit.interval.ms``) when the thread's topics have
-new records or the thread asks (:mod:`runtime.spark.trigger`).
+query: one ``foreachBatch`` call per micro-batch, which plans its reads from the thread's
+positions, triggered when the thread's topics have new records or the thread asks
+(:mod:`runtime.spark.trigger`): back to back under at_least_once, at most every
+``commit.interval.ms`` under exactly-once (:mod:`runtime.thread.liveness`). A DataFrame
+source's query ingests as often, and at most every ``poll.ms``.
 """
 
 from __future__ import annotations
@@ -64,11 +66,12 @@ from runtime.storage.fs import register_storage_options
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.client import shutdown_hosts
 from runtime.thread.batch_levels import BatchLevels, plan_thread_levels
+from runtime.thread.guarantees import query_trigger_ms
 from runtime.thread.membership import ThreadMembership, task_partitions
 from runtime.thread.placement import shutdown_executor_hosts
 from runtime.thread.progress import BatchProgress
-from runtime.thread.shutdown import ApplicationShutdownError
-from runtime.thread.stream_thread import StreamThread, TaskMigratedError
+from runtime.thread.shutdown import ApplicationShutdownError, TaskMigratedError
+from runtime.thread.stream_thread import StreamThread
 from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -162,7 +165,7 @@ class StreamsApp:
                 self.dataframe_sources,
                 self.admin,
                 checkpoint=f"{self.checkpoint_location()}/sources",
-                trigger_ms=self.config.commit_interval_ms,
+                trigger_ms=max(query_trigger_ms(self.config), self.config.poll_ms),
                 partitions=self.config.num_partitions,
             )
             self.plan = plan_topics(
@@ -480,7 +483,7 @@ class StreamsApp:
             thread.trigger.dataframe(self.spark)
             .writeStream.foreachBatch(thread.run_batch)
             .queryName(f"streams-{self.application_id}-{self.process_id}-{index}")
-            .trigger(processingTime=f"{self.config.commit_interval_ms} milliseconds")
+            .trigger(processingTime=f"{thread.trigger_interval_ms} milliseconds")
         )
         return start_disposable(self.spark, writer, location)
 

@@ -139,7 +139,7 @@ class DataFrameIngest:
         df: the streaming DataFrame.
         admin: the storage root's topic admin.
         checkpoint: the source query's Spark checkpoint location (kept across restarts).
-        trigger_ms: the query's trigger interval (``commit.interval.ms``).
+        trigger_ms: the query's trigger interval (the stream threads', at least ``poll.ms``).
         compression: parquet codec of the topic's files.
     """
 

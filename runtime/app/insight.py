@@ -65,6 +65,7 @@ class AppInsight:
         """Tell ``thread``'s batches to the listeners (and rewrite the instance record)."""
         thread.reporter.listeners.extend(self.listeners)
         thread.reporter.listeners.append(self._after_batch)
+        thread.reporter.stall_listeners.append(self._stall_changed)
 
     def add_listener(self, listener: Callable[[BatchProgress], None]) -> None:
         """Tell ``listener`` every batch from now on, of every thread."""
@@ -89,6 +90,9 @@ class AppInsight:
     def _after_batch(self, progress: BatchProgress) -> None:
         self._write_status(force=False)
 
+    def _stall_changed(self, stalled: bool) -> None:
+        self._write_status(force=True)  # no batch runs while stalled: say so now
+
     def _write_status(self, *, force: bool) -> None:
         if self._status is None:
             return
@@ -111,6 +115,7 @@ class AppInsight:
                     "thread.id": thread_id,
                     "transactional.id": thread.transactional_id,
                     "alive": bool(query is not None and query.isActive),
+                    "stalled": thread.reporter.stalled_now,
                     "batches": thread.batches,
                     "last_batch_ms": thread.reporter.last_batch_ms,
                     "commit_latency_avg_ms": _finite(

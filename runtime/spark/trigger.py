@@ -36,6 +36,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from runtime.spark import trigger_faults
 from runtime.spark.source_topics import PatternWatch
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
@@ -116,8 +117,17 @@ class BatchTrigger:
             .load()
         )
 
-    def wake(self) -> None:
-        """Run a batch soon, even without new records."""
+    def wake(self, reason: str = "behind") -> None:
+        """Run a batch soon, even without new records; ``reason`` says why (``records``,
+        ``behind``, ``alarm``, ``rebalance``, ``watchdog``: see :mod:`.trigger_faults`)."""
+        trigger_faults.delay()
+        if trigger_faults.dropped(reason):
+            log.debug("[trigger %s] a wake-up (%s) dropped by a test hook", self.name, reason)
+            return
+        self._send()
+
+    def _send(self) -> None:
+        """Send one line to every connection (once Spark connects, when none is yet)."""
         with self._lock:
             if not self._clients:
                 self._pending = True  # sent once Spark connects
@@ -141,9 +151,13 @@ class BatchTrigger:
             if due_ms is None or self._closed.is_set():
                 return
             delay = max(0.0, (due_ms - time.time_ns() // 1_000_000) / 1000)
-            self._alarm = threading.Timer(delay, self.wake)
+            self._alarm = threading.Timer(delay, self.wake, args=("alarm",))
             self._alarm.daemon = True
             self._alarm.start()
+
+    def latest_ends(self) -> dict[str, dict[int, int]]:
+        """The log end of each partition of every topic watched, as last seen."""
+        return self._ends
 
     def subscribed(self) -> list[str]:
         """Every topic watched: the thread's own and those a pattern found since."""
@@ -185,11 +199,12 @@ class BatchTrigger:
                 self._clients.append(client)
                 pending, self._pending = self._pending, False
             if pending:
-                self.wake()
+                self._send()
 
     def _watch(self) -> None:
         """Every ``poll.ms``: wake when a log-end offset moved or a pattern found a topic."""
         while not self._closed.wait(self.poll_ms / 1000):
+            trigger_faults.delay()
             try:
                 self._follow_patterns()
                 ends = self._log_ends()
@@ -207,7 +222,7 @@ class BatchTrigger:
             self._failing = None
             if ends != self._ends:
                 self._ends = ends
-                self.wake()
+                self.wake("records")
 
     def _follow_patterns(self) -> None:
         if self.patterns is None:

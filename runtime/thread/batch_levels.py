@@ -22,7 +22,7 @@ punctuators may forward anything at the end of a batch, which a lower level coul
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -227,6 +227,31 @@ def _topic_levels(
         if not changed:
             break
     return level
+
+
+def choose_levels(
+    topic_levels: BatchLevels,
+    shuffle_levels: BatchLevels | None,
+    *,
+    owns_every_task: bool,
+    unread: Callable[[list[str]], list[str]],
+) -> tuple[BatchLevels, list[str]]:
+    """Pick a batch's levels; return them, and the repartition topics the batch drains
+    first (empty: none).
+
+    Repartitioned records are shuffled inside the batch only while its thread owns every
+    task (one instance, one thread) and the repartition topics hold nothing unread
+    (``unread`` names those of the topics it is given that do); otherwise they go through
+    the topics, as in Kafka. Coming back to one owner, a batch first reads only the
+    repartition topics' remaining records (the upstream tasks write nothing then), and the
+    next batch shuffles. Spilled records are read at their level: they need no draining.
+    """
+    if shuffle_levels is None or not owns_every_task:
+        return topic_levels, []
+    draining = unread(sorted(shuffle_levels.inline.keys() - shuffle_levels.spill))
+    if draining:
+        return topic_levels, draining
+    return shuffle_levels, []
 
 
 class WindowCombining:

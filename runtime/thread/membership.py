@@ -13,7 +13,8 @@ A background thread heartbeats every ``heartbeat.interval.ms``. It only *notes* 
 group rebalances; the stream thread rejoins between batches (:meth:`poll`), when nothing
 is in flight, so revoking a task needs no extra commit: its last batch committed already.
 A batch that runs longer than ``max.poll.interval.ms`` makes the member leave the group
-(Kafka's poll timeout), and its tasks move.
+(Kafka's poll timeout), and its tasks move; the group's only member stays and warns (no
+other could take its tasks; its thread reads less per batch from then on).
 
 Before a transaction's PrepareCommit, once its offsets are registered with it, the thread
 checks its generation (:meth:`validate`, KIP-447): a member that was paused past its
@@ -114,6 +115,8 @@ class ThreadMembership:
         self._rejoin = threading.Event()
         self._lost: BaseException | None = None
         self._batch_started: float | None = None
+        #: The batch (its start) already warned about as the group's only member.
+        self._overrun_warned: float | None = None
         self._stop = threading.Event()
         self._beater: threading.Thread | None = None
         #: Called (from the heartbeat thread) when the member must rejoin: the stream
@@ -252,22 +255,49 @@ class ThreadMembership:
         # A rebalance waits up to the members' rebalance timeout, after the initial delay.
         return self.config.max_poll_interval_ms + self.config.group_initial_rebalance_delay_ms
 
+    def _overran(self, started: float) -> bool:
+        """A batch has run past ``max.poll.interval.ms``: leave the group so its tasks move
+        (Kafka's poll timeout) and return True; but the group's only member stays (no
+        other member could take its tasks, and leaving would fence it for its own
+        slowness): it warns once per batch and returns False."""
+        limit_ms = self.config.max_poll_interval_ms
+        if self._overrun_warned == started:
+            return False
+        try:
+            members = self.coordinator.describe(self.group).members
+            alone = all(m.member_id == self.member.member_id for m in members)
+        except Exception:  # cannot tell: leave, as Kafka's consumer would
+            alone = False
+        if alone:
+            self._overrun_warned = started
+            log.warning(
+                "[group %s] %s: a batch has run longer than max.poll.interval.ms (%d ms); as "
+                "the group's only member it keeps its tasks (later batches read less: raise "
+                "max.poll.interval.ms, or lower max.poll.records, if this repeats)",
+                self.group,
+                self,
+                limit_ms,
+            )
+            return False
+        log.warning(
+            "[group %s] %s: a batch has run longer than max.poll.interval.ms (%d ms); leaving "
+            "the group so its tasks move (raise max.poll.interval.ms or lower "
+            "max.poll.records)",
+            self.group,
+            self,
+            limit_ms,
+        )
+        self._lost = GenerationFencedError("left the group after max.poll.interval.ms")
+        self.member.leave()
+        return True
+
     def _beat(self) -> None:
         interval = self.config.heartbeat_interval_ms / 1000
         limit = self.config.max_poll_interval_ms / 1000
         while not self._stop.wait(interval):
             started = self._batch_started
-            if started is not None and time.monotonic() - started > limit:
-                log.warning(
-                    "[group %s] %s: a batch has run longer than max.poll.interval.ms (%d ms); "
-                    "leaving the group so its tasks move (raise max.poll.interval.ms or lower "
-                    "max.poll.records)",
-                    self.group,
-                    self,
-                    self.config.max_poll_interval_ms,
-                )
-                self._lost = GenerationFencedError("left the group after max.poll.interval.ms")
-                self.member.leave()
+            overran = started is not None and time.monotonic() - started > limit
+            if overran and self._overran(started or 0.0):
                 return
             try:
                 self.member.heartbeat()

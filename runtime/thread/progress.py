@@ -71,6 +71,10 @@ class BatchReporter:
         self.sensors = sensors
         #: Told each batch's progress.
         self.listeners: list[Callable[[BatchProgress], None]] = []
+        #: Told True when the thread's watchdog finds it stalled, False when it runs again.
+        self.stall_listeners: list[Callable[[bool], None]] = []
+        #: Whether the thread is stalled now (see :mod:`runtime.thread.watchdog`).
+        self.stalled_now = False
         #: When the last batch ended (epoch ms; 0: none yet).
         self.last_batch_ms = 0
         #: Repartition and changelog topics: what a batch writes there is not output.
@@ -113,6 +117,20 @@ class BatchReporter:
             elif kind == FILE and row["topic"] not in self.internal:
                 self.records_out += row["count"]
 
+    def committed(self, seconds: float) -> None:
+        """Positions were committed between batches (at_least_once's commit falling due
+        with nothing to read), in ``seconds``."""
+        if self.sensors is not None:
+            self.sensors.commit.record(seconds * 1000)
+
+    def stalled(self, stalled: bool, counters: Mapping[str, int]) -> None:
+        """The thread's watchdog found it stalled (True) or running again (False)."""
+        self.stalled_now = stalled
+        if self.sensors is not None:
+            self.sensors.counters(counters)
+        for listener in self.stall_listeners:
+            listener(stalled)
+
     def lags(self, reads: BatchReads, positions: Positions) -> dict[tuple[str, int], int]:
         """Each owned partition's lag (its log end when planned less its position),
         recorded."""
@@ -131,13 +149,17 @@ class BatchReporter:
         commit_seconds: float | None,
         producers: list[Any],
         counters: Mapping[str, int],
+        *,
+        committed: bool = True,
     ) -> None:
-        """Record the batch's metrics and tell the listeners."""
+        """Record the batch's metrics and tell the listeners (``committed``: the batch
+        committed its positions, which at_least_once does every ``commit.interval.ms``;
+        ``commit_seconds`` is the time it took to write and commit what it did)."""
         self.last_batch_ms = time.time_ns() // 1_000_000
         lags = _lags(reads, positions)
         sensors = self.sensors
         if sensors is not None:
-            sensors.batch_done(seconds, commit_seconds, lags)
+            sensors.batch_done(seconds, commit_seconds if committed else None, lags)
             for producer in producers:
                 sensors.producer(producer)
             sensors.counters(counters)

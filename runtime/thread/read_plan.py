@@ -11,7 +11,7 @@ error that names the partition and how to commit a position).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from common.config import StreamsConfig
@@ -45,6 +45,24 @@ class BatchReads:
     def records(self) -> int:
         """How many records the batch reads."""
         return sum(i.end - i.start for items in self.inputs.values() for i in items)
+
+    @property
+    def fullest(self) -> int:
+        """How many records the batch reads of its fullest partition number (every topic
+        of it: one task's share of the batch)."""
+        return max(
+            (sum(i.end - i.start for i in items) for items in self.inputs.values()), default=0
+        )
+
+    @property
+    def topics(self) -> frozenset[str]:
+        """The topics the batch reads."""
+        return frozenset(i.topic for items in self.inputs.values() for i in items)
+
+    def files(self, also: Iterable[TopicSlices] = ()) -> set[str]:
+        """The files the batch reads (and those of ``also``: the global topics')."""
+        items = [*(i for r in self.inputs.values() for i in r), *also]
+        return {piece.file for item in items for piece in item.slices}
 
     def behind(self, positions: Mapping[tuple[str, int], int]) -> bool:
         """Whether a partition read still has records past ``positions`` (capped by
@@ -87,8 +105,11 @@ class ReadPlanner:
         self.sources.update(sources)
         self.offset_resets.update(offset_resets)
 
-    def plan(self, topics: list[str], owns: Owns, positions: Positions) -> BatchReads:
-        """Return the batch's reads of ``topics`` for the partitions the thread owns.
+    def plan(
+        self, topics: list[str], owns: Owns, positions: Positions, *, cap: int | None = None
+    ) -> BatchReads:
+        """Return the batch's reads of ``topics`` for the partitions the thread owns, at
+        most ``cap`` records of each (default ``max.poll.records``).
 
         A partition without a valid position gets its reset position, kept in
         ``positions`` until one is committed.
@@ -96,7 +117,9 @@ class ReadPlanner:
         Raises:
             OffsetOutOfRangeError: no valid position and ``auto.offset.reset=none``.
         """
-        cap = self.config.max_poll_records
+        cap = (
+            self.config.max_poll_records if cap is None else min(cap, self.config.max_poll_records)
+        )
         inputs: dict[int, list[TopicSlices]] = {}
         truncated: set[tuple[str, int]] = set()
         ends: dict[tuple[str, int], int] = {}
@@ -151,6 +174,21 @@ class ReadPlanner:
                 if at < end:
                     return False
         return True
+
+    def lag(self, ends: Mapping[str, Mapping[int, int]], owns: Owns, positions: Positions) -> int:
+        """How many records of ``ends`` (topic -> partition -> log end, as last seen)
+        the owned partitions have past ``positions`` (partitions not read yet, whose start
+        is a reset policy's, do not count)."""
+        total = 0
+        for topic, partitions in ends.items():
+            sub = self.sources.get(topic)
+            if sub is None:
+                continue
+            for partition, end in partitions.items():
+                at = positions.get((topic, partition))
+                if at is not None and at < end and owns(f"{sub}_{partition}", partition):
+                    total += end - at
+        return total
 
     def reset_policy(self, topic: str) -> str:
         """Where a partition with no committed position starts: an internal topic at its

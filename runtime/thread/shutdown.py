@@ -1,4 +1,5 @@
-"""SHUTDOWN_APPLICATION: one instance asks every instance of its application to stop.
+"""Why a stream thread stops: it was fenced (:class:`TaskMigratedError`), or another
+instance asked the whole application to stop (SHUTDOWN_APPLICATION).
 
 An instance whose uncaught exception handler answers SHUTDOWN_APPLICATION writes a marker
 file under the storage root (``_apps/<application.id>/shutdown-requested``: the time and
@@ -8,8 +9,31 @@ when it was written after that instance started.
 
 from __future__ import annotations
 
-from common.errors import StreamsError
+from common.errors import ProducerFencedError, StreamsError
 from runtime.storage.topics import TopicAdmin
+from runtime.thread.membership import GenerationFencedError
+
+
+class TaskMigratedError(StreamsError):
+    """This instance lost its tasks: a newer instance with the same transactional id (or a
+    newer group generation) took over, so its commit was refused. Nothing it staged
+    becomes visible. Close the zombie; the newer instance carries on."""
+
+
+def migrated(
+    error: ProducerFencedError | GenerationFencedError, who: str, batch_id: int
+) -> TaskMigratedError:
+    """The :class:`TaskMigratedError` that stops thread ``who`` after ``error`` in batch
+    ``batch_id``."""
+    if isinstance(error, ProducerFencedError):
+        return TaskMigratedError(
+            f"[thread {who}] batch {batch_id}: fenced by a newer instance ({error}); this "
+            "instance stops, nothing it staged is visible"
+        )
+    return TaskMigratedError(
+        f"[thread {who}] batch {batch_id}: {error}; the batch was aborted and this instance "
+        "stops (its tasks belong to another member now)"
+    )
 
 
 class ApplicationShutdownError(StreamsError):

@@ -1,21 +1,26 @@
 """A stream thread: the driver side of every micro-batch (Kafka's ``StreamThread``), one
 Spark ``foreachBatch`` call per batch. It keeps only its loop:
 
-1. poll the group (follow a rebalance: the commit strategy takes the new positions);
-2. plan the batch's reads from the committed positions (:mod:`runtime.thread.read_plan`): each
-   source partition of the thread's tasks, at most ``max.poll.records`` records. Spark's
-   source only triggers the batch, so a batch Spark replays after a crash never counts
-   twice, and records a task held back are read again;
+1. poll the group (follow a rebalance, committing waiting positions first: the commit
+   strategy takes the new positions);
+2. plan the batch's reads from the thread's positions (:mod:`runtime.thread.read_plan`):
+   each source partition of the thread's tasks, at most what the thread measured it can
+   process inside its deadline (:mod:`runtime.thread.liveness`). Spark's source only
+   triggers the batch, so a batch Spark replays after a crash never counts twice, and
+   records a task held back are read again;
 3. run the job (:mod:`runtime.thread.batch_job`): every task of the thread, on its long-lived
    task host (:mod:`runtime.tasks`), with or without records;
 4. commit, through the strategy of the processing guarantee chosen once
-   (:mod:`runtime.thread.commit`): one transaction per batch under ``exactly_once_v2``.
+   (:mod:`runtime.thread.commit`): one transaction per batch under ``exactly_once_v2``; the
+   outputs of each batch and the positions every ``commit.interval.ms`` under
+   at_least_once (a poll is not a commit).
 
 Its query's batches start when its trigger (:mod:`runtime.spark.trigger`) sees new
-records, a batch leaves records behind, a wall-clock punctuator falls due or the group
-rebalances. Under ``exactly_once`` (alpha) or with ``num.stream.threads`` > 1 a
-repartition cannot be a shuffle inside the batch (its upstream and downstream tasks
-commit separately): its records go through the repartition topic, as in Kafka.
+records, a batch leaves records behind, a punctuator or a commit falls due or the group
+rebalances; a watchdog wakes a thread that sits with input waiting. Under
+``exactly_once`` (alpha) or with ``num.stream.threads`` > 1 a repartition cannot be a
+shuffle inside the batch (its upstream and downstream tasks commit separately): its
+records go through the repartition topic, as in Kafka.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from common.config import StreamsConfig
-from common.errors import ProducerFencedError, StreamsError
+from common.errors import ProducerFencedError
 from runtime.metrics import ThreadMetrics
+from runtime.spark import trigger_faults
 from runtime.spark.source_topics import PatternFollower
 from runtime.spark.trigger import BatchTrigger
 from runtime.storage.reader import TopicReader
@@ -46,26 +52,22 @@ from runtime.tasks.task_runner import (
     BatchPlan,
 )
 from runtime.thread.batch_job import run_batch_job
-from runtime.thread.batch_levels import BatchLevels, WindowCombining
-from runtime.thread.commit import Batch, CommitStrategy, commit_strategy
+from runtime.thread.batch_levels import BatchLevels, WindowCombining, choose_levels
+from runtime.thread.commit import Batch, BatchCommit, CommitStrategy
+from runtime.thread.guarantees import commit_strategy
+from runtime.thread.liveness import ThreadLiveness
 from runtime.thread.membership import GenerationFencedError, ThreadMembership
 from runtime.thread.output_topics import OutputCatalog, has_topic_extractors
 from runtime.thread.placement import TaskPlacement
 from runtime.thread.progress import BatchReporter
 from runtime.thread.read_plan import BatchReads, ReadPlanner
-from runtime.thread.shutdown import check_shutdown
+from runtime.thread.shutdown import TaskMigratedError, check_shutdown, migrated
 from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
 
 #: How many of the latest batch durations a thread keeps (StreamThread.batch_times).
 BATCH_TIMES_KEPT = 10_000
-
-
-class TaskMigratedError(StreamsError):
-    """This instance lost its tasks: a newer instance with the same transactional id (or a
-    newer group generation) took over, so its commit was refused. Nothing it staged
-    becomes visible. Close the zombie; the newer instance carries on."""
 
 
 class StreamThread:
@@ -170,7 +172,6 @@ class StreamThread:
         self.metrics: dict[str, int] = {}
         #: The latest batches' durations in seconds (bounded: a thread runs for months).
         self.batch_times: collections.deque[float] = collections.deque(maxlen=BATCH_TIMES_KEPT)
-        self.records_in = 0
         self.batches = 0
         #: Its metrics and the listeners of its batches' progress.
         self.reporter = BatchReporter(topology, config.application_id, transactional_id, metrics)
@@ -179,10 +180,18 @@ class StreamThread:
         self.owner = f"{transactional_id}-{uuid.uuid4().hex[:12]}"
         #: Names the topology and configuration the task hosts receive once.
         self.static_key = static_key(topology, config)
-        #: When the earliest wall-clock punctuator of the thread's tasks is due (ms).
-        self._next_punctuation: int | None = None
+        #: Its pacing, batch sizes, alarms and stall watchdog.
+        self.liveness = ThreadLiveness(
+            transactional_id, config, self.commit, self.reads_planner, self.reporter, self.metrics
+        )
         #: Whether the thread's tasks ran once since start (built on their hosts).
         self._tasks_started = False
+        #: Whether the next batch builds tasks (the first, or the first after a new
+        #: assignment): its time says little about the batches after it.
+        self._new_tasks = True
+        #: The running batch's lease on the files it reads, and its commit phase's seconds.
+        self._lease = 0
+        self._commit_seconds: float | None = None
 
     @property
     def subscribed(self) -> list[str]:
@@ -222,7 +231,13 @@ class StreamThread:
             self.owned = self.membership.join()
             self.reporter.joined(self.membership)
         self.positions = self.commit.start(self.task_ids())
+        self.liveness.start(self.trigger, self._owns, lambda: dict(self.positions))
         return dict(self.positions)
+
+    @property
+    def trigger_interval_ms(self) -> int:
+        """The least time between two batch starts of the thread's query."""
+        return self.liveness.trigger_interval_ms
 
     def _poll_group(self) -> None:
         """Between batches: follow a rebalance; on new tasks, take the positions again
@@ -232,6 +247,9 @@ class StreamThread:
         rejoins = self.membership.rebalances
         if self.membership.rejoin_pending:
             self._tell_rebalancing(True)
+            # Kafka commits before its tasks may be revoked (at_least_once's waiting
+            # positions; a transaction committed with its batch already)
+            self.commit.commit_pending(self._validate_generation, force=True)
         owned = self.membership.poll()
         if self.membership.rebalances != rejoins:
             self._tell_rebalancing(False)
@@ -239,13 +257,14 @@ class StreamThread:
         if owned is None:
             return
         self.owned = owned
+        self._new_tasks = True
         self.positions = self.commit.assigned(self.task_ids())
         self.reporter.reassigned(self.task_ids())
 
     def _rebalance_noted(self) -> None:
         """The group rebalances: say so; run a batch soon (its start rejoins)."""
         self._tell_rebalancing(True)
-        self.wake_now()
+        self.wake_now("rebalance")
 
     def _tell_rebalancing(self, rebalancing: bool) -> None:
         if self.on_rebalancing is not None:
@@ -257,74 +276,88 @@ class StreamThread:
 
     def run_batch(self, df: DataFrame, batch_id: int) -> None:
         """Process and commit one micro-batch (the ``foreachBatch`` function)."""
+        trigger_faults.delay()
         started = time.perf_counter()
-        lease = 0
-        commit_seconds: float | None = None
+        self.liveness.batch_started()
+        done: BatchCommit | None = None
         try:
-            check_shutdown(
-                self.admin, self.shutdown_marker, self.transactional_id, self.group, batch_id
-            )
-            self._poll_group()
-            planned = self._plan_reads()
-            lease = self.admin.leases.hold(self._planned_files())
-            self.reporter.polled(self.reads, time.perf_counter() - started)
-            if not planned and not self._tasks_due():
-                self.reporter.lags(self.reads, self.positions)
-                return  # nothing to read, nothing due for this thread's tasks
-            if self.membership is not None:
-                self.membership.batch_started()
-            batch = Batch(
-                batch_id,
-                self.written,
-                functools.partial(self._run_job, df),
-                self._validate_generation,
-            )
-            self.reporter.committing()
-            committing = time.perf_counter()
-            self.positions.update(self.commit.commit_batch(batch))
-            commit_seconds = time.perf_counter() - committing - self.reporter.job_seconds
-            self.placement.committed(self.metrics)
-        except ProducerFencedError as exc:
-            self.failure = TaskMigratedError(
-                f"[thread {self.transactional_id}] batch {batch_id}: fenced by a newer "
-                f"instance ({exc}); this instance stops, nothing it staged is visible"
-            )
-            raise self.failure from exc
-        except GenerationFencedError as exc:
-            self.failure = TaskMigratedError(
-                f"[thread {self.transactional_id}] batch {batch_id}: {exc}; the batch was "
-                "aborted and this instance stops (its tasks belong to another member now)"
-            )
+            done = self._run_batch(df, batch_id, started)
+        except (ProducerFencedError, GenerationFencedError) as exc:
+            self.failure = migrated(exc, self.transactional_id, batch_id)
             raise self.failure from exc
         except BaseException as exc:
             self.failure = exc
             raise
         finally:
-            self.admin.leases.release(lease)
+            self.admin.leases.release(self._lease)
             if self.membership is not None:
                 self.membership.batch_finished()
-        seconds = time.perf_counter() - started
+            self.liveness.batch_ended(worked=done is not None)
+        if done is not None:
+            self._batch_done(batch_id, time.perf_counter() - started, done)
+        self.liveness.schedule_alarm()
+        trigger_faults.delay()
+
+    def _run_batch(self, df: DataFrame, batch_id: int, started: float) -> BatchCommit | None:
+        """Plan, run and commit the batch; return what it committed (None: the thread had
+        nothing to read and nothing due, and ran no task)."""
+        self._lease = 0
+        check_shutdown(
+            self.admin, self.shutdown_marker, self.transactional_id, self.group, batch_id
+        )
+        self._poll_group()
+        planned = self._plan_reads()
+        # the files the batch's plan reads are leased until the batch is over
+        self._lease = self.admin.leases.hold(self.reads.files(self.globals))
+        self.reporter.polled(self.reads, time.perf_counter() - started)
+        if not planned and not self._tasks_due():
+            self.reporter.lags(self.reads, self.positions)
+            # nothing to read or punctuate; at_least_once's waiting positions may be due
+            if self.commit.commit_pending(self._validate_generation, force=False):
+                self.reporter.committed(time.perf_counter() - started)
+            return None
+        if self.membership is not None:
+            self.membership.batch_started()
+        batch = Batch(
+            batch_id, self.written, functools.partial(self._run_job, df), self._validate_generation
+        )
+        self.reporter.committing()
+        committing = time.perf_counter()
+        done = self.commit.commit_batch(batch)
+        self.positions.update(done.positions)
+        self._commit_seconds = time.perf_counter() - committing - self.reporter.job_seconds
+        self.placement.committed(self.metrics)
+        return done
+
+    def _batch_done(self, batch_id: int, seconds: float, done: BatchCommit) -> None:
+        """Tell the batch's figures; size the next batch; wake up for what is left."""
         self.batch_times.append(seconds)
         self.batches += 1
+        if not self._new_tasks:  # a batch that builds tasks is no measure of the next
+            self.liveness.measured(self.reads, seconds)
+        self._new_tasks = False
         self.reporter.batch_done(
             batch_id,
             self.batches,
             self.reads,
             self.positions,
             seconds,
-            commit_seconds,
+            self._commit_seconds,
             self.commit.all_producers(),
             self.metrics,
+            committed=done.committed,
         )
         self._tasks_started = True
         self._maybe_wake()
-        self._schedule_punctuation()
 
     def _plan_reads(self) -> bool:
         """Choose the batch's levels and plan its reads from the committed positions;
         return whether there is anything to read."""
-        self._follow_patterns()
-        self.reads = self.reads_planner.plan(self._choose_levels(), self._owns, self.positions)
+        # read the new topics the trigger's pattern watch found, from now on
+        self.patterns.follow(self.sources, self.reads_planner.add_sources)
+        topics = self._choose_levels()
+        cap = self.liveness.plan_cap(topics)
+        self.reads = self.reads_planner.plan(topics, self._owns, self.positions, cap=cap)
         # Planned after the reads: a global record committed before a stream record the
         # batch reads is then always seen by that record.
         self.globals = plan_globals(self.reader, self.global_topics)
@@ -340,56 +373,29 @@ class StreamThread:
         )
         return bool(self.reads.inputs)
 
-    def _planned_files(self) -> set[str]:
-        """The files the batch's plan reads (leased until the batch is over)."""
-        items = [*(i for r in self.reads.inputs.values() for i in r), *self.globals]
-        return {piece.file for item in items for piece in item.slices}
-
-    def _follow_patterns(self) -> None:
-        """Read the new topics the trigger's pattern watch found from now on."""
-        self.patterns.follow(self.sources, self.reads_planner.add_sources)
-
     def _choose_levels(self) -> list[str]:
-        """Pick this batch's levels; return the topics it reads.
-
-        Repartitioned records are shuffled inside the batch only while this thread owns
-        every task (one instance, one thread) and the repartition topics hold nothing
-        unread; otherwise they go through the topics, as in Kafka. Coming back to one
-        owner, a batch first reads only the repartition topics' remaining records (the
-        upstream tasks write nothing then), and the next batch shuffles.
-        """
-        self.levels = self.topic_levels
-        self._draining = False
+        """Pick this batch's levels (:func:`choose_levels`); return the topics it reads."""
         self._fed_back = False
-        shuffle = self.shuffle_levels
-        if shuffle is None or self.owned is None or self.task_ids() != self._all_tasks():
-            return self.subscribed
-        # (spilled records are read at their level: they need no draining batch)
-        unread = self.reads_planner.unread(
-            sorted(shuffle.inline.keys() - shuffle.spill), self.positions
+        owns_all = self.owned is not None and self.task_ids() == [
+            f"{sub}_{p}" for sub, count in sorted(self.tasks.items()) for p in range(count)
+        ]
+        self.levels, draining = choose_levels(
+            self.topic_levels,
+            self.shuffle_levels,
+            owns_every_task=owns_all,
+            unread=lambda topics: self.reads_planner.unread(topics, self.positions),
         )
-        if unread:
-            self._draining = True  # the source topics wait: wake up for them afterwards
-            return unread
-        self.levels = shuffle
-        return self.subscribed
-
-    def _all_tasks(self) -> list[str]:
-        return [f"{sub}_{p}" for sub, count in sorted(self.tasks.items()) for p in range(count)]
+        # draining: the source topics wait, the thread wakes up for them afterwards
+        self._draining = bool(draining)
+        return draining or self.subscribed
 
     def _tasks_due(self) -> bool:
         """Whether the tasks must run without records: their first batch (Kafka builds
         assigned tasks at once), or a wall-clock punctuator that is due."""
         if not self._tasks_started:
             return True
-        due = self._next_punctuation
+        due = self.liveness.next_punctuation
         return due is not None and due <= time.time_ns() // 1_000_000
-
-    def _schedule_punctuation(self) -> None:
-        """Have the trigger run a batch when the next wall-clock punctuator is due, even
-        when no record arrives."""
-        if self.trigger is not None:
-            self.trigger.wake_at(self._next_punctuation)
 
     def _maybe_wake(self) -> None:
         """After a batch that left records behind (capped by ``max.poll.records`` or held
@@ -398,7 +404,7 @@ class StreamThread:
         data: the cycle drains without waiting for new input."""
         behind = self.reads.behind(self.positions) or self._draining or self._fed_back
         if behind:
-            self.wake_now()
+            self.wake_now("behind")
 
     def caught_up(self) -> bool:
         """Whether the thread has no rejoin pending and has read every record of its tasks'
@@ -407,19 +413,24 @@ class StreamThread:
             return False
         return self.reads_planner.caught_up(self.source_topics, self._owns, self.positions)
 
-    def wake_now(self) -> None:
-        """Make the trigger run a batch soon, even without new records."""
+    def wake_now(self, reason: str = "behind") -> None:
+        """Make the trigger run a batch soon, even without new records (``reason``: see
+        :meth:`BatchTrigger.wake`)."""
         if self.trigger is not None:
-            self.trigger.wake()
+            self.trigger.wake(reason)
 
     def _subscribed(self) -> list[str]:
         """The topics the trigger watches (with those its pattern sources found)."""
         return self.trigger.subscribed() if self.trigger is not None else []
 
     def close(self) -> None:
-        """Abort open transactions, release the producers, leave the group."""
+        """Commit the positions waiting for a commit (at_least_once), abort open
+        transactions, release the producers, leave the group."""
+        self.liveness.close()
         if self.trigger is not None:
             self.trigger.close()
+        if not isinstance(self.failure, TaskMigratedError):  # a zombie commits nothing
+            self.commit.commit_pending(self._validate_generation, force=True)
         if self.membership is not None:
             self.membership.close(leave=True)
         self.commit.close()
@@ -432,6 +443,7 @@ class StreamThread:
         txn: tuple[str, int] | None,
         task_txns: Mapping[str, tuple[str, int, str]] | None = None,
     ) -> BatchPlan:
+        interval = self.config.statestore_snapshot_interval
         return BatchPlan(
             topology=self.topology,
             config=self.config,
@@ -448,7 +460,8 @@ class StreamThread:
             topic_levels=self.levels.topics,
             batch=self.batches,
             level_partitions=self.levels.partitions,
-            snapshot=self._snapshot_due(),
+            # every statestore.snapshot.interval batches, the first after a start included
+            snapshot=interval > 0 and self.batches % interval == 0,
             inputs=self.reads.inputs,
             truncated=self.reads.truncated,
             owner=self.owner,
@@ -459,13 +472,6 @@ class StreamThread:
             **self.placement.for_plan(),
         )
 
-    def _snapshot_due(self) -> bool:
-        """Whether this batch uploads store snapshots: every
-        ``statestore.snapshot.interval`` batches, the first one after a start included
-        (so a restart soon has a recent snapshot)."""
-        interval = self.config.statestore_snapshot_interval
-        return interval > 0 and self.batches % interval == 0
-
     def _collect_rows(self, df: DataFrame, plan: BatchPlan) -> list[Any]:
         """Run the batch's levels as one Spark job; return its metadata rows."""
         started = time.perf_counter()
@@ -473,7 +479,7 @@ class StreamThread:
         self.reporter.job_done(result.rows, time.perf_counter() - started)
         for name, value in result.metrics.items():
             self.metrics[name] = self.metrics.get(name, 0) + value
-        self._next_punctuation = result.next_punctuation
+        self.liveness.next_punctuation = result.next_punctuation
         self.window_combining.after(self.batches, result.metrics)
         return result.rows
 

@@ -205,7 +205,7 @@ def render(status: dict[str, Any]) -> str:
             rows.append(
                 [
                     t["thread.id"],
-                    "yes" if t.get("alive") and r.get("state") != "NOT_RUNNING" else "no",
+                    _thread_state(t, r),
                     str(t.get("batches", 0)),
                     _clock(t.get("last_batch_ms")),
                     _num(t.get("commit_latency_avg_ms")),
@@ -214,7 +214,7 @@ def render(status: dict[str, Any]) -> str:
                 ]
             )
     out += _table(
-        ["THREAD", "ALIVE", "BATCHES", "LAST BATCH", "COMMIT MS", "TASKS", "RUNS ON"],
+        ["THREAD", "STATE", "BATCHES", "LAST BATCH", "COMMIT MS", "TASKS", "RUNS ON"],
         rows,
         "threads",
     )
@@ -298,3 +298,11 @@ def _clock(ms: Any) -> str:
     if not ms:
         return NONE
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(ms) / 1000))
+
+
+def _thread_state(thread: dict[str, Any], instance: dict[str, Any]) -> str:
+    """RUNNING, STALLED (input waits and no batch runs: see runtime.thread.watchdog) or
+    DEAD (its query stopped, or its instance did)."""
+    if not thread.get("alive") or instance.get("state") == "NOT_RUNNING":
+        return "DEAD"
+    return "STALLED" if thread.get("stalled") else "RUNNING"

@@ -83,6 +83,7 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "batch.spark.partitions": "0",
         "metadata.max.age.ms": "300000",
         "poll.ms": "100",
+        "stall.timeout.ms": "0",
         "max.task.idle.ms": "0",
         "session.timeout.ms": "45000",
         "heartbeat.interval.ms": "3000",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -16,8 +17,13 @@ from runtime.thread.membership import ThreadMembership, topology_fingerprint
 TASKS = {"0_0": (("lines", 0),), "0_1": (("lines", 1),)}
 
 
-def membership(
-    admin: TopicAdmin, tmp_path: Path, process: str, description: str, tasks: object = None
+def membership(  # noqa: PLR0917 - the member's parts
+    admin: TopicAdmin,
+    tmp_path: Path,
+    process: str,
+    description: str,
+    tasks: object = None,
+    extra: dict[str, str] | None = None,
 ) -> ThreadMembership:
     config = StreamsConfig(
         **{
@@ -25,6 +31,7 @@ def membership(
             "topics.root": admin.root.uri,
             "state.dir": str(tmp_path / process),
             "group.initial.rebalance.delay.ms": "0",
+            **(extra or {}),
         }
     )
     return ThreadMembership(
@@ -83,3 +90,68 @@ def test_an_instance_of_another_topology_cannot_join(admin: TopicAdmin, tmp_path
         same.close()
     finally:
         first.close()
+
+
+#: A member whose batches may run 600 ms, heartbeating every 100 ms.
+SHORT_POLL = {"max.poll.interval.ms": "600", "heartbeat.interval.ms": "100"}
+
+
+def test_the_only_member_is_never_fenced_by_its_own_slow_batch(
+    admin: TopicAdmin, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past max.poll.interval.ms the group's only member keeps its tasks and says so in
+    one line naming the setting (nobody else could take them); a member with company
+    leaves so that its tasks move (Kafka's poll timeout)."""
+    admin.create("lines", 2)
+    alone = membership(admin, tmp_path, "p1", "T", extra=SHORT_POLL)
+    try:
+        assert alone.join() == {"0_0", "0_1"}
+        with caplog.at_level(logging.WARNING, logger="runtime.thread.membership"):
+            alone.batch_started()
+            time.sleep(1.5)  # 2.5 times the limit, 15 heartbeats
+            alone.batch_finished()
+        warned = [
+            r.getMessage() for r in caplog.records if "max.poll.interval.ms" in r.getMessage()
+        ]
+        assert len(warned) == 1, warned  # one line for the batch, not one per heartbeat
+        assert "only member it keeps its tasks" in warned[0] and "(600 ms)" in warned[0]
+        assert not alone.rejoin_pending
+        alone.validate()  # still the group's current member: it may commit
+        members = alone.coordinator.describe("app").members
+        assert [m.member_id for m in members] == [alone.member.member_id]
+
+        # With a second member, the slow one leaves.
+        other = membership(admin, tmp_path, "p2", "T", extra=SHORT_POLL)
+        stop = threading.Event()
+
+        def run(member: ThreadMembership, join: bool) -> None:
+            if join:
+                member.join()
+            while not stop.is_set():
+                member.poll()
+                time.sleep(0.02)
+
+        threads = [
+            threading.Thread(target=run, args=(m, j), daemon=True)
+            for m, j in ((alone, False), (other, True))
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while not (len(alone.owned) == len(other.owned) == 1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="runtime.thread.membership"):
+            alone.batch_started()
+            deadline = time.monotonic() + 10
+            while not alone.rejoin_pending and time.monotonic() < deadline:
+                time.sleep(0.05)
+            alone.batch_finished()
+        assert alone.rejoin_pending  # it left: its next poll rejoins
+        assert any("leaving the group so its tasks move" in r.getMessage() for r in caplog.records)
+        other.close()
+    finally:
+        alone.close(leave=False)

@@ -183,9 +183,18 @@ def test_two_instances_split_the_tasks_and_one_takes_over_after_a_kill(
         per_member = tasks_of(group(root))
         assert sorted(len(t) for t in per_member.values()) == [TASKS // 2, TASKS // 2]
         wait_for("the first 400 lines", lambda: consumed(root), 120, a, b)
-        expected += produce_lines(topics, 400, 400)
-        time.sleep(1.0)  # b is processing the new lines now
+        start = committed(root)
+        expected += produce_lines(topics, 400, 1600)  # 200 a partition: 5 batches each
         before_kill = tasks_of(group(root))
+        # kill b while the instances process them (a position moved: four batches to go)
+        lines = [(INPUT, p) for p in range(PARTITIONS)]
+        wait_for(
+            "the new lines being processed",
+            lambda: any(committed(root)[tp] > start[tp] for tp in lines),
+            60,
+            a,
+            b,
+        )
         b.proc.kill()
         killed = time.monotonic()
         at_kill = committed(root)

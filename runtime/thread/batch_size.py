@@ -1,0 +1,92 @@
+"""How many records a stream thread's next batch reads: sized from what it measured.
+
+``max.poll.records`` bounds what a batch reads of each partition, but how long a record
+takes is the data's: a word count over new words writes a store entry per word, and a batch
+that Kafka's defaults would size at a few seconds can run for minutes, past
+``max.poll.interval.ms`` (the member is removed from its group) or past
+``transaction.timeout.ms`` (its transaction is aborted). A batch is one Spark job whose
+partitions run side by side, so its time follows the records it reads of its fullest
+partition. The thread therefore keeps, for each kind of batch (the set of topics it reads:
+a source topic's batches and a repartition topic's draining batches cost differently), a
+cap on the records read per partition:
+
+* a kind's first batch reads at most :data:`FIRST_BATCH_RECORDS` per partition (its tasks
+  may be built then, and nothing is known of its records yet);
+* after each batch that read records, the cap is scaled by the batch's time against the
+  target (a quarter of the batch deadline): at most doubled after a batch that was full and
+  fast, cut in proportion after a slow one, whether it was full or not;
+* it never exceeds ``max.poll.records`` and never falls below one record.
+
+So a batch ends well inside its deadline whatever the data, and with cheap records the cap
+reaches ``max.poll.records`` within a few batches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+log = logging.getLogger(__name__)
+
+#: What a kind of batch reads of each partition before anything was measured.
+FIRST_BATCH_RECORDS = 1000
+#: The most a cap grows after one batch.
+MAX_GROWTH = 2.0
+#: The share of the batch deadline a batch aims at.
+TARGET_SHARE = 0.25
+
+
+class BatchSizer:
+    """Caps the records each batch reads per partition (see the module).
+
+    Args:
+        max_poll_records: the upper bound (``max.poll.records``).
+        deadline_ms: the longest a batch may run (``max.poll.interval.ms``, and
+            ``transaction.timeout.ms`` when a batch is a transaction).
+        name: names the thread in log lines.
+    """
+
+    def __init__(self, max_poll_records: int, deadline_ms: int, *, name: str) -> None:
+        self.max_poll_records = max_poll_records
+        self.target_s = deadline_ms * TARGET_SHARE / 1000
+        self.name = name
+        self._caps: dict[frozenset[str], int] = {}
+        #: The caps chosen, in order, for each kind (what a person tuning it looks at).
+        self.history: dict[frozenset[str], list[int]] = {}
+
+    def cap(self, topics: Iterable[str]) -> int:
+        """The records per partition the next batch reading ``topics`` may read."""
+        kind = frozenset(topics)
+        cap = self._caps.get(kind)
+        if cap is None:
+            cap = self._caps[kind] = min(self.max_poll_records, FIRST_BATCH_RECORDS)
+        return cap
+
+    def measured(self, topics: Iterable[str], cap: int, fullest: int, seconds: float) -> None:
+        """A batch reading ``topics`` with ``cap`` read ``fullest`` records of its fullest
+        partition and took ``seconds``: size the next one."""
+        if fullest <= 0 or seconds <= 0:
+            return
+        kind = frozenset(topics)
+        ratio = self.target_s / seconds
+        if ratio >= 1 and fullest < cap:
+            return  # the input ran out before the cap: nothing learnt about a bigger batch
+        basis = cap if ratio >= 1 else min(cap, fullest)
+        new = int(basis * min(ratio, MAX_GROWTH))
+        new = max(1, min(self.max_poll_records, new))
+        if new == self._caps.get(kind):
+            return
+        self._caps[kind] = new
+        self.history.setdefault(kind, []).append(new)
+        level = logging.INFO if ratio < 1 else logging.DEBUG
+        log.log(
+            level,
+            "[thread %s] batches reading %s: %d records per partition from now on (a batch of "
+            "%d took %.1f s, aiming at %.1f s)",
+            self.name,
+            sorted(kind),
+            new,
+            fullest,
+            seconds,
+            self.target_s,
+        )

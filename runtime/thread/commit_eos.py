@@ -1,0 +1,273 @@
+"""The exactly-once commit strategies: a batch is a transaction.
+
+* :class:`ExactlyOnceV2` (``exactly_once_v2``): one transaction of the thread's id per
+  batch: begin, run the tasks (their staged files name the transaction), add the files and
+  the consumed positions, commit. PrepareCommit by CAS is the fencing point;
+* :class:`ExactlyOncePerTask` (``exactly_once``, alpha): one transaction per task, of the
+  task's own id, each task's outputs committed with its own positions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+from common.config import StreamsConfig
+from common.errors import ProducerFencedError, StreamsError
+from runtime.storage.committer import StagedFile
+from runtime.storage.topics import TopicAdmin
+from runtime.thread.commit import (
+    Batch,
+    BatchCommit,
+    CommitStrategy,
+    Positions,
+    TaskResults,
+    task_results,
+    task_results_by_task,
+)
+from runtime.thread.membership import GenerationFencedError
+from runtime.txn.coordinator import TransactionCoordinator
+from runtime.txn.offsets import OffsetsStore, UnstableOffsetCommitError
+from runtime.txn.producer import ProducerState, TransactionalProducer
+from runtime.txn.state import TransactionState
+
+log = logging.getLogger(__name__)
+
+
+class _Transactional(CommitStrategy):
+    """What both exactly-once strategies share: producers and stable positions."""
+
+    def _init_producers(self, ids: Mapping[str, str]) -> dict[str, TransactionalProducer]:
+        producers: dict[str, TransactionalProducer] = {}
+        for key, tid in ids.items():
+            shared = self.offsets.coordinator
+            producer = TransactionalProducer(
+                self.admin,
+                tid,
+                transaction_timeout_ms=self.config.transaction_timeout_ms,
+                transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
+                coordinator=shared,
+            )
+            producer.init_transactions()
+            if shared is None:
+                self.offsets = OffsetsStore(self.admin, coordinator=producer.coordinator)
+            snap = producer.coordinator.load(tid)
+            if snap is not None and snap.meta.txn_sequence > 0:
+                done = snap.meta.state is TransactionState.COMPLETE_COMMIT
+                self.outcomes[(tid, snap.meta.txn_sequence)] = done
+            producers[key] = producer
+        return producers
+
+    def _fetch_stable(self) -> Positions:
+        """Fetch the group's positions once no transaction holds offsets of it (Kafka's
+        ``require_stable``); a transaction past its timeout (its producer gone) is
+        aborted meanwhile, as Kafka's coordinator does."""
+        coordinator = self.offsets.coordinator
+        if coordinator is None:
+            return {}
+        deadline = time.monotonic() + self.config.transaction_max_timeout_ms / 1000
+        while True:
+            try:
+                return self.offsets.fetch(self.group, require_stable=True)
+            except UnstableOffsetCommitError:
+                if time.monotonic() > deadline:
+                    raise
+                self._complete_decided(coordinator)
+                coordinator.sweep(orphans=False)
+                time.sleep(0.2)
+
+    def _complete_decided(self, coordinator: TransactionCoordinator) -> None:
+        """Finish the group's transactions whose outcome is decided (Prepare*) but whose
+        producer is gone (a killed instance): Kafka's coordinator writes their markers
+        itself. Finishing is idempotent; if the producer is alive and finishes first, the
+        lost race is harmless."""
+        for meta in coordinator.list():
+            if self.group not in meta.group_ids or not meta.state.is_prepare:
+                continue
+            snap = coordinator.load(meta.transactional_id)
+            if snap is None or not snap.meta.state.is_prepare:
+                continue
+            try:
+                coordinator.finish(snap)
+                log.info(
+                    "[thread %s] completed %s's decided transaction %d",
+                    self.transactional_id,
+                    meta.transactional_id,
+                    meta.txn_sequence,
+                )
+            except StreamsError as exc:  # its producer moved first: look again
+                log.debug("[thread %s] %s", self.transactional_id, exc)
+
+    def assigned(self, tasks: list[str]) -> Positions:
+        """Take the positions again, stable: a previous owner's transaction completes
+        first."""
+        return self._fetch_stable()
+
+
+class ExactlyOnceV2(_Transactional):
+    """One transaction of the thread's transactional id per batch."""
+
+    def __init__(self, admin: TopicAdmin, config: StreamsConfig, transactional_id: str) -> None:
+        super().__init__(admin, config, transactional_id)
+        self.producer: TransactionalProducer | None = None
+
+    def all_producers(self) -> list[TransactionalProducer]:
+        """The thread's producer."""
+        return [] if self.producer is None else [self.producer]
+
+    def start(self, tasks: list[str]) -> Positions:
+        """Initialise the thread's producer (fencing an older instance of it)."""
+        self.producer = self._init_producers({"": self.transactional_id})[""]
+        return self._fetch_stable()
+
+    def commit_batch(self, batch: Batch) -> BatchCommit:
+        """Begin, run the tasks, add their files and positions, commit."""
+        producer = self.producer
+        assert producer is not None, "start() first"
+        producer.begin_transaction()
+        staging = producer.staging_dir_for(batch.written)
+        txn = (self.transactional_id, producer.transaction_sequence)
+        try:
+            results = task_results(batch.run_tasks(staging, txn, {}))
+            if results.empty():
+                producer.abort_transaction()
+                self.outcomes[txn] = False
+                return BatchCommit({}, False)
+            join_extracted(producer, results.files, batch.written, staging)
+            for topic, staged in results.files.items():
+                producer.add_staged_files(topic, staged)
+            if results.positions:
+                producer.send_offsets_to_transaction(results.positions, self.group)
+        except ProducerFencedError:
+            raise
+        except BaseException:
+            producer.abort_transaction()
+            self.outcomes[txn] = False
+            raise
+        try:
+            producer.commit_transaction(before_prepare=batch.validate_generation)
+        except GenerationFencedError:
+            producer.abort_transaction()  # releases the offsets a new owner waits for
+            self.outcomes[txn] = False
+            raise
+        self._remember(txn, committed=True)
+        log.debug(
+            "[thread %s] batch=%d txn=%d committed files=%d positions=%d",
+            self.transactional_id,
+            batch.batch_id,
+            txn[1],
+            sum(len(v) for v in results.files.values()),
+            len(results.positions),
+        )
+        return BatchCommit(results.positions, True)
+
+    def close(self) -> None:
+        """Release the producer (an open transaction is aborted)."""
+        if self.producer is not None:
+            self.producer.close()
+
+
+class ExactlyOncePerTask(_Transactional):
+    """One transaction per task, of the task's own transactional id (deprecated)."""
+
+    def __init__(self, admin: TopicAdmin, config: StreamsConfig, transactional_id: str) -> None:
+        super().__init__(admin, config, transactional_id)
+        self.producers: dict[str, TransactionalProducer] = {}
+
+    def start(self, tasks: list[str]) -> Positions:
+        """Initialise a producer per task (fencing older instances of each)."""
+        self.producers = self._init_producers({t: f"{self.group}-{t}" for t in tasks})
+        return self._fetch_stable()
+
+    def all_producers(self) -> list[TransactionalProducer]:
+        """A producer per task."""
+        return list(self.producers.values())
+
+    def assigned(self, tasks: list[str]) -> Positions:
+        """Close the producers of revoked tasks, initialise those of new ones."""
+        mine = set(tasks)
+        for task in sorted(set(self.producers) - mine):
+            self.producers.pop(task).close()
+        new = {t: f"{self.group}-{t}" for t in sorted(mine - set(self.producers))}
+        self.producers.update(self._init_producers(new))
+        return self._fetch_stable()
+
+    def commit_batch(self, batch: Batch) -> BatchCommit:
+        """Begin every task's transaction, run the tasks, commit each task's."""
+        txns: dict[str, tuple[str, int, str]] = {}
+        for task, producer in self.producers.items():
+            producer.begin_transaction()
+            staging = producer.staging_dir_for(batch.written)
+            txns[task] = (producer.transactional_id, producer.transaction_sequence, staging)
+        try:
+            by_task = task_results_by_task(batch.run_tasks("", None, txns))
+        except ProducerFencedError:
+            raise
+        except BaseException:
+            for task, producer in self.producers.items():
+                producer.abort_transaction()
+                self._remember((txns[task][0], txns[task][1]), committed=False)
+            raise
+        committed: Positions = {}
+        any_committed = False
+        for task, producer in sorted(self.producers.items()):
+            txn = (txns[task][0], txns[task][1])
+            results = by_task.get(task, TaskResults())
+            if results.empty():
+                producer.abort_transaction()
+                self._remember(txn, committed=False)
+                continue
+            join_extracted(producer, results.files, batch.written, txns[task][2])
+            self._commit_task(producer, results, batch)
+            self._remember(txn, committed=True)
+            committed.update(results.positions)
+            any_committed = True
+        log.debug(
+            "[thread %s] batch=%d committed %d tasks",
+            self.transactional_id,
+            batch.batch_id,
+            len(by_task),
+        )
+        return BatchCommit(committed, any_committed)
+
+    def _commit_task(
+        self, producer: TransactionalProducer, results: TaskResults, batch: Batch
+    ) -> None:
+        for topic, staged in results.files.items():
+            producer.add_staged_files(topic, staged)
+        if results.positions:
+            producer.send_offsets_to_transaction(results.positions, self.group)
+        try:
+            producer.commit_transaction(before_prepare=batch.validate_generation)
+        except GenerationFencedError:
+            for other in self.producers.values():
+                if other.state in (ProducerState.IN_TRANSACTION, ProducerState.ABORTABLE_ERROR):
+                    other.abort_transaction()
+            raise
+
+    def close(self) -> None:
+        """Release every task's producer."""
+        for producer in self.producers.values():
+            producer.close()
+
+
+def join_extracted(
+    producer: TransactionalProducer,
+    files: Mapping[str, list[StagedFile]],
+    written: list[str],
+    staging: str,
+) -> None:
+    """Add the topics a topic-name extractor wrote to the transaction (AddPartitionsToTxn
+    once their records exist; their files are in the transaction's directory already).
+    Before that a crash leaves them as orphans, which the coordinator's sweep deletes.
+
+    Raises:
+        StreamsError: the transaction's staging directory changed meanwhile (a bug).
+    """
+    extra = sorted(set(files) - set(written))
+    if extra and producer.staging_dir_for(extra) != staging:
+        raise StreamsError(
+            f"[txn {producer.transactional_id}] the staging directory changed while the "
+            f"tasks ran; {extra} cannot join the transaction (this is a bug)"
+        )

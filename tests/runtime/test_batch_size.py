@@ -1,0 +1,66 @@
+"""A stream thread sizes its batches from what they took: well inside the deadline, at most
+max.poll.records per partition."""
+
+from __future__ import annotations
+
+from runtime.thread.batch_size import FIRST_BATCH_RECORDS, BatchSizer
+
+TOPICS = ["words"]
+
+
+def run(sizer: BatchSizer, seconds_per_record: float, backlog: int) -> list[int]:
+    """Drain ``backlog`` records of one partition whose records take
+    ``seconds_per_record`` each (plus 0.3 s a batch); return the batch sizes."""
+    sizes = []
+    while backlog > 0:
+        cap = sizer.cap(TOPICS)
+        n = min(cap, backlog)
+        sizes.append(n)
+        sizer.measured(TOPICS, cap, n, 0.3 + n * seconds_per_record)
+        backlog -= n
+    return sizes
+
+
+def test_cheap_records_reach_max_poll_records_within_a_few_batches() -> None:
+    sizer = BatchSizer(50_000, 300_000, name="t")
+    sizes = run(sizer, 1e-5, 500_000)
+    assert sizes[0] == FIRST_BATCH_RECORDS
+    assert sizes[:7] == [1000, 2000, 4000, 8000, 16000, 32000, 50000]
+    assert set(sizes[6:-1]) == {50_000}
+
+
+def test_a_small_max_poll_records_is_the_first_batch_and_the_bound() -> None:
+    sizer = BatchSizer(200, 300_000, name="t")
+    assert set(run(sizer, 1e-5, 10_000)) == {200}
+
+
+def test_expensive_records_give_batches_well_inside_the_deadline() -> None:
+    """9.6 ms a line (a word count over lines of 16 new words, what 50,000 lines a
+    partition took in 479 s): a 30 s deadline gives batches of about 7.5 s, and the
+    first batch is the longest, at a third of it."""
+    sizer = BatchSizer(50_000, 30_000, name="t")
+    sizes = run(sizer, 9.6e-3, 62_500)
+    times = [0.3 + n * 9.6e-3 for n in sizes]
+    assert max(times) == times[0] < 10.0, times
+    settled = times[3:-1]
+    assert settled and all(abs(t - 7.5) < 0.5 for t in settled), settled
+
+
+def test_a_batch_that_turns_slow_shrinks_the_next_at_once() -> None:
+    sizer = BatchSizer(50_000, 30_000, name="t")
+    run(sizer, 1e-5, 300_000)
+    assert sizer.cap(TOPICS) == 50_000
+    sizer.measured(TOPICS, 50_000, 50_000, 30.0)  # the records got 60 times dearer
+    assert sizer.cap(TOPICS) == 12_500  # 7.5 s of them, at what the batch took
+    assert sizer.history[frozenset(TOPICS)][-1] == 12_500
+
+
+def test_kinds_of_batches_are_sized_apart_and_a_short_input_teaches_nothing() -> None:
+    sizer = BatchSizer(10_000, 30_000, name="t")
+    sizer.measured(["a"], 1000, 1000, 10.0)  # a slow kind
+    assert sizer.cap(["a"]) == 750
+    assert sizer.cap(["b"]) == 1000  # another kind starts afresh
+    sizer.measured(["b"], 1000, 10, 0.01)  # the input ran out: no growth from that
+    assert sizer.cap(["b"]) == 1000
+    sizer.measured(["b"], 1000, 10, 15.0)  # but a slow short batch still shrinks it
+    assert sizer.cap(["b"]) == 5
