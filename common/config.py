@@ -263,11 +263,12 @@ class StreamsConfig(BaseModel):
     cache_max_bytes_buffering: _Int = _key(
         "cache.max.bytes.buffering", "an integer >= 0 (0 disables caching)", default=10485760, ge=0
     )
-    # 100 commits: a snapshot every ~10 s of processing under exactly_once_v2 (commits every
-    # 100 ms) and every ~50 min under at_least_once (30 s), so a task that moves replays at
-    # most 100 commits of changelog; uploads are incremental (new SST files only).
+    # 100 batches: a snapshot every ~10-30 s of processing while input waits (a batch is a
+    # transaction under exactly-once; at_least_once runs batches back to back too), so a
+    # task that moves replays at most 100 batches of changelog; uploads are incremental
+    # (new SST files only).
     statestore_snapshot_interval: _Int = _key(
-        "statestore.snapshot.interval", "an integer >= 0 (commits; 0 disables)", default=100, ge=0
+        "statestore.snapshot.interval", "an integer >= 0 (batches; 0 disables)", default=100, ge=0
     )
     # RocksDB's iterators end early, without an error, at a block whose checksum fails:
     # reading every block once at open finds a corrupted local store before it is used

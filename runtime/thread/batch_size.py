@@ -13,7 +13,7 @@ cap on the records read per partition:
 * a kind's first batch reads at most :data:`FIRST_BATCH_RECORDS` per partition (its tasks
   may be built then, and nothing is known of its records yet);
 * after each batch that read records, the cap is scaled by the batch's time against the
-  target (a quarter of the batch deadline): at most doubled after a batch that was full and
+  target (a fifth of the batch deadline): at most doubled after a batch that was full and
   fast, cut in proportion after a slow one, whether it was full or not;
 * it never exceeds ``max.poll.records`` and never falls below one record.
 
@@ -33,7 +33,7 @@ FIRST_BATCH_RECORDS = 1000
 #: The most a cap grows after one batch.
 MAX_GROWTH = 2.0
 #: The share of the batch deadline a batch aims at.
-TARGET_SHARE = 0.25
+TARGET_SHARE = 0.2
 
 
 class BatchSizer:

@@ -6,6 +6,7 @@ a commit). A crash between the two gives duplicates, never a loss.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 
@@ -43,6 +44,8 @@ class AtLeastOnce(CommitStrategy):
         self.pending: Positions = {}
         #: When positions were last committed (epoch ms; the thread's start counts).
         self._last_commit_ms = now_ms()
+        #: A batch and a close may commit at once (a stop while a batch runs).
+        self._lock = threading.RLock()
 
     @property
     def trigger_interval_ms(self) -> int:
@@ -63,24 +66,25 @@ class AtLeastOnce(CommitStrategy):
     def commit_pending(self, validate_generation: Callable[[], None], *, force: bool) -> bool:
         """Commit the waiting positions when due (or ``force``), after checking the
         member's generation (Kafka's CommitFailed for a stale one)."""
-        waiting = dict(self.pending)
-        try:
-            return self._commit_due(validate_generation, force=force)
-        except GenerationFencedError as exc:
-            log.warning(
-                "[thread %s] positions not committed: %s; their records will be processed "
-                "again by the tasks' next owner",
-                self.transactional_id,
-                exc,
-            )
-        except Exception as exc:  # storage: they wait for the next commit
-            self.pending = {**waiting, **self.pending}
-            log.warning(
-                "[thread %s] committing positions failed (%s); trying again at the next commit",
-                self.transactional_id,
-                exc,
-            )
-        return False
+        with self._lock:
+            waiting = dict(self.pending)
+            try:
+                return self._commit_due(validate_generation, force=force)
+            except GenerationFencedError as exc:
+                log.warning(
+                    "[thread %s] positions not committed: %s; their records will be processed "
+                    "again by the tasks' next owner",
+                    self.transactional_id,
+                    exc,
+                )
+            except Exception as exc:  # storage: they wait for the next commit
+                self.pending = {**waiting, **self.pending}
+                log.warning(
+                    "[thread %s] committing positions failed (%s); trying again at the next commit",
+                    self.transactional_id,
+                    exc,
+                )
+            return False
 
     def _commit_due(self, validate_generation: Callable[[], None], *, force: bool) -> bool:
         due = self.commit_due_ms()
@@ -107,8 +111,9 @@ class AtLeastOnce(CommitStrategy):
             if sink is not None:
                 files = prepare(self.admin.root, sink, files)
             committer.commit(files, timeout_ms=COMMIT_TIMEOUT_MS)
-        # the batch's outputs are durable: its positions may be committed from now on
-        self.pending.update(results.positions)
-        # a stale generation raises here: the thread stops with TaskMigratedError
-        committed = self._commit_due(batch.validate_generation, force=False)
+        with self._lock:
+            # the batch's outputs are durable: its positions may be committed from now on
+            self.pending.update(results.positions)
+            # a stale generation raises here: the thread stops with TaskMigratedError
+            committed = self._commit_due(batch.validate_generation, force=False)
         return BatchCommit(results.positions, committed)

@@ -131,7 +131,7 @@ class ThreadMembership:
         assignment = self.member.join(timeout_ms=self._join_timeout_ms())
         self.join_seconds.append(time.perf_counter() - started)
         self._adopt(assignment)
-        if self._beater is None:
+        if self._beater is None or not self._beater.is_alive():
             self._beater = threading.Thread(
                 target=self._beat, name=f"heartbeat-{self.member.instance_id}", daemon=True
             )
@@ -257,9 +257,10 @@ class ThreadMembership:
 
     def _overran(self, started: float) -> bool:
         """A batch has run past ``max.poll.interval.ms``: leave the group so its tasks move
-        (Kafka's poll timeout) and return True; but the group's only member stays (no
-        other member could take its tasks, and leaving would fence it for its own
-        slowness): it warns once per batch and returns False."""
+        (Kafka's poll timeout) and return True (the thread rejoins at its next batch, and
+        the heartbeats go on); but the group's only member stays (no other member could
+        take its tasks, and leaving would fence it for its own slowness): it warns once
+        per batch and returns False."""
         limit_ms = self.config.max_poll_interval_ms
         if self._overrun_warned == started:
             return False
@@ -295,10 +296,13 @@ class ThreadMembership:
         interval = self.config.heartbeat_interval_ms / 1000
         limit = self.config.max_poll_interval_ms / 1000
         while not self._stop.wait(interval):
+            if self._lost is not None:
+                continue  # out of the group: the stream thread rejoins at its next poll
             started = self._batch_started
             overran = started is not None and time.monotonic() - started > limit
             if overran and self._overran(started or 0.0):
-                return
+                self._wake_thread()  # its next batch rejoins; the beating goes on after that
+                continue
             try:
                 self.member.heartbeat()
                 continue
@@ -309,11 +313,15 @@ class ThreadMembership:
             except Exception:  # storage hiccup: the next beat tries again
                 log.warning("[group %s] %s heartbeat failed", self.group, self, exc_info=True)
                 continue
-            if self.on_rebalance is not None:
-                try:
-                    self.on_rebalance()
-                except Exception:
-                    log.warning("[group %s] %s: wake-up failed", self.group, self, exc_info=True)
+            self._wake_thread()
+
+    def _wake_thread(self) -> None:
+        """Tell the stream thread to run a batch soon (it rejoins at its start)."""
+        if self.on_rebalance is not None:
+            try:
+                self.on_rebalance()
+            except Exception:
+                log.warning("[group %s] %s: wake-up failed", self.group, self, exc_info=True)
 
 
 def topology_fingerprint(description: str, tasks: Mapping[str, Sequence[TopicPartition]]) -> str:

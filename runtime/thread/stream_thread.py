@@ -137,6 +137,7 @@ class StreamThread:
         #: Told True when the thread's group starts a rebalance, False once it rejoined
         #: (the application's state follows: RUNNING -> REBALANCING -> RUNNING).
         self.on_rebalancing: Callable[[bool], None] | None = None
+        self._rebalancing = False  # what it was told last
         #: The tasks this thread runs when it is a group member (None: by ``partitions``).
         self.owned: frozenset[str] | None = None
         self.shutdown_marker = shutdown_marker
@@ -247,11 +248,12 @@ class StreamThread:
         rejoins = self.membership.rebalances
         if self.membership.rejoin_pending:
             self._tell_rebalancing(True)
-            # Kafka commits before its tasks may be revoked (at_least_once's waiting
-            # positions; a transaction committed with its batch already)
+            # commit before tasks may be revoked (at_least_once's waiting positions)
             self.commit.commit_pending(self._validate_generation, force=True)
         owned = self.membership.poll()
-        if self.membership.rebalances != rejoins:
+        # (a heartbeat may have said "rebalancing" after the last poll had rejoined already)
+        stale = self._rebalancing and not self.membership.rejoin_pending
+        if self.membership.rebalances != rejoins or stale:
             self._tell_rebalancing(False)
         self.reporter.joined(self.membership)
         if owned is None:
@@ -267,6 +269,7 @@ class StreamThread:
         self.wake_now("rebalance")
 
     def _tell_rebalancing(self, rebalancing: bool) -> None:
+        self._rebalancing = rebalancing
         if self.on_rebalancing is not None:
             self.on_rebalancing(rebalancing)
 
@@ -402,8 +405,7 @@ class StreamThread:
         back), or wrote records its own tasks read (a cycle of repartition topics, e.g. a
         foreign-key join's), wake the trigger so Spark runs the next batch without new
         data: the cycle drains without waiting for new input."""
-        behind = self.reads.behind(self.positions) or self._draining or self._fed_back
-        if behind:
+        if self.reads.behind(self.positions) or self._draining or self._fed_back:
             self.wake_now("behind")
 
     def caught_up(self) -> bool:
@@ -414,8 +416,7 @@ class StreamThread:
         return self.reads_planner.caught_up(self.source_topics, self._owns, self.positions)
 
     def wake_now(self, reason: str = "behind") -> None:
-        """Make the trigger run a batch soon, even without new records (``reason``: see
-        :meth:`BatchTrigger.wake`)."""
+        """Make the trigger run a batch soon, even without new records (why: ``reason``)."""
         if self.trigger is not None:
             self.trigger.wake(reason)
 

@@ -62,11 +62,13 @@ def test_a_runtime_that_drops_a_record_fails_the_comparison(
     plan = ReadPlanner.plan
     skipped: list[int] = []
 
-    def skipping_plan(self: ReadPlanner, topics: list[str], owns: Any, positions: Any) -> Any:
+    def skipping_plan(
+        self: ReadPlanner, topics: list[str], owns: Any, positions: Any, **options: Any
+    ) -> Any:
         if positions.get(("in", 0)) == 3 and not skipped:
             positions[("in", 0)] = 4
             skipped.append(3)
-        reads: BatchReads = plan(self, topics, owns, positions)
+        reads: BatchReads = plan(self, topics, owns, positions, **options)
         return reads
 
     monkeypatch.setattr(ReadPlanner, "plan", skipping_plan)

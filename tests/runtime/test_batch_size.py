@@ -36,14 +36,14 @@ def test_a_small_max_poll_records_is_the_first_batch_and_the_bound() -> None:
 
 def test_expensive_records_give_batches_well_inside_the_deadline() -> None:
     """9.6 ms a line (a word count over lines of 16 new words, what 50,000 lines a
-    partition took in 479 s): a 30 s deadline gives batches of about 7.5 s, and the
+    partition took in 479 s): a 30 s deadline gives batches of about 6 s, and the
     first batch is the longest, at a third of it."""
     sizer = BatchSizer(50_000, 30_000, name="t")
     sizes = run(sizer, 9.6e-3, 62_500)
     times = [0.3 + n * 9.6e-3 for n in sizes]
     assert max(times) == times[0] < 10.0, times
     settled = times[3:-1]
-    assert settled and all(abs(t - 7.5) < 0.5 for t in settled), settled
+    assert settled and all(abs(t - 6.0) < 0.5 for t in settled), settled
 
 
 def test_a_batch_that_turns_slow_shrinks_the_next_at_once() -> None:
@@ -51,16 +51,16 @@ def test_a_batch_that_turns_slow_shrinks_the_next_at_once() -> None:
     run(sizer, 1e-5, 300_000)
     assert sizer.cap(TOPICS) == 50_000
     sizer.measured(TOPICS, 50_000, 50_000, 30.0)  # the records got 60 times dearer
-    assert sizer.cap(TOPICS) == 12_500  # 7.5 s of them, at what the batch took
-    assert sizer.history[frozenset(TOPICS)][-1] == 12_500
+    assert sizer.cap(TOPICS) == 10_000  # 6 s of them, at what the batch took
+    assert sizer.history[frozenset(TOPICS)][-1] == 10_000
 
 
 def test_kinds_of_batches_are_sized_apart_and_a_short_input_teaches_nothing() -> None:
     sizer = BatchSizer(10_000, 30_000, name="t")
     sizer.measured(["a"], 1000, 1000, 10.0)  # a slow kind
-    assert sizer.cap(["a"]) == 750
+    assert sizer.cap(["a"]) == 600
     assert sizer.cap(["b"]) == 1000  # another kind starts afresh
     sizer.measured(["b"], 1000, 10, 0.01)  # the input ran out: no growth from that
     assert sizer.cap(["b"]) == 1000
     sizer.measured(["b"], 1000, 10, 15.0)  # but a slow short batch still shrinks it
-    assert sizer.cap(["b"]) == 5
+    assert sizer.cap(["b"]) == 4  # 10 records took 15 s: 6 s is 4 of them
