@@ -230,11 +230,10 @@ def test_a_backlog_of_four_million_new_words_drains_in_one_run_without_a_rebalan
     print(
         "batch sizes chosen (records per partition):", {str(sorted(k)): v for k, v in sizes.items()}
     )
-    print("batches:", len(progress), "longest:", max(p.batch_ms for p in progress), "ms")
+    print("batches:", len(progress), "ms:", [round(p.batch_ms) for p in progress])
     assert sum(p.records_in for p in progress) == len(lines)
-    assert max(p.batch_ms for p in progress) < 30_000 * 0.75, sorted(p.batch_ms for p in progress)[
-        -3:
-    ]
+    longest = sorted(p.batch_ms for p in progress)[-3:]
+    assert longest[-1] < 30_000 * 0.6, longest  # well inside max.poll.interval.ms
     assert app.metrics().total("rebalance-total", "consumer-coordinator-metrics") <= 1  # the join
     assert progress[-1].lag == 0
     # every word counted once: its count 1 went out (at least once)
