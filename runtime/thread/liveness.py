@@ -58,6 +58,7 @@ class ThreadLiveness:
         self.planner = planner
         self.reporter = reporter
         self.counters = counters
+        counters.setdefault(STALLED_TOTAL, 0)  # a metric from the start, 0 until a stall
         self.sizer = BatchSizer(config.max_poll_records, commit.batch_deadline_ms, name=name)
         #: The cap of the batch planned last (records per partition).
         self.cap = config.max_poll_records

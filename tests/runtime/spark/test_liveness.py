@@ -140,6 +140,10 @@ def test_no_gap_between_batches_while_input_waits_on_a_loaded_machine(
             hog.kill()
             hog.wait()
     gaps = gaps_while_lagging(progress)
+    print(
+        f"batches: {len(progress)}, gaps while records waited: {len(gaps)}, largest "
+        f"{max(gaps):.3f} s, median {sorted(gaps)[len(gaps) // 2]:.3f} s"
+    )
     assert len(progress) >= 200, len(progress)
     assert max(gaps) <= 2.0, sorted(gaps)[-5:]
     assert app.metrics().total("stalled-total", "stream-thread-metrics") == 0
