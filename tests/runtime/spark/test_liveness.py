@@ -203,8 +203,9 @@ def new_word_lines(lines: int, words: int = 16) -> list[tuple[str | None, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
 def test_a_backlog_of_four_million_new_words_drains_in_one_run_without_a_rebalance(
-    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture, guarantee: str
 ) -> None:
     """4 M distinct words in lines of 16, max.poll.records=50000, max.poll.interval.ms
     lowered to 30 s (a batch of 50,000 such lines a partition took 479 s): the thread
@@ -218,7 +219,7 @@ def test_a_backlog_of_four_million_new_words_drains_in_one_run_without_a_rebalan
         produce_lines(admin, WORDCOUNT.INPUT, lines[start : start + 25_000])
     config = {
         **WORDCOUNT.CONFIG,
-        "processing.guarantee": "at_least_once",
+        "processing.guarantee": guarantee,
         "topics.root": admin.root.uri,
         "state.dir": str(tmp_path / "state"),
         "group.initial.rebalance.delay.ms": 0,
