@@ -10,15 +10,16 @@ partition. The thread therefore keeps, for each kind of batch (the set of topics
 a source topic's batches and a repartition topic's draining batches cost differently), a
 cap on the records read per partition:
 
-* a kind's first batch reads at most :data:`FIRST_BATCH_RECORDS` per partition (its tasks
-  may be built then, and nothing is known of its records yet);
+* a kind's first batch reads at most :data:`FIRST_BATCH_RECORDS` per partition (Kafka's
+  default ``max.poll.records``: nothing is known of its records yet);
 * after each batch that read records, the cap is scaled by the batch's time against the
-  target (a fifth of the batch deadline): at most doubled after a batch that was full and
-  fast, cut in proportion after a slow one, whether it was full or not;
+  target (a fifth of the batch deadline): grown at most fourfold after a batch that was
+  full and fast, cut in proportion after a slow one, whether it was full or not (a batch
+  slow only because it opened or restored its stores costs a few smaller batches);
 * it never exceeds ``max.poll.records`` and never falls below one record.
 
-So a batch ends well inside its deadline whatever the data, and with cheap records the cap
-reaches ``max.poll.records`` within a few batches.
+So a batch ends well inside its deadline whatever the data; with Kafka's defaults nothing
+changes, and a large ``max.poll.records`` is reached within a few batches.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 #: What a kind of batch reads of each partition before anything was measured.
 FIRST_BATCH_RECORDS = 1000
 #: The most a cap grows after one batch.
-MAX_GROWTH = 2.0
+MAX_GROWTH = 4.0
 #: The share of the batch deadline a batch aims at.
 TARGET_SHARE = 0.2
 

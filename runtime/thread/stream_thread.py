@@ -187,9 +187,6 @@ class StreamThread:
         )
         #: Whether the thread's tasks ran once since start (built on their hosts).
         self._tasks_started = False
-        #: Whether the next batch builds tasks (the first, or the first after a new
-        #: assignment): its time says little about the batches after it.
-        self._new_tasks = True
         #: The running batch's lease on the files it reads, and its commit phase's seconds.
         self._lease = 0
         self._commit_seconds: float | None = None
@@ -259,7 +256,6 @@ class StreamThread:
         if owned is None:
             return
         self.owned = owned
-        self._new_tasks = True
         self.positions = self.commit.assigned(self.task_ids())
         self.reporter.reassigned(self.task_ids())
 
@@ -336,9 +332,7 @@ class StreamThread:
         """Tell the batch's figures; size the next batch; wake up for what is left."""
         self.batch_times.append(seconds)
         self.batches += 1
-        if not self._new_tasks:  # a batch that builds tasks is no measure of the next
-            self.liveness.measured(self.reads, seconds)
-        self._new_tasks = False
+        self.liveness.measured(self.reads, seconds)
         self.reporter.batch_done(
             batch_id,
             self.batches,
