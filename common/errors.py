@@ -160,6 +160,28 @@ class CombinedRecordsLateError(StreamsError):
     thread runs the batch again, in the same transaction, without combining."""
 
 
+class TaskMigratedError(StreamsError):
+    """This instance lost its tasks: a newer instance with the same transactional id (or a
+    newer group generation) took over, so its commit was refused. Nothing it staged
+    becomes visible. The runtime stops the stream thread whatever the uncaught exception
+    handler says (Kafka's ``TaskMigratedException``): close the zombie; the newer instance
+    carries on."""
+
+
+class GenerationFencedError(StreamsError):
+    """A stream thread's member is no longer its group's current member (it was paused past
+    its session timeout, left after ``max.poll.interval.ms``, or missed a rebalance), so its
+    tasks may belong to another member now. Inside a batch the runtime aborts the batch
+    and stops the thread with :class:`TaskMigratedError`; between batches (at_least_once's
+    waiting positions) it drops what it would have committed and rejoins."""
+
+
+class BatchRetryError(StreamsError):
+    """A task's batch cannot go on in this attempt of the Spark job (the host that ran its
+    earlier levels is gone, or a store turned out corrupt and was wiped): the runtime runs
+    the job again, in the same transaction, as for a lost worker."""
+
+
 class TaskCorruptedError(StreamsError):
     """A task's local state cannot be trusted: a store's committed changelog offset is ahead
     of its changelog, missing while the store holds data under exactly-once, or the

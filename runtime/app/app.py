@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from common.config import StreamsConfig
-from common.errors import StreamsError
+from common.errors import StreamsError, TaskMigratedError
 from common.metrics import MetricsSnapshot
 from runtime.app.app_state import (
     AppState,
@@ -70,7 +70,7 @@ from runtime.thread.guarantees import query_trigger_ms
 from runtime.thread.membership import ThreadMembership, task_partitions
 from runtime.thread.placement import shutdown_executor_hosts
 from runtime.thread.progress import BatchProgress
-from runtime.thread.shutdown import ApplicationShutdownError, TaskMigratedError
+from runtime.thread.shutdown import ApplicationShutdownError
 from runtime.thread.stream_thread import StreamThread
 from topology.graph.topology import Topology
 

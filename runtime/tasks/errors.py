@@ -1,6 +1,7 @@
 """Errors across the JVM: a task's exception carried to the driver through Spark, which
 passes only text (:func:`guarded` on the executor, :func:`task_error` on the driver), and
-the error that makes a batch's Spark job run again (:class:`BatchRetryError`)."""
+how the error that makes a batch's Spark job run again
+(:class:`~common.errors.BatchRetryError`) crosses it."""
 
 from __future__ import annotations
 
@@ -10,15 +11,9 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from common.errors import StreamsError, StreamsProcessingError
+from common.errors import BatchRetryError, StreamsProcessingError
 
 _ERROR_TAG = "streams-task-error:"
-
-
-class BatchRetryError(StreamsError):
-    """A task's batch cannot go on in this attempt of the Spark job (the host that ran its
-    earlier levels is gone, or a store turned out corrupt and was wiped): the job runs
-    again, untagged, as for a lost worker."""
 
 
 class TaskFailedError(Exception):

@@ -28,10 +28,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from common.errors import StreamsError
+from common.errors import BatchRetryError, StreamsError
 from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.tasks.collector import StagingCollector
-from runtime.tasks.errors import BatchRetryError
 from runtime.tasks.executor import executor_id, executor_state_dir
 from runtime.tasks.global_state import GlobalStores
 from runtime.tasks.partition_group import Processed, process_records

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 
 from common.config import StreamsConfig
+from common.errors import GenerationFencedError
 from runtime.storage.committer import ParticipantCommitter
 from runtime.storage.delta_sink import participant_committer, prepare, sink_table
 from runtime.storage.topics import TopicAdmin
@@ -22,7 +23,6 @@ from runtime.thread.commit import (
     now_ms,
     task_results,
 )
-from runtime.thread.membership import GenerationFencedError
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 
 from common.config import StreamsConfig
-from common.errors import ProducerFencedError, StreamsError
+from common.errors import GenerationFencedError, ProducerFencedError, StreamsError
 from runtime.storage.committer import StagedFile
 from runtime.storage.topics import TopicAdmin
 from runtime.thread.commit import (
@@ -26,7 +26,6 @@ from runtime.thread.commit import (
     task_results,
     task_results_by_task,
 )
-from runtime.thread.membership import GenerationFencedError
 from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.offsets import OffsetsStore, UnstableOffsetCommitError
 from runtime.txn.producer import ProducerState, TransactionalProducer

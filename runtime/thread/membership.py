@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from common.config import StreamsConfig
-from common.errors import StreamsError
+from common.errors import GenerationFencedError, StreamsError
 from runtime.group.assignors import Assignment, StreamsAssignor, Subscription, TopicPartition
 from runtime.group.coordinator import GroupCoordinator, GroupMember
 from runtime.group.errors import (
@@ -51,11 +51,6 @@ from runtime.storage.topics import TopicAdmin
 log = logging.getLogger(__name__)
 
 _TASK_DIR = re.compile(r"^\d+_\d+$")
-
-
-class GenerationFencedError(StreamsError):
-    """This member's generation is no longer the group's: its tasks may belong to another
-    member now (raised as ``TaskMigratedError`` by the stream thread)."""
 
 
 class ThreadMembership:

@@ -9,15 +9,13 @@ when it was written after that instance started.
 
 from __future__ import annotations
 
-from common.errors import ProducerFencedError, StreamsError
+from common.errors import (
+    GenerationFencedError,
+    ProducerFencedError,
+    StreamsError,
+    TaskMigratedError,
+)
 from runtime.storage.topics import TopicAdmin
-from runtime.thread.membership import GenerationFencedError
-
-
-class TaskMigratedError(StreamsError):
-    """This instance lost its tasks: a newer instance with the same transactional id (or a
-    newer group generation) took over, so its commit was refused. Nothing it staged
-    becomes visible. Close the zombie; the newer instance carries on."""
 
 
 def migrated(

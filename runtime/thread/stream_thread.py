@@ -36,7 +36,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from common.config import StreamsConfig
-from common.errors import ProducerFencedError
+from common.errors import GenerationFencedError, ProducerFencedError, TaskMigratedError
 from runtime.metrics import ThreadMetrics
 from runtime.spark import trigger_faults
 from runtime.spark.source_topics import PatternFollower
@@ -56,12 +56,12 @@ from runtime.thread.batch_levels import BatchLevels, WindowCombining, choose_lev
 from runtime.thread.commit import Batch, BatchCommit, CommitStrategy
 from runtime.thread.guarantees import commit_strategy
 from runtime.thread.liveness import ThreadLiveness
-from runtime.thread.membership import GenerationFencedError, ThreadMembership
+from runtime.thread.membership import ThreadMembership
 from runtime.thread.output_topics import OutputCatalog, has_topic_extractors
 from runtime.thread.placement import TaskPlacement
 from runtime.thread.progress import BatchReporter
 from runtime.thread.read_plan import BatchReads, ReadPlanner
-from runtime.thread.shutdown import TaskMigratedError, check_shutdown, migrated
+from runtime.thread.shutdown import check_shutdown, migrated
 from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from common.config import StreamsConfig
+from common.errors import GenerationFencedError
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.task_runner import POSITION
 from runtime.thread.commit import Batch
 from runtime.thread.commit_alos import AtLeastOnce
-from runtime.thread.membership import GenerationFencedError
 from runtime.txn.offsets import OffsetsStore
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.config import StreamsConfig
+from runtime.group.coordinator import GroupState
 from runtime.group.errors import GroupJoinTimeoutError, TopologyMismatchError
 from runtime.storage.topics import TopicAdmin
 from runtime.thread.membership import ThreadMembership, topology_fingerprint
@@ -101,8 +102,19 @@ def share(first: ThreadMembership, second: ThreadMembership, *, join: bool = Tru
     ]
     for thread in threads:
         thread.start()
+
+    def shared() -> bool:
+        group = first.coordinator.describe("app")
+        current = all(m.member.generation == group.generation for m in (first, second))
+        return (
+            group.state is GroupState.STABLE
+            and current
+            and len(group.members) == 2
+            and (len(first.owned) == len(second.owned) == 1)
+        )
+
     deadline = time.monotonic() + 60
-    while not (len(first.owned) == len(second.owned) == 1) and time.monotonic() < deadline:
+    while not shared() and time.monotonic() < deadline:
         time.sleep(0.05)
     stop.set()
     for thread in threads:
