@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TypeVar
 
 from common.errors import ConfigError, CoordinatorError, StorageError
 from runtime.group.assignors import Assignment
@@ -58,13 +58,9 @@ from runtime.storage.topics import TopicAdmin
 from runtime.txn.cas_log import CasLog
 from runtime.txn.coordinator import id_dir, now_ms
 
-if TYPE_CHECKING:
-    from runtime.group.member import GroupMember
-
 __all__ = [
     "GroupCoordinator",
     "GroupDescription",
-    "GroupMember",
     "GroupSnapshot",
     "GroupState",
     "JoinGroupRequest",
@@ -79,15 +75,6 @@ COMPACT_EVERY = 32
 KEEP_VERSIONS = 8
 _MAX_ATTEMPTS = 1000
 _T = TypeVar("_T")
-
-
-def __getattr__(name: str) -> Any:
-    """Re-export :class:`GroupMember` lazily (its module imports this one)."""
-    if name == "GroupMember":
-        from runtime.group.member import GroupMember
-
-        return GroupMember
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)

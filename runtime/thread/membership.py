@@ -40,12 +40,13 @@ from collections.abc import Callable, Mapping, Sequence
 from common.config import StreamsConfig
 from common.errors import GenerationFencedError, StreamsError
 from runtime.group.assignors import Assignment, StreamsAssignor, Subscription, TopicPartition
-from runtime.group.coordinator import GroupCoordinator, GroupMember
+from runtime.group.coordinator import GroupCoordinator
 from runtime.group.errors import (
     FencedInstanceIdError,
     GroupError,
     RebalanceInProgressError,
 )
+from runtime.group.member import GroupMember
 from runtime.storage.topics import TopicAdmin
 
 log = logging.getLogger(__name__)

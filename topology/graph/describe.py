@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 from topology.graph.graph import ProcessorSpec, SinkSpec, SourceSpec
-from topology.graph.topology import SubTopology, Topology
+
+if TYPE_CHECKING:  # annotations only: the topology imports this module
+    from topology.graph.topology import SubTopology, Topology
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from common.config import StreamsConfig
 from common.errors import ConfigError, TopologyError
 from common.serdes import serde_from_name
+from topology.graph.describe import TopologyDescription, describe
 from topology.graph.graph import (
     CopartitionGroup,
     GlobalStoreSpec,
@@ -30,9 +30,6 @@ from topology.graph.graph import (
 )
 from topology.graph.naming import CHANGELOG_TOPIC_SUFFIX
 from topology.graph.stores import StoreFactory
-
-if TYPE_CHECKING:
-    from topology.graph.describe import TopologyDescription
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +127,6 @@ class Topology:
 
     def describe(self) -> TopologyDescription:
         """Return the description; ``str()`` of it is Kafka's ``TopologyDescription`` text."""
-        from topology.graph.describe import describe
-
         return describe(self)
 
     def validate(self, config: StreamsConfig) -> None:

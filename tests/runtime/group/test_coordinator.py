@@ -13,7 +13,7 @@ import pytest
 import runtime.group.coordinator as coordinator_module
 from common.errors import ConfigError
 from runtime.group.assignors import Assignment, Subscription, TopicPartition, assignor_for
-from runtime.group.coordinator import GroupCoordinator, GroupMember
+from runtime.group.coordinator import GroupCoordinator
 from runtime.group.errors import (
     FencedInstanceIdError,
     GroupError,
@@ -27,6 +27,7 @@ from runtime.group.errors import (
     UnknownMemberIdError,
 )
 from runtime.group.join import JoinGroupRequest
+from runtime.group.member import GroupMember
 from runtime.group.state import GroupMetadata, GroupState
 from runtime.storage.topics import TopicAdmin
 
