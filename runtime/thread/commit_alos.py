@@ -57,6 +57,14 @@ class AtLeastOnce(CommitStrategy):
         """``max.poll.interval.ms`` (no transaction times out)."""
         return self.config.max_poll_interval_ms
 
+    def assigned(self, tasks: list[str]) -> Positions:
+        """A new assignment: positions still waiting (their commit before the rejoin
+        failed) are dropped, so none is ever committed for a partition another member
+        may own now; the thread reads on from the committed positions (at least once)."""
+        with self._lock:
+            self.pending = {}
+        return super().assigned(tasks)
+
     def commit_due_ms(self) -> int | None:
         """``commit.interval.ms`` after the last commit, while positions wait."""
         if not self.pending:

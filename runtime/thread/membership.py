@@ -11,7 +11,8 @@ reaches the new one in the next, so no task ever runs in two places at once.
 
 A background thread heartbeats every ``heartbeat.interval.ms``. It only *notes* that the
 group rebalances; the stream thread rejoins between batches (:meth:`poll`), when nothing
-is in flight, so revoking a task needs no extra commit: its last batch committed already.
+is in flight: a transaction committed with its batch already, and at_least_once commits
+its waiting positions first (Kafka's commit before revocation).
 A batch that runs longer than ``max.poll.interval.ms`` makes the member leave the group
 (Kafka's poll timeout), and its tasks move; the group's only member stays and warns (no
 other could take its tasks; its thread reads less per batch from then on).

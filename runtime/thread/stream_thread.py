@@ -348,7 +348,7 @@ class StreamThread:
         self._maybe_wake()
 
     def _plan_reads(self) -> bool:
-        """Choose the batch's levels and plan its reads from the committed positions;
+        """Choose the batch's levels and plan its reads from the thread's positions;
         return whether there is anything to read."""
         # read the new topics the trigger's pattern watch found, from now on
         self.patterns.follow(self.sources, self.reads_planner.add_sources)

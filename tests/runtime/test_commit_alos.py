@@ -72,6 +72,10 @@ def test_a_stale_generation_drops_the_positions_a_storage_error_keeps_them(
 
     assert not alos.commit_pending(fenced, force=True)
     assert alos.pending == {} and committed(admin) == {}  # the next owner reads them again
+    # after a rejoin whose commit failed, waiting positions are never committed later
+    alos.commit_batch(batch(15))
+    assert alos.assigned(["0_0"]) == {} and alos.pending == {}
+    assert not alos.commit_pending(lambda: None, force=True)
     # inside a batch whose commit falls due, a stale generation stops the thread
     # (TaskMigratedError): the batch's outputs are committed, its positions never are
     quick = strategy(admin, 1)
