@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import deltalake
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,8 +39,6 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    import deltalake
-
     return (
         f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()} "
         f"{platform.release()}, Python {platform.python_version()}, pyarrow {pa.__version__}, "

@@ -211,10 +211,11 @@ def open_task(
         task_id="0_0",
         partition=0,
         state_dir=state_dir,
-        app_config={"processing.guarantee": "exactly_once_v2", "statestore.snapshot.interval": 0},
+        app_config={"statestore.snapshot.interval": 0},
         changelog=_NullCollector(),
         changelog_reader=TopicChangelogReader(root),
         snapshots=snapshots,
+        transactional=True,
     )
     store = Stores.key_value_store_builder(
         Stores.persistent_key_value_store("big"), Serdes.Bytes(), Serdes.Bytes()

@@ -50,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from modes import load_wordcount, percentile, produce, run_mode
 from produce_consume import machine
+from pyspark.sql import functions as fn
 
 from runtime.spark.session import get_or_create_session
 from runtime.storage.producer import Producer
@@ -164,8 +165,6 @@ def streams_counts(root: str, topic: str) -> Counter[str]:
 
 def run_spark(spark: Any, work: str, input_dir: str, *, turn: int, args: Any) -> dict[str, Any]:
     """Run the word count in Spark's own operators over every input file; time it."""
-    from pyspark.sql import functions as fn
-
     spark.conf.set("spark.sql.shuffle.partitions", str(args.partitions))
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     files = sum(

@@ -182,6 +182,21 @@ class BatchRetryError(StreamsError):
     the job again, in the same transaction, as for a lost worker."""
 
 
+class StoreIOError(StreamsError):
+    """A store's local files could not be opened, read or written (disk full, permissions,
+    corrupted files). Under exactly-once the task is treated as corrupted: its directory is
+    wiped and rebuilt from snapshot + changelog; otherwise check the state directory."""
+
+
+class StoreCorruptedError(StoreIOError):
+    """RocksDB found a store's local files damaged (a block's checksum does not match, a
+    file is cut short) while the task read or wrote them. Raised by the store, where
+    RocksDB's status is read. The runtime treats it as Kafka treats a
+    ``TaskCorruptedException``: the task host closes the task, wipes its directory and
+    runs the batch again (:class:`BatchRetryError`); the task rebuilds its stores from
+    their snapshot and the changelog, which holds every committed write."""
+
+
 class TaskCorruptedError(StreamsError):
     """A task's local state cannot be trusted: a store's committed changelog offset is ahead
     of its changelog, missing while the store holds data under exactly-once, or the

@@ -25,6 +25,11 @@ batch's transaction: they become visible exactly when the batch's outputs and po
 After ``FAIL`` the batch is abandoned and its dead letters with it (as Kafka under
 exactly-once; Kafka under at-least-once would have sent them).
 
+This module holds :class:`ExceptionHandlers`, a task's three handlers; the contract is
+:mod:`common.handlers_api`, the built-in handlers and dead letters
+:mod:`common.handlers_builtin`, the names a key accepts :mod:`common.handlers_names`. Every
+public name is importable from here.
+
 Example (a user handler, configured as ``processing.exception.handler``)::
 
     class SkipValueErrors:
@@ -36,15 +41,40 @@ Example (a user handler, configured as ``processing.exception.handler``)::
 
 from __future__ import annotations
 
-import enum
-import importlib
-import logging
-import traceback
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Literal, NamedTuple, Protocol, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from common.errors import ConfigError, StreamsError
+from common.errors import StreamsError
+from common.handlers_api import (
+    DEAD_LETTER_QUEUE_TOPIC,
+    HEADER_EXCEPTION,
+    HEADER_MESSAGE,
+    HEADER_OFFSET,
+    HEADER_PARTITION,
+    HEADER_STACKTRACE,
+    HEADER_TOPIC,
+    DeserializationExceptionHandler,
+    ErrorHandlerContext,
+    Kind,
+    Origin,
+    ProcessingExceptionHandler,
+    ProducerRecord,
+    ProductionExceptionHandler,
+    RawRecord,
+    Response,
+    Result,
+    context_prefix,
+)
+from common.handlers_builtin import (
+    DefaultProductionExceptionHandler,
+    LogAndContinueExceptionHandler,
+    LogAndContinueProcessingExceptionHandler,
+    LogAndContinueProductionExceptionHandler,
+    LogAndFailExceptionHandler,
+    LogAndFailProcessingExceptionHandler,
+    build_dead_letter_queue_record,
+)
+from common.handlers_names import check_handler, load_handler, short_name
 
 __all__ = [
     "DEAD_LETTER_QUEUE_TOPIC",
@@ -63,6 +93,7 @@ __all__ = [
     "LogAndContinueProductionExceptionHandler",
     "LogAndFailExceptionHandler",
     "LogAndFailProcessingExceptionHandler",
+    "Origin",
     "ProcessingExceptionHandler",
     "ProducerRecord",
     "ProductionExceptionHandler",
@@ -73,411 +104,6 @@ __all__ = [
     "check_handler",
     "load_handler",
 ]
-
-log = logging.getLogger(__name__)
-
-DEAD_LETTER_QUEUE_TOPIC: Final = "errors.dead.letter.queue.topic.name"
-HEADER_EXCEPTION: Final = "__streams.errors.exception"
-HEADER_MESSAGE: Final = "__streams.errors.message"
-HEADER_STACKTRACE: Final = "__streams.errors.stacktrace"
-HEADER_TOPIC: Final = "__streams.errors.topic"
-HEADER_PARTITION: Final = "__streams.errors.partition"
-HEADER_OFFSET: Final = "__streams.errors.offset"
-
-Kind: TypeAlias = Literal["deserialization", "processing", "production"]
-Origin: TypeAlias = Literal["key", "value"]
-Headers: TypeAlias = tuple[tuple[str, bytes | None], ...]
-
-
-class Result(enum.Enum):
-    """What the task does after a handler ran (Kafka's ``Result``; ``CONTINUE`` is the
-    pre-4.1 name of ``RESUME``)."""
-
-    RESUME = "RESUME"
-    FAIL = "FAIL"
-    RETRY = "RETRY"
-    CONTINUE = "RESUME"  # an alias of RESUME
-
-
-class ProducerRecord(NamedTuple):
-    """A record to produce: a dead letter, or the record a sink failed to produce (its
-    ``key`` and ``value`` are bytes, except for ``handle_serialization_error``, which gets
-    them as the sink received them, unserialized, as Kafka's)."""
-
-    topic: str
-    key: Any
-    value: Any
-    timestamp: int
-    headers: Headers = ()
-    partition: int | None = None
-
-
-class RawRecord(NamedTuple):
-    """An input record as read, before deserialization (Kafka's
-    ``ConsumerRecord<byte[], byte[]>``)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """A handler's answer: the :class:`Result` and the dead-letter records to send."""
-
-    result: Result
-    dead_letter_queue_records: tuple[ProducerRecord, ...] = ()
-
-    @classmethod
-    def resume(cls, records: Iterable[ProducerRecord] | None = None) -> Response:
-        """Drop the record and go on (after sending ``records``)."""
-        return cls(Result.RESUME, tuple(records or ()))
-
-    @classmethod
-    def fail(cls, records: Iterable[ProducerRecord] | None = None) -> Response:
-        """Stop the task (``records`` are sent, then abandoned with the batch)."""
-        return cls(Result.FAIL, tuple(records or ()))
-
-    @classmethod
-    def retry(cls) -> Response:
-        """Retry the failed operation (production only; here it fails: see the module)."""
-        return cls(Result.RETRY)
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorHandlerContext:
-    """Where the error happened (Kafka's ``ErrorHandlerContext``).
-
-    ``topic``/``partition``/``offset``/``headers`` are the input record's (None inside a
-    punctuator); ``source_raw_key``/``source_raw_value`` are its bytes as read (None when
-    unknown: punctuation, cache flushes).
-    """
-
-    topic: str | None
-    partition: int | None
-    offset: int | None
-    headers: Headers | None
-    processor_node_id: str
-    task_id: str
-    timestamp: int
-    source_raw_key: bytes | None = None
-    source_raw_value: bytes | None = None
-
-
-class DeserializationExceptionHandler(Protocol):
-    """Decides about an input record that cannot be deserialized."""
-
-    def handle_error(
-        self, context: ErrorHandlerContext, record: RawRecord, exception: Exception
-    ) -> Response | Result:
-        """Return RESUME to skip the record, FAIL to stop."""
-        ...
-
-
-class ProcessingExceptionHandler(Protocol):
-    """Decides about a record whose processing raised (``record`` None: a punctuator)."""
-
-    def handle_error(
-        self, context: ErrorHandlerContext, record: Any, exception: Exception
-    ) -> Response | Result:
-        """Return RESUME to drop the record at the failing node, FAIL to stop."""
-        ...
-
-
-class ProductionExceptionHandler(Protocol):
-    """Decides about a record a sink cannot send. A user class may define only one of the
-    two methods; the other then fails, as Kafka's defaults."""
-
-    def handle_error(
-        self, context: ErrorHandlerContext, record: ProducerRecord, exception: Exception
-    ) -> Response | Result:
-        """The collector refused the record: RESUME drops it, FAIL stops."""
-        ...
-
-    def handle_serialization_error(
-        self,
-        context: ErrorHandlerContext,
-        record: ProducerRecord,
-        exception: Exception,
-        origin: Origin,
-    ) -> Response | Result:
-        """The sink's key (``origin`` "key") or value serde failed."""
-        ...
-
-
-# -- dead-letter records -------------------------------------------------------------------
-
-
-def exception_name(exc: BaseException) -> str:
-    """Return the exception's qualified class name (``builtins.ValueError``)."""
-    kind = type(exc)
-    return f"{kind.__module__}.{kind.__qualname__}"
-
-
-def build_dead_letter_queue_record(
-    topic: str,
-    key: bytes | None,
-    value: bytes | None,
-    context: ErrorHandlerContext,
-    exception: BaseException,
-) -> ProducerRecord:
-    """Return the dead letter of a failed record: ``key``/``value`` (normally the raw
-    input's), the input's headers, then the error headers (class, message, stack trace,
-    and the input's topic, partition and offset), as Kafka's ``ExceptionHandlerUtils``."""
-    trace = "".join(traceback.format_exception(exception))
-    errors = (
-        (HEADER_EXCEPTION, exception_name(exception)),
-        (HEADER_MESSAGE, str(exception)),
-        (HEADER_STACKTRACE, trace),
-        (HEADER_TOPIC, str(context.topic)),
-        (HEADER_PARTITION, str(context.partition)),
-        (HEADER_OFFSET, str(context.offset)),
-    )
-    headers = tuple(context.headers or ()) + tuple((k, v.encode()) for k, v in errors)
-    return ProducerRecord(topic, key, value, context.timestamp, headers)
-
-
-class _BuiltIn:
-    """Reads ``errors.dead.letter.queue.topic.name`` in ``configure`` (Kafka's
-    ``Configurable``) and builds the dead letter of a failed record when it is set."""
-
-    def __init__(self) -> None:
-        self.dead_letter_queue_topic: str | None = None
-
-    def configure(self, configs: Mapping[str, Any]) -> None:
-        """Remember the dead-letter topic (empty: none)."""
-        self.dead_letter_queue_topic = str(configs.get(DEAD_LETTER_QUEUE_TOPIC) or "") or None
-
-    def dead_letters(
-        self, context: ErrorHandlerContext, exception: Exception
-    ) -> tuple[ProducerRecord, ...]:
-        """Return the dead letter of the failed input record, or nothing without a DLQ."""
-        topic = self.dead_letter_queue_topic
-        if topic is None:
-            return ()
-        key, value = context.source_raw_key, context.source_raw_value
-        return (build_dead_letter_queue_record(topic, key, value, context, exception),)
-
-
-def _where(context: ErrorHandlerContext) -> str:
-    return (
-        f"[task {context.task_id}] node={context.processor_node_id} topic={context.topic} "
-        f"partition={context.partition} offset={context.offset}"
-    )
-
-
-class LogAndFailExceptionHandler(_BuiltIn):
-    """Deserialization: log the error and stop (the default)."""
-
-    def handle_error(
-        self, context: ErrorHandlerContext, record: RawRecord, exception: Exception
-    ) -> Response:
-        """Log at ERROR and fail."""
-        log.error("%s deserialization failed; failing: %s", _where(context), exception)
-        return Response.fail(self.dead_letters(context, exception))
-
-
-class LogAndContinueExceptionHandler(_BuiltIn):
-    """Deserialization: log the error, skip the record, go on."""
-
-    def handle_error(
-        self, context: ErrorHandlerContext, record: RawRecord, exception: Exception
-    ) -> Response:
-        """Log at WARNING and resume."""
-        log.warning("%s deserialization failed; skipping: %s", _where(context), exception)
-        return Response.resume(self.dead_letters(context, exception))
-
-
-class LogAndFailProcessingExceptionHandler(_BuiltIn):
-    """Processing: log the error and stop (the default)."""
-
-    def handle_error(
-        self, context: ErrorHandlerContext, record: Any, exception: Exception
-    ) -> Response:
-        """Log at ERROR and fail."""
-        log.error("%s processing failed; failing: %r", _where(context), exception)
-        return Response.fail(self.dead_letters(context, exception))
-
-
-class LogAndContinueProcessingExceptionHandler(_BuiltIn):
-    """Processing: log the error, drop the record at the failing node, go on."""
-
-    def handle_error(
-        self, context: ErrorHandlerContext, record: Any, exception: Exception
-    ) -> Response:
-        """Log at WARNING and resume."""
-        log.warning("%s processing failed; dropping: %r", _where(context), exception)
-        return Response.resume(self.dead_letters(context, exception))
-
-
-class DefaultProductionExceptionHandler(_BuiltIn):
-    """Production: stop on every error (the default, as Kafka's)."""
-
-    def handle_error(
-        self, context: ErrorHandlerContext, record: ProducerRecord, exception: Exception
-    ) -> Response:
-        """Fail."""
-        return Response.fail(self.dead_letters(context, exception))
-
-    def handle_serialization_error(
-        self,
-        context: ErrorHandlerContext,
-        record: ProducerRecord,
-        exception: Exception,
-        origin: Origin,
-    ) -> Response:
-        """Fail."""
-        return Response.fail(self.dead_letters(context, exception))
-
-
-class LogAndContinueProductionExceptionHandler(_BuiltIn):
-    """Production: log the error, drop the output record, go on (KIP-1348's proposal;
-    Kafka itself ships no such handler)."""
-
-    def handle_error(
-        self, context: ErrorHandlerContext, record: ProducerRecord, exception: Exception
-    ) -> Response:
-        """Log at WARNING and resume."""
-        log.warning("%s cannot send to %s; dropping: %s", _where(context), record.topic, exception)
-        return Response.resume(self.dead_letters(context, exception))
-
-    def handle_serialization_error(
-        self,
-        context: ErrorHandlerContext,
-        record: ProducerRecord,
-        exception: Exception,
-        origin: Origin,
-    ) -> Response:
-        """Log at WARNING and resume."""
-        log.warning(
-            "%s cannot serialize the %s for %s; dropping: %s",
-            _where(context),
-            origin,
-            record.topic,
-            exception,
-        )
-        return Response.resume(self.dead_letters(context, exception))
-
-
-# -- names ---------------------------------------------------------------------------------
-
-_KAFKA: Final = "org.apache.kafka.streams.errors."
-_BUILT_INS: Final[dict[Kind, dict[str, type[_BuiltIn]]]] = {
-    "deserialization": {
-        "log-and-fail": LogAndFailExceptionHandler,
-        "log-and-continue": LogAndContinueExceptionHandler,
-    },
-    "processing": {
-        "log-and-fail": LogAndFailProcessingExceptionHandler,
-        "log-and-continue": LogAndContinueProcessingExceptionHandler,
-    },
-    "production": {
-        "log-and-fail": DefaultProductionExceptionHandler,
-        "log-and-continue": LogAndContinueProductionExceptionHandler,
-    },
-}
-_METHODS: Final[dict[Kind, tuple[str, ...]]] = {
-    "deserialization": ("handle_error",),
-    "processing": ("handle_error",),
-    "production": ("handle_error", "handle_serialization_error"),
-}
-#: What each handler key allows, for configuration errors.
-ALLOWED: Final = {
-    kind: "log-and-fail, log-and-continue"
-    + (" (log-and-fail is also called default)" if kind == "production" else "")
-    + f", Kafka's class names ({', '.join(c.__name__ for c in names.values())}), or the "
-    f"import path (pkg.module.Name or pkg.module:Name) of a class with "
-    f"{' and/or '.join(_METHODS[kind])}"
-    for kind, names in _BUILT_INS.items()
-}
-
-
-def _short_name(kind: Kind, value: str) -> str | None:
-    """Return the built-in short name ``value`` stands for, or None for a user path."""
-    text = value.strip()
-    short = text.lower().replace("_", "-")
-    names = _BUILT_INS[kind]
-    if short in names:
-        return short
-    if kind == "production" and short == "default":
-        return "log-and-fail"
-    simple = text.removeprefix(_KAFKA)
-    for name, cls in names.items():
-        if simple == cls.__name__:
-            return name
-    return None
-
-
-def _import(path: str) -> Any:
-    module_name, sep, attr_path = path.partition(":") if ":" in path else path.rpartition(".")
-    if not module_name or not sep or not attr_path:
-        raise ValueError("not a built-in name nor an import path")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise ValueError(f"cannot import {module_name} ({type(exc).__name__}: {exc})") from exc
-    for part in attr_path.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{module_name} has no attribute {attr_path}")
-        obj = getattr(obj, part)
-    return obj
-
-
-def _instantiate(kind: Kind, obj: Any, path: str) -> Any:
-    methods = _METHODS[kind]
-    has_method = any(callable(getattr(obj, m, None)) for m in methods)
-    if isinstance(obj, type) or (callable(obj) and not has_method):
-        try:
-            obj = obj()
-        except Exception as exc:
-            raise ValueError(
-                f"calling {path} with no arguments failed ({type(exc).__name__}: {exc})"
-            ) from exc
-    if not any(callable(getattr(obj, m, None)) for m in methods):
-        raise ValueError(
-            f"{path} gives a {type(obj).__name__}, which has no {' or '.join(methods)}"
-        )
-    return obj
-
-
-def check_handler(kind: Kind, value: str) -> str:
-    """Return the canonical form of a handler key's value (a short name, or the import path
-    unchanged); raise ValueError saying why the value is refused (its class cannot be
-    imported, cannot be built with no arguments, or lacks the handler method)."""
-    short = _short_name(kind, value)
-    if short is not None:
-        return short
-    path = value.strip()
-    _instantiate(kind, _import(path), path)
-    return path
-
-
-def load_handler(kind: Kind, value: str, configs: Mapping[str, Any]) -> Any:
-    """Build the handler a configuration value names and ``configure(configs)`` it.
-
-    Raises:
-        ConfigError: the value is refused (see :func:`check_handler`).
-    """
-    short = _short_name(kind, value)
-    try:
-        handler = (
-            _BUILT_INS[kind][short]()
-            if short is not None
-            else _instantiate(kind, _import(value.strip()), value.strip())
-        )
-    except ValueError as exc:
-        raise ConfigError(f"{kind}.exception.handler: {exc} (got {value!r})") from exc
-    configure = getattr(handler, "configure", None)
-    if callable(configure):
-        configure(configs)
-    return handler
-
-
-# -- the task's bundle -------------------------------------------------------------------
 
 
 class ExceptionHandlers:
@@ -499,7 +125,7 @@ class ExceptionHandlers:
         self.processing = load_handler("processing", names["processing"], configs)
         self.production = load_handler("production", names["production"], configs)
         self.dead_letter_queue_topic = str(configs.get(DEAD_LETTER_QUEUE_TOPIC) or "") or None
-        defaults = all(_short_name(k, n) == "log-and-fail" for k, n in names.items())
+        defaults = all(short_name(k, n) == "log-and-fail" for k, n in names.items())
         self.needs_raw_input = self.dead_letter_queue_topic is not None or not defaults
         self.resumes_processing = self.dead_letter_queue_topic is not None or (
             type(self.processing) is not LogAndFailProcessingExceptionHandler
@@ -543,8 +169,8 @@ class ExceptionHandlers:
             answer = fn(context, *args)
         except Exception as exc:
             raise StreamsError(
-                f"{_where(context)}: the {kind} exception handler {self.names[kind]} raised "
-                f"{type(exc).__name__}: {exc} (fatal user code error in the error callback)"
+                f"{context_prefix(context)}: the {kind} exception handler {self.names[kind]} "
+                f"raised {type(exc).__name__}: {exc} (fatal user code error in the error callback)"
             ) from exc
         if isinstance(answer, Result):
             answer = Response(answer)
@@ -552,7 +178,7 @@ class ExceptionHandlers:
             answer.result is Result.RETRY and kind != "production"
         ):
             raise StreamsError(
-                f"{_where(context)}: the {kind} exception handler {self.names[kind]} returned "
-                f"{answer!r}; return a common.handlers.Response (resume() or fail())"
+                f"{context_prefix(context)}: the {kind} exception handler {self.names[kind]} "
+                f"returned {answer!r}; return a common.handlers.Response (resume() or fail())"
             )
         return answer

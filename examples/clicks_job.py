@@ -28,6 +28,7 @@ import os
 import random
 import time
 
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as fn
 
@@ -179,8 +180,6 @@ def main() -> None:
 
 def table_rows(root: str) -> dict[tuple[str, int], int]:
     """The Delta table's rows: (country, window start ms) -> clicks."""
-    from deltalake import DeltaTable
-
     rows = DeltaTable(os.path.join(root, "tables", TABLE)).to_pyarrow_table().to_pylist()
     return {(r["key"], int(r["window_start"].timestamp() * 1000)): r["value"] for r in rows}
 
@@ -196,8 +195,6 @@ def check(root: str, clicks: list[tuple[str, str, int]]) -> None:
 
 def show(spark: SparkSession, root: str) -> None:
     """Print the busiest windows, read back as an ordinary Delta table (pandas here)."""
-    from deltalake import DeltaTable
-
     frame = DeltaTable(os.path.join(root, "tables", TABLE)).to_pandas()
     top = frame.sort_values(["value", "window_start"], ascending=[False, True]).head(5)
     print(top[["key", "window_start", "window_end", "value"]].to_string(index=False))

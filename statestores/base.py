@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 
-from common.errors import StreamsError
+from common.errors import StoreCorruptedError, StoreIOError
 from statestores.rocksdb_options import store_options
 from statestores.sorted_keys import SortedKeys
 
@@ -25,12 +25,6 @@ META_CF = "meta"
 
 #: Read every block of a store once when it opens (see ``RocksDBBase.verify``).
 VERIFY_KEY = "statestore.verify.on.open"
-
-
-class StoreIOError(StreamsError):
-    """A store's local files could not be opened, read or written (disk full, permissions,
-    corrupted files). Under exactly-once the task is treated as corrupted: its directory is
-    wiped and rebuilt from snapshot + changelog; otherwise check the state directory."""
 
 
 class Base(Protocol):
@@ -114,6 +108,22 @@ class MemoryBase:
         """Drop nothing: an in-memory store lives as long as its object."""
 
 
+def rocksdb_error(what: str, exc: Exception) -> StoreIOError:
+    """The store error for ``exc``, which RocksDB raised ``what`` (``cannot write ...``).
+
+    rocksdict raises RocksDB's ``Status`` as a plain exception whose text starts with the
+    status code; a ``Corruption`` status becomes a :class:`StoreCorruptedError`, which
+    the runtime recognises by its type. Call it where RocksDB is called, ``raise ... from
+    exc``.
+    """
+    corrupt = str(exc).startswith(_CORRUPTION) or f" {_CORRUPTION}" in str(exc)
+    return (StoreCorruptedError if corrupt else StoreIOError)(f"{what}: {exc}")
+
+
+#: How RocksDB's status text names a corrupt file.
+_CORRUPTION = "Corruption:"
+
+
 def _scan(handle: Any) -> str | None:
     """Iterate over every entry of ``handle`` (a database or column family); return the
     error that stopped it, if any (an iterator ends at a corrupt block: only its status
@@ -170,7 +180,7 @@ class RocksDBBase:
         problem = _scan(self.db) or _scan(self.meta)
         if problem is not None:
             self.close()
-            raise StoreIOError(f"RocksDB store at {self.path} is corrupt: {problem}")
+            raise StoreCorruptedError(f"RocksDB store at {self.path} is corrupt: {problem}")
 
     def items(
         self, lo: bytes | None, hi: bytes | None, reverse: bool
@@ -216,7 +226,7 @@ class RocksDBBase:
         try:
             self.db.write(batch)
         except Exception as exc:
-            raise StoreIOError(f"cannot write RocksDB store at {self.path}: {exc}") from exc
+            raise rocksdb_error(f"cannot write RocksDB store at {self.path}", exc) from exc
 
     def get_meta(self, key: bytes) -> bytes | None:
         """Return a metadata value."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from statestores.base import StoreIOError
+from common.errors import StoreIOError
 
 CHECKPOINT_FILE = ".checkpoint"
 _VERSION = 0

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from statestores.base import StoreIOError
+from common.errors import StoreIOError
 from statestores.protocols import SnapshotStorage
 
 log = logging.getLogger(__name__)

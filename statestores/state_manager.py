@@ -30,9 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import StreamsError, TaskCorruptedError
+from common.errors import StoreIOError, StreamsError, TaskCorruptedError
 from statestores.api import ChangelogCollector, StateStore
-from statestores.base import StoreIOError
 from statestores.bytes_layer import bottom
 from statestores.checkpoint import OffsetCheckpoint
 from statestores.logging_layer import ChangeLoggingBytesStore
@@ -52,7 +51,6 @@ SNAPSHOT_INTERVAL_KEY = "statestore.snapshot.interval"
 SNAPSHOTS_KEPT_KEY = "statestore.snapshots.kept"
 DEFAULT_SNAPSHOT_INTERVAL = 100
 RESTORE_BATCH = 10_000
-_EOS = ("exactly_once", "exactly_once_v2", "exactly_once_beta")
 
 
 @dataclass
@@ -79,6 +77,8 @@ class ProcessorStateManager:
         timestamp: returns the timestamp of the record being processed.
         restore_listener: told about restore progress.
         commit_requester: called when a store's uncommitted bytes pass the limit.
+        transactional: the stores commit in transactions (an exactly-once guarantee):
+            no checkpoint file, a store with data but no committed offset is corrupted.
     """
 
     def __init__(
@@ -96,6 +96,7 @@ class ProcessorStateManager:
         timestamp: Callable[[], int] | None = None,
         restore_listener: StateRestoreListener | None = None,
         commit_requester: Callable[[], None] | None = None,
+        transactional: bool = False,
     ) -> None:
         self._application_id = application_id
         self._task_id = task_id
@@ -114,7 +115,7 @@ class ProcessorStateManager:
         self._timestamp = timestamp or (lambda: 0)
         self.listener = restore_listener
         self._commit_requester = commit_requester
-        self.eos = str(app_config.get("processing.guarantee", "at_least_once")) in _EOS
+        self.transactional = transactional
         self.snapshot_interval = int(
             app_config.get(SNAPSHOT_INTERVAL_KEY, DEFAULT_SNAPSHOT_INTERVAL)
         )
@@ -221,7 +222,7 @@ class ProcessorStateManager:
             entry.bottom.commit(offsets.get(name))
         self.commit_requested = False
         self._commits += 1
-        if not self.eos and self.checkpoint is not None:
+        if not self.transactional and self.checkpoint is not None:
             current = self._offsets()
             if current != self._written:  # nothing new: the file already says it
                 self.checkpoint.write(current)
@@ -332,9 +333,9 @@ class ProcessorStateManager:
         b = entry.bottom
         if not _is_empty(b):
             checkpointed = self._checkpointed.get((entry.topic, self._partition))
-            if self.eos or checkpointed is None:
+            if self.transactional or checkpointed is None:
                 # under EOS it may hold uncommitted data; under ALOS replay from the start
-                if self.eos:
+                if self.transactional:
                     raise self._corrupted(f"store {b.name} has data but no committed offset")
                 return start
             return checkpointed
@@ -429,7 +430,7 @@ class ProcessorStateManager:
         except StreamsError as exc:
             log.warning("[task %s] ignoring checkpoint: %s", self._task_id, exc)
             offsets = {}
-        if self.eos:  # Kafka deletes it under EOS; offsets live in the stores
+        if self.transactional:  # Kafka deletes it under EOS; offsets live in the stores
             self.checkpoint.delete()
         return offsets
 

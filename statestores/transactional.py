@@ -30,8 +30,9 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
+from common.errors import StoreIOError
 from statestores.api import StateStoreContext
-from statestores.base import Base, MemoryBase, RocksDBBase, StoreIOError, destroy
+from statestores.base import Base, MemoryBase, RocksDBBase, destroy, rocksdb_error
 from statestores.merge import merge_sorted
 from statestores.sorted_keys import SortedKeys
 
@@ -163,16 +164,30 @@ class TransactionalBytesStore:
     # -- reads and writes ----------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
-        """Return the value of ``key``, uncommitted writes included."""
+        """Return the value of ``key``, uncommitted writes included.
+
+        Raises:
+            StoreCorruptedError: RocksDB met a damaged block; StoreIOError: another failure.
+        """
         overlay = self._overlay
         if key in overlay:
             return overlay[key]
-        return self._base.get(key)
+        try:
+            return self._base.get(key)
+        except Exception as exc:
+            raise rocksdb_error(f"cannot read store {self._name}", exc) from exc
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        """The value of each key, uncommitted writes included."""
+        """The value of each key, uncommitted writes included.
+
+        Raises:
+            StoreCorruptedError: RocksDB met a damaged block; StoreIOError: another failure.
+        """
         overlay, get = self._overlay, self._base.get
-        return [overlay[key] if key in overlay else get(key) for key in keys]
+        try:
+            return [overlay[key] if key in overlay else get(key) for key in keys]
+        except Exception as exc:
+            raise rocksdb_error(f"cannot read store {self._name}", exc) from exc
 
     def put_many(
         self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]

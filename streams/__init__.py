@@ -166,12 +166,8 @@ if TYPE_CHECKING:
     from runtime.storage.topics import TopicAdmin
     from runtime.txn.producer import TransactionalProducer
     from statestores.api import Window, Windowed
-    from streams.testkit.driver import (
-        TestInputTopic,
-        TestOutputTopic,
-        TestRecord,
-        TopologyTestDriver,
-    )
+    from streams.testkit.driver import TopologyTestDriver
+    from streams.testkit.topics import TestInputTopic, TestOutputTopic, TestRecord
     from topology.api.options import (
         Consumed,
         Grouped,

@@ -10,7 +10,7 @@ from typing import Any
 from streams.testkit.driver import *  # noqa: F403
 
 #: Names of :mod:`streams.crash.harness` re-exported here, imported on first use (the harness
-#: pulls in the storage and Spark runtime, which the driver alone does not need).
+#: pulls in the storage and Spark runtime, pyspark included, which the driver does not need).
 _CRASHTEST_NAMES = frozenset(
     {"CrashReport", "CrashTest", "CrashTestError", "InputRecord", "crashtest", "load_jsonl"}
 )
@@ -19,7 +19,7 @@ _CRASHTEST_NAMES = frozenset(
 def __getattr__(name: str) -> Any:
     """Return a name of the crash harness (``from streams.testing import crashtest``)."""
     if name in _CRASHTEST_NAMES:
-        from streams.crash import harness
+        from streams.crash import harness  # noqa: PLC0415 - pyspark; the driver alone needs none
 
         return getattr(harness, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

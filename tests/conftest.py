@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
+from pyspark.sql import SparkSession
 
+from runtime.spark.session import get_or_create_session
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 
 @pytest.fixture
@@ -43,8 +41,6 @@ def reader(root: str) -> TopicReader:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local[2] SparkSession for the whole test session (started on first use)."""
-    from runtime.spark.session import get_or_create_session
-
     session = get_or_create_session("spark-streams-eos-tests", master="local[2]")
     yield session
     session.stop()

@@ -17,7 +17,10 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import boto3
 import pytest
+
+from runtime.storage.fs import register_storage_options
 
 ACCESS_KEY = "streams-test"
 SECRET_KEY = "streams-test-secret"
@@ -46,8 +49,6 @@ class S3Server:
 
     def new_bucket(self) -> str:
         """Create a bucket; return its name."""
-        import boto3
-
         name = f"streams-{uuid.uuid4().hex[:12]}"
         client = boto3.client(
             "s3",
@@ -102,8 +103,6 @@ def s3_server() -> Iterator[S3Server]:
 @pytest.fixture
 def s3_root(s3_server: S3Server) -> str:
     """A storage root in a new bucket, its options registered in this process."""
-    from runtime.storage.fs import register_storage_options
-
     root = f"s3://{s3_server.new_bucket()}/root"
     register_storage_options(root, s3_server.options())
     return root

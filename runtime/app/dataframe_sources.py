@@ -45,6 +45,7 @@ from common.columns import epoch_millis
 from common.errors import ConfigError, InvalidPartitionsError, StreamsError
 from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
+from topology.graph.graph import SourceSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -319,8 +320,6 @@ def first_failure(sources: list[DataFrameIngest]) -> BaseException | None:
 def topology_source_topics(topology: Topology) -> frozenset[str]:
     """Return the topics the topology's sources name (not patterns, not internal ones):
     the names a DataFrame source may take."""
-    from topology.graph.graph import SourceSpec  # the planning side never imports this
-
     return frozenset(
         topic
         for spec in topology.nodes.values()

@@ -12,9 +12,11 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pyspark import cloudpickle
+
 from runtime.app.app_state import AppState
 from runtime.app.instance_status import InstanceStatus, store_rows
-from runtime.app.store_queries import QueryableStore, StoreCatalog, query_of
+from runtime.app.store_queries import QueryableStore, StoreCatalog, catalog_path, query_of
 from runtime.metrics import StreamsMetrics, ThreadMetrics, store_scopes
 from runtime.metrics_http import MetricsServer
 from runtime.thread.progress import BatchProgress
@@ -45,7 +47,9 @@ class AppInsight:
         root, follow its state, serve its metrics (``metrics.port``)."""
         app = self.app
         self._status = InstanceStatus(app.admin, app.application_id, app.process_id, self._describe)
-        StoreCatalog.of(app.topology, app.config).write(app.admin)
+        catalog = StoreCatalog.of(app.topology, app.config)
+        data = cloudpickle.dumps(catalog)  # type: ignore[no-untyped-call]
+        app.admin.root.write_bytes(catalog_path(app.admin, app.application_id), data)
         if app.config.metrics_port:
             self._server = MetricsServer(self.metrics.snapshot, app.config.metrics_port)
 

@@ -60,6 +60,13 @@ SETTLE_S = 2.0
 CATALOG = "queryable-stores.pickle"
 
 
+def catalog_path(admin: TopicAdmin, application_id: str) -> str:
+    """Where the application keeps its store catalog (``_apps/<application.id>/``): the
+    running application writes it with Spark's cloudpickle (plain pickle cannot take
+    lambdas), ``streams-eos state`` reads it with plain pickle, without Spark."""
+    return admin.root.path("_apps", application_id, CATALOG)
+
+
 @dataclass(frozen=True)
 class StoreCatalog:
     """An application's stores as a query needs them: each store's factory (kind, serdes,
@@ -82,13 +89,6 @@ class StoreCatalog:
         }
         return cls(config.application_id, properties, stores)
 
-    def write(self, admin: TopicAdmin) -> None:
-        """Keep the catalog under the root (``_apps/<application.id>/``)."""
-        from pyspark import cloudpickle  # Spark's copy (plain pickle cannot take lambdas)
-
-        path = admin.root.path("_apps", self.application_id, CATALOG)
-        admin.root.write_bytes(path, cloudpickle.dumps(self))  # type: ignore[no-untyped-call]
-
     @classmethod
     def read(cls, admin: TopicAdmin, application_id: str) -> StoreCatalog:
         """The catalog the application kept.
@@ -96,7 +96,7 @@ class StoreCatalog:
         Raises:
             InvalidStateStoreError: none was kept, or it cannot be loaded here.
         """
-        data = admin.root.read_bytes(admin.root.path("_apps", application_id, CATALOG))
+        data = admin.root.read_bytes(catalog_path(admin, application_id))
         if data is None:
             raise InvalidStateStoreError(
                 f"application {application_id!r} has kept no store catalog under "
@@ -149,6 +149,7 @@ class _Replica:
             app_config=app_config,
             changelog_reader=TopicChangelogReader(admin),
             snapshots=RootSnapshotStorage(admin.root),
+            transactional=config.eos_enabled,
         )
         builder: Any = factory.builder(config)
         # no cache: a cache would keep answering what it read before a catch-up

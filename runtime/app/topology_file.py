@@ -10,6 +10,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pyspark import cloudpickle
+
 from common.config import StreamsConfig
 from common.errors import ConfigError, StreamsError
 from common.serdes import JsonSerde
@@ -59,15 +61,10 @@ def load_topology_file(path: str) -> ModuleType:
             f"topology file {path} defines no build_topology() function; add one that "
             "returns StreamsBuilder().build()"
         )
-    try:
-        # PySpark pickles with its own vendored copy: registering with a separately
-        # installed cloudpickle would not reach it, and the workers, which cannot import
-        # FILE, would fail on its top-level classes and functions.
-        from pyspark import cloudpickle
-
-        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
-    except ImportError:  # pragma: no cover - a dependency of the project
-        pass
+    # PySpark pickles with its own vendored copy: registering with a separately installed
+    # cloudpickle would not reach it, and the workers, which cannot import FILE, would fail
+    # on its top-level classes and functions.
+    cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
     return module
 
 

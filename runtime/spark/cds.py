@@ -36,6 +36,8 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import pyspark
+
 log = logging.getLogger(__name__)
 
 CDS_DIR_ENV = "STREAMS_CDS_DIR"
@@ -128,8 +130,6 @@ def _java() -> str | None:
 
 def _key(java: str, conf: Mapping[str, str]) -> str:
     """Name an archive after everything that decides whether the JVM could use it."""
-    import pyspark
-
     jars = os.path.join(os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__), "jars")
     parts = [java, _stamp(java), pyspark.__version__, jars, _stamp(jars)]
     parts += [f"{k}={os.environ.get(k, '')}" for k in _JVM_ENV]

@@ -22,6 +22,7 @@ import sys
 import warnings
 from collections.abc import Mapping
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from common.conf import LOG4J2_FILE, LOG_FILE_ENV
@@ -113,8 +114,6 @@ def submitted_conf() -> dict[str, str] | None:
     runs already, with ``--master`` and ``--conf`` as system properties); else None."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return None
-    from pyspark import SparkConf, SparkContext
-
     SparkContext._ensure_initialized()  # connects to spark-submit's JVM
     return dict(SparkConf().getAll())
 
@@ -136,8 +135,6 @@ def _let_jvm_exit(proc: subprocess.Popen[bytes] | None, timeout_s: float = 60.0)
 def _stop_accumulator_server() -> None:
     """Stop PySpark's accumulator server before the JVM goes: its handler would otherwise
     read the closed connection and print an EOFError traceback at exit."""
-    from pyspark import SparkContext
-
     context = SparkContext._active_spark_context
     server = getattr(context, "_accumulatorServer", None)
     if server is not None:

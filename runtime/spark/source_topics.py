@@ -20,12 +20,10 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from runtime.storage.topics import TopicAdmin
-
-if TYPE_CHECKING:  # the source's planning process imports this module: no topology there
-    from topology.graph.topology import Topology
+from topology.graph.graph import SourceSpec
+from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +39,6 @@ class PatternSource:
 
 def pattern_sources(topology: Topology) -> list[PatternSource]:
     """Return the topology's pattern sources (of its non-global sub-topologies)."""
-    from topology.graph.graph import SourceSpec  # (see the imports above)
-
     out = []
     for sub in topology.task_subtopologies():
         for name in sub.sources:
@@ -75,8 +71,6 @@ def match_patterns(
 
 def offset_resets(topology: Topology, topics: Iterable[str], application_id: str) -> dict[str, str]:
     """Return the source's own reset policy of each of ``topics`` that has one."""
-    from topology.graph.graph import SourceSpec  # (see the imports above)
-
     out: dict[str, str] = {}
     for sub in topology.task_subtopologies():
         for name in sub.sources:

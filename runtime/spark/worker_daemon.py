@@ -23,6 +23,8 @@ import importlib
 import sys
 import traceback
 
+from pyspark.daemon import manager
+
 #: The worker module whose daemon preloads (Spark passes it as the first argument).
 UDF_WORKER = "pyspark.worker"
 
@@ -53,7 +55,6 @@ def main() -> None:
     """Preload (for the UDF workers' daemon only), then run PySpark's daemon."""
     if len(sys.argv) < 2 or sys.argv[1] == UDF_WORKER:
         preload()
-    from pyspark.daemon import manager
 
     # PySpark's daemon runs a full collection in a reused worker after every Spark task:
     # with the preloaded modules that scan is most of a short task's cost. Imported

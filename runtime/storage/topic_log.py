@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from common.errors import StorageError, UnknownTopicError
 from runtime.storage.delta_log import LogEntry, read_entry
 from runtime.storage.fs import StorageRoot
@@ -146,8 +148,6 @@ class TopicLog:
         return newer
 
     def _count_rows(self, path: str) -> int:
-        import pyarrow.parquet as pq
-
         full = path if "://" in path else f"{self.table_path}/{path}"
         with self.root.fs.open_input_file(full) as f:
             return int(pq.ParquetFile(f).metadata.num_rows)

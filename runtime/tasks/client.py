@@ -2,9 +2,9 @@
 
 :func:`run_on_host` finds the host of a task through the executor's host server (starting
 the server when there is none), sends the batch's plan and records, and returns the rows
-the host answers. The topology and configuration, the same for every batch, travel once
-per host: each request names them by a key the driver computed once, and the host asks
-for them only when it does not know that key yet.
+the host answers. The thread's plan (topology, configuration, owner), the same for every
+batch, travels once per host: each request names it by its key, and the host asks for it
+only when it does not know that key yet.
 
 A host that dies in the middle of a request (killed, out of memory) costs a retry here:
 the server forks a new one, which rebuilds the task from its committed state (a prepared
@@ -12,7 +12,7 @@ batch of the dead host's transaction is settled by the outcomes the driver sends
 
 On a cluster a task lives on one executor: the driver's plan names, for each task, the
 executor whose host committed its last batch (``BatchPlan.placement``, from the
-:data:`~runtime.tasks.task_runner.PLACED` rows each visit returns). A worker of another
+:data:`~runtime.tasks.contract.PLACED` rows each visit returns). A worker of another
 executor sends the visit there over TCP, so a task's stores are opened on one executor only
 while it stays there, wherever Spark runs its Spark task. When that executor cannot be
 reached (it was lost), the worker's own executor takes the task over: its host restores
@@ -22,8 +22,6 @@ the stores from their snapshot and the changelog's tail, and the next plan names
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import logging
 import os
 import pickle
@@ -33,9 +31,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
-from pyspark import cloudpickle
 
 from common.errors import StreamsError
+from runtime.tasks.contract import BatchPlan, cloud_dumps
 from runtime.tasks.executor import DRIVER, advertised_address, executor_id, executor_state_dir
 from runtime.tasks.protocol import (
     SERVER_SOCKET,
@@ -53,12 +51,10 @@ from runtime.tasks.server import fork_server
 
 log = logging.getLogger(__name__)
 
-#: Fields of a batch plan that are the same for every batch: sent once per host.
-STATIC_FIELDS = ("topology", "config")
 ATTEMPTS = 4
 SERVER_START_S = 30.0
 
-_last_plan: list[Any] = [None, b""]  # plan, its pickled per-batch fields
+_last_plan: list[Any] = [None, b""]  # plan, its pickled fields of the batch
 
 
 class TaskHostError(StreamsError):
@@ -67,7 +63,7 @@ class TaskHostError(StreamsError):
 
 
 def run_on_host(  # noqa: PLR0917 - one visit of one task
-    plan: Any,
+    plan: BatchPlan,
     subtopology_id: int,
     partition: int,
     pieces: Sequence[InputPiece],
@@ -83,7 +79,7 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
     Raises:
         the task's own exception, re-raised as the host sent it; or TaskHostError.
     """
-    config = plan.config
+    config = plan.thread.config
     executor = executor_id()
     directory = socket_dir(executor_state_dir(config.state_dir), config.application_id)
     task_id = f"{subtopology_id}_{partition}"
@@ -96,7 +92,7 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
         "topics": topics,
         "level": level,
         "earlier": earlier or [],
-        "static_key": plan.static_key,
+        "thread_key": plan.thread.key,
         "plan": _dynamic(plan),
         "secret": plan.host_secret,
     }
@@ -135,7 +131,7 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
 
 
 def _run_remote(
-    server: str, task_id: str, header: dict[str, Any], plan: Any, body: list[Any]
+    server: str, task_id: str, header: dict[str, Any], plan: BatchPlan, body: list[Any]
 ) -> tuple[dict[str, Any], bytes]:
     """Send the visit to ``task_id``'s host on the executor whose server is at ``server``.
 
@@ -154,13 +150,13 @@ def _run_remote(
 
 
 def _exchange(
-    sock: socket.socket, header: dict[str, Any], plan: Any, body: list[Any]
+    sock: socket.socket, header: dict[str, Any], plan: BatchPlan, body: list[Any]
 ) -> tuple[dict[str, Any], bytes]:
     """Send the visit on ``sock``; return the host's answer and its payload."""
     send_frame(sock, header, body)
     answer, payload = recv_frame(sock)
-    if answer.get("need_static"):  # a new host: the topology and configuration, once
-        send_frame(sock, {**header, "static": static_bytes(plan)}, body)
+    if answer.get("need_thread"):  # a new host: the thread plan, once
+        send_frame(sock, {**header, "thread": plan.thread.pickled()}, body)
         answer, payload = recv_frame(sock)
     return answer, payload
 
@@ -187,44 +183,22 @@ def _error(answer: dict[str, Any]) -> BaseException:
     return StreamsError(str(answer.get("message", "the task host failed")))
 
 
-def static_bytes(plan: Any) -> bytes:
-    """The fields of ``plan`` that are the same for every batch (topology, configuration),
-    pickled with their functions by value."""
-    return _cloud_dumps({name: getattr(plan, name) for name in STATIC_FIELDS})
-
-
-def static_key(topology: Any, config: Any) -> str:
-    """Name a plan's static part, ``topology`` and ``config`` (the driver computes it once
-    per thread)."""
-    return hashlib.sha1(_cloud_dumps({"topology": topology, "config": config})).hexdigest()
-
-
-def _dynamic(plan: Any) -> bytes:
-    """Return the per-batch fields of ``plan``, pickled (cached for the last plan: every
+def _dynamic(plan: BatchPlan) -> bytes:
+    """Return the batch's own fields of ``plan``, pickled (cached for the last plan: every
     task of a Spark task shares it)."""
     if _last_plan[0] is plan:
         data: bytes = _last_plan[1]
         return data
-    fields = {
-        f.name: getattr(plan, f.name)
-        for f in dataclasses.fields(plan)
-        if f.name not in STATIC_FIELDS
-    }
+    fields = plan.batch_fields()
     try:
         data = pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError):
-        data = _cloud_dumps(fields)
+        data = cloud_dumps(fields)
     _last_plan[:] = [plan, data]
     return data
 
 
-def _cloud_dumps(obj: object) -> bytes:
-    """Pickle ``obj`` with its functions (a topology's lambdas) by value."""
-    data: bytes = cloudpickle.dumps(obj)  # type: ignore[no-untyped-call]
-    return data
-
-
-def _ensure_host(directory: str, task_id: str, plan: Any, executor: str) -> None:
+def _ensure_host(directory: str, task_id: str, plan: BatchPlan, executor: str) -> None:
     """Have the server fork ``task_id``'s host if it has none alive (starting the server
     when there is none)."""
     deadline = time.monotonic() + SERVER_START_S

@@ -50,7 +50,7 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,11 +60,13 @@ from common.errors import StreamsError
 from runtime.storage.fs import StorageRoot
 from runtime.storage.reader import FileSlice, TopicReader, read_slices
 from runtime.storage.slices import TopicSlices
+from runtime.tasks.contract import BatchPlan
 from runtime.tasks.executor import executor_state_dir
 from statestores.api import StateStore
 from statestores.state_directory import StateDirectory, TaskDirectoryLockedError
 from topology.engine.read_only_stores import read_only
 from topology.engine.task import StreamTask
+from topology.engine.task_commit import AtLeastOnceTaskCommit
 from topology.graph.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -103,20 +105,9 @@ def plan_globals(reader: TopicReader, topics: Sequence[str]) -> tuple[TopicSlice
 # -- executor side ----------------------------------------------------------------------------
 
 
-class GlobalPlan(Protocol):
-    """What :meth:`GlobalStores.for_plan` needs of a batch plan."""
-
-    @property
-    def topology(self) -> Topology: ...
-
-    @property
-    def config(self) -> StreamsConfig: ...
-
-    @property
-    def root(self) -> str: ...
-
-    @property
-    def globals(self) -> tuple[TopicSlices, ...]: ...
+#: Global stores apply what they read at once: every process reads every global record,
+#: none commits it in a transaction.
+_COMMIT = AtLeastOnceTaskCommit()
 
 
 class _NoOutputs:
@@ -251,7 +242,9 @@ class GlobalStateManager:
                 read += self._apply(item, at)
                 self.positions[(item.topic, item.partition)] = item.end
             for task in {id(t): t for t in self._tasks.values()}.values() if read else ():
-                task.commit()  # caches and stores flush: what tasks read is complete
+                # caches and stores flush: what tasks read is complete
+                task.prepare_commit()
+                _COMMIT.end_batch(task, None, worked=True)
         except BaseException:
             self._broken = True
             raise
@@ -347,7 +340,7 @@ class GlobalStores:
     _lock = threading.Lock()
 
     @classmethod
-    def for_plan(cls, plan: GlobalPlan) -> Mapping[str, StateStore]:
+    def for_plan(cls, plan: BatchPlan) -> Mapping[str, StateStore]:
         """Return the global stores for a batch's tasks, brought up to ``plan.globals``
         (read-only views; empty when the topology has no global store).
 
@@ -362,13 +355,14 @@ class GlobalStores:
                 # a new topology of the application replaces the old one's stores
                 for stale in [k for k in cls._managers if k[:3] == key[:3] and k[3] != key[3]]:
                     cls._managers.pop(stale).release()
-                manager = GlobalStateManager(plan.topology, plan.config, plan.root)
+                thread = plan.thread
+                manager = GlobalStateManager(thread.topology, thread.config, thread.root)
                 cls._managers[key] = manager
             manager.update(plan.globals)
             return manager.stores
 
     @classmethod
-    def manager(cls, plan: GlobalPlan) -> GlobalStateManager | None:
+    def manager(cls, plan: BatchPlan) -> GlobalStateManager | None:
         """Return the process's manager for ``plan``'s application, if built."""
         with cls._lock:
             return cls._managers.get(cls._key(plan))
@@ -382,12 +376,13 @@ class GlobalStores:
             manager.release()
 
     @classmethod
-    def _key(cls, plan: GlobalPlan) -> tuple[str, ...]:
+    def _key(cls, plan: BatchPlan) -> tuple[str, ...]:
         """(root, state dir, application id, topology description, configuration): one
         manager each."""
-        config = plan.config
-        shape = cls._shapes.get(plan.topology)
+        thread = plan.thread
+        config = thread.config
+        shape = cls._shapes.get(thread.topology)
         if shape is None:  # once per unpickled topology, not once per task
-            shape = cls._shapes[plan.topology] = str(plan.topology.describe())
+            shape = cls._shapes[thread.topology] = str(thread.topology.describe())
         state_dir = executor_state_dir(config.state_dir)
-        return (plan.root, state_dir, config.application_id, shape, config.model_dump_json())
+        return (thread.root, state_dir, config.application_id, shape, config.model_dump_json())

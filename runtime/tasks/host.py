@@ -26,7 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.acero  # Arrow's grouping, loaded before hosts fork
+import pyarrow.compute as pc
+from pyspark import cloudpickle  # noqa: F401 - unpickling a topology needs it
+
+import statestores.stores  # noqa: F401 - a task's stores
 from runtime.storage.fs import register_storage_options
+from runtime.tasks.contract import ROW_SCHEMA, BatchPlan, ThreadPlan
 from runtime.tasks.manager import TaskManager
 from runtime.tasks.protocol import (
     PeerGoneError,
@@ -36,7 +43,6 @@ from runtime.tasks.protocol import (
     recv_frame,
     send_frame,
 )
-from runtime.tasks.task_runner import ROW_SCHEMA, BatchPlan
 from topology.engine.columnar import collection_paused
 
 log = logging.getLogger(__name__)
@@ -50,17 +56,9 @@ class _StopError(Exception):
 
 
 def warm_up() -> None:
-    """Import what the task engine imports on first use (Arrow's compute functions load
-    pandas when first called, its grouping lives in Acero; a task's topology is unpickled
-    with Spark's cloudpickle; the stores' module is imported by a task's first build), so
-    that every host forked afterwards has it already."""
-    import pyarrow as pa
-    import pyarrow.acero
-    import pyarrow.compute as pc
-    from pyspark import cloudpickle  # noqa: F401 - unpickling a topology needs it
-
-    import statestores.stores  # noqa: F401 - a task's stores
-
+    """Load what the task engine loads on first use, so that every host forked afterwards
+    has it already: Arrow's compute functions load pandas when first called (this module
+    imports the rest at its top: Acero, cloudpickle, the stores' module)."""
     column = pa.array(["warm"], pa.string())
     pc.filter(column, pc.equal(column, "warm"))
 
@@ -110,13 +108,13 @@ def _raise_stop(signum: int, frame: Any) -> None:
 
 @dataclass
 class _Known:
-    """What a host keeps between requests besides its tasks: the static part of the last
-    plan (topology and configuration, by key), the secrets that open a TCP connection,
+    """What a host keeps between requests besides its tasks: the last thread plan (by
+    its key), the secrets that open a TCP connection,
     and its server's TCP address (named in every answer)."""
 
     secrets: list[str]
     server: str
-    statics: dict[str, Any] = field(default_factory=dict)
+    threads: dict[str, ThreadPlan] = field(default_factory=dict)
 
 
 def _handle(conn: socket.socket, manager: TaskManager, known: _Known) -> bool:
@@ -132,15 +130,15 @@ def _handle(conn: socket.socket, manager: TaskManager, known: _Known) -> bool:
     if secret and conn.family == socket.AF_UNIX and secret not in known.secrets:
         known.secrets.append(secret)  # from this executor's worker: trusted
     try:
-        static = known.statics.get(header["static_key"])
-        if static is None and header.get("static") is None:
-            send_frame(conn, {"need_static": True})
+        thread = known.threads.get(header["thread_key"])
+        if thread is None and header.get("thread") is None:
+            send_frame(conn, {"need_thread": True})
             header, body = recv_frame(conn)
-        if static is None:
-            static = pickle.loads(header["static"])
-            known.statics = {header["static_key"]: static}
-        plan = BatchPlan(**static, **pickle.loads(header["plan"]))
-        register_storage_options(plan.root, plan.config.storage_options)
+        if thread is None:
+            thread = pickle.loads(header["thread"])
+            known.threads = {header["thread_key"]: thread}
+        plan = BatchPlan(thread=thread, **pickle.loads(header["plan"]))
+        register_storage_options(thread.root, thread.config.storage_options)
         with collection_paused():  # the whole visit: processing, flushes, packing
             rows = _run(manager, plan, header, body)
     except (PeerGoneError, BrokenPipeError):
@@ -163,7 +161,7 @@ def _run(manager: TaskManager, plan: BatchPlan, header: dict[str, Any], body: An
         plan,
         header["subtopology"],
         header["partition"],
-        decode_inputs(plan.root, header.get("inputs", ()), body),
+        decode_inputs(plan.thread.root, header.get("inputs", ()), body),
         header["topics"],
         header.get("level", 0),
         header.get("earlier", []),

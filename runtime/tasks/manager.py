@@ -23,35 +23,36 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from common.errors import BatchRetryError, StreamsError
+from common.errors import BatchRetryError, StoreCorruptedError, StreamsError
 from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
+from runtime.storage.committer import StagedFile
 from runtime.tasks.collector import StagingCollector
-from runtime.tasks.executor import executor_id, executor_state_dir
-from runtime.tasks.global_state import GlobalStores
-from runtime.tasks.partition_group import Processed, process_records
-from runtime.tasks.task_runner import (
-    METRIC,
-    POSITION,
+from runtime.tasks.contract import (
     PREPARED,
-    ROW_SCHEMA,
     STATS,
     WAKE,
     BatchPlan,
     PlanOutcomes,
     encode_stats,
     file_row,
+    metric_row,
     open_row,
     pack,
+    position_rows,
+    record_batch,
 )
+from runtime.tasks.executor import executor_id, executor_state_dir
+from runtime.tasks.global_state import GlobalStores
+from runtime.tasks.partition_group import Processed, process_records
 from statestores.api import StateStore
 from statestores.state_directory import StateDirectory
 from statestores.state_manager import ProcessorStateManager
 from topology.engine.task import StreamTask
+from topology.engine.task_commit import TaskCommit
 from topology.engine.task_creator import ActiveTaskCreator, TaskServices
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,8 @@ class LiveTask:
     collector: StagingCollector
     owner: str
     directory: StateDirectory | None
+    #: How its stores commit (chosen once, from the guarantee).
+    commit: TaskCommit
     #: The transaction whose writes the stores hold prepared, until its outcome is known.
     prepared: tuple[str, int] | None = None
     #: A batch visiting the task at several levels: (owner, batch) and the levels run so
@@ -124,7 +127,7 @@ class TaskManager:
         live = self.live.get(task_id)
         continuing = (
             live is not None
-            and live.open_batch == (plan.owner, plan.batch)
+            and live.open_batch == (plan.thread.owner, plan.batch)
             and level > max(live.open_levels, default=-1)
             and set(earlier or ()) <= set(live.open_levels)
         )
@@ -186,12 +189,12 @@ class TaskManager:
             live.open_held_back += done.held_back
         live.task.prepare_commit()
         inline = self._drain(plan, live, level)
-        if live.open_batch != (plan.owner, plan.batch):
+        if live.open_batch != (plan.thread.owner, plan.batch):
             live.open_levels = []
-        live.open_batch = (plan.owner, plan.batch)
+        live.open_batch = (plan.thread.owner, plan.batch)
         live.open_levels.append(level)
         task_id = live.task.task_id
-        out = [pa.RecordBatch.from_pylist([open_row(plan, task_id, partition, level)], ROW_SCHEMA)]
+        out = record_batch([open_row(plan, task_id, partition, level)])
         out.extend(
             pack(plan, topic, target, partition, _placed(topic, target, chunk))
             for topic, target, chunk in inline
@@ -214,7 +217,7 @@ class TaskManager:
             topics,
             positions=plan.positions,
             truncated=plan.truncated,
-            wait=plan.config.max_task_idle_ms >= 0,
+            wait=plan.thread.config.max_task_idle_ms >= 0,
         )
         for topic, rows in done.spilled:
             live.collector.spill(topic, partition, rows)
@@ -261,17 +264,7 @@ class TaskManager:
             e.bottom.pending_changes() for e in manager.stores.values()
         )
         worked = bool(consumed or files or inline or punctuated or pending)
-        if manager is not None and transaction is None:
-            # at_least_once: state may run ahead of the outputs after a crash; the store
-            # then finds itself ahead of its changelog and is rebuilt from it.
-            manager.prepare_commit(None)
-            manager.commit()
-        elif worked and transaction is not None:
-            if manager is not None:
-                manager.prepare_commit(*transaction)
-            live.prepared = transaction
-        if transaction is None:
-            task.post_commit()
+        live.prepared = live.commit.end_batch(task, transaction, worked=worked)
         return self._rows(plan, live, partition, files, consumed, held_back, inline, worked)
 
     def _rows(  # noqa: PLR0917 - the parts of one result
@@ -279,7 +272,7 @@ class TaskManager:
         plan: BatchPlan,
         live: LiveTask,
         partition: int,
-        files: list[tuple[str, Any]],
+        files: list[tuple[str, StagedFile]],
         consumed: dict[tuple[str, int], int],
         held_back: int,
         inline: list[tuple[str, int, pa.Table]],
@@ -287,34 +280,24 @@ class TaskManager:
     ) -> list[pa.RecordBatch]:
         task = live.task
         task_id = task.task_id
-        rows: list[dict[str, Any]] = [file_row(task_id, topic, f) for topic, f in files]
-        rows.extend(
-            {"kind": POSITION, "task": task_id, "topic": t, "partition": p, "offset": o}
-            for (t, p), o in consumed.items()
-        )
+        rows = [file_row(task_id, topic, f) for topic, f in files]
+        rows.extend(position_rows(task_id, consumed))
         figures, gauges = task.take_stats()
         if figures or gauges:
             rows.append({"kind": STATS, "task": task_id, "value": encode_stats(figures, gauges)})
         if held_back:
-            rows.append(
-                {
-                    "kind": METRIC,
-                    "task": task_id,
-                    "topic": "held-back-records-total",
-                    "count": held_back,
-                }
-            )
+            rows.append(metric_row("held-back-records-total", held_back, task_id))
         for name, total in self.counters.items():
             delta = total - self._reported_counters.get(name, 0)
             if delta:
-                rows.append({"kind": METRIC, "task": task_id, "topic": name, "count": delta})
+                rows.append(metric_row(name, delta, task_id))
         self._reported_counters = dict(self.counters)
         if worked and live.prepared is not None:
             rows.append({"kind": PREPARED, "task": task_id})
         due = task.next_wall_clock_punctuation()
         if due is not None:
             rows.append({"kind": WAKE, "task": task_id, "timestamp": due})
-        out = [pa.RecordBatch.from_pylist(rows, schema=ROW_SCHEMA)] if rows else []
+        out = record_batch(rows)
         for topic, target, chunk in inline:
             out.append(pack(plan, topic, target, partition, _placed(topic, target, chunk)))
         return out
@@ -324,8 +307,12 @@ class TaskManager:
     def _settle(self, live: LiveTask, plan: BatchPlan) -> bool:
         """Settle the previous batch of ``live``; return whether the task carries on."""
         task_id = live.task.task_id
-        if live.owner != plan.owner:
-            log.info("[task %s] new owner %s: rebuilding from committed state", task_id, plan.owner)
+        if live.owner != plan.thread.owner:
+            log.info(
+                "[task %s] new owner %s: rebuilding from committed state",
+                task_id,
+                plan.thread.owner,
+            )
             self.close(task_id, dirty=True)
             return False
         placed = plan.placement.get(task_id)
@@ -340,7 +327,7 @@ class TaskManager:
         if live.prepared is None:
             return True
         outcome = plan.outcomes.get(live.prepared)
-        if outcome is not True:
+        if not live.commit.settle(live.task, live.prepared, outcome):
             log.info(
                 "[task %s] transaction %s/%s %s: rebuilding from committed state",
                 task_id,
@@ -349,10 +336,6 @@ class TaskManager:
             )
             self.close(task_id, dirty=True)
             return False
-        manager = live.manager
-        if manager is not None:
-            manager.commit()
-        live.task.post_commit()
         live.prepared = None
         return True
 
@@ -363,9 +346,9 @@ class TaskManager:
         partition: int,
         global_stores: Mapping[str, StateStore],
     ) -> LiveTask:
-        config, topology = plan.config, plan.topology
+        config, topology = plan.thread.config, plan.thread.topology
         task_id = f"{subtopology_id}_{partition}"
-        collector = StagingCollector(plan.root, plan.outputs, plan.staging_dir)
+        collector = StagingCollector(plan.thread.root, plan.outputs, plan.staging_dir)
         has_stores = bool(topology.subtopology(subtopology_id).stores)
         directory = (
             StateDirectory(executor_state_dir(config.state_dir), config.application_id)
@@ -377,9 +360,9 @@ class TaskManager:
             topology,
             config,
             services=TaskServices(
-                changelog_reader=TopicChangelogReader(plan.root),
+                changelog_reader=TopicChangelogReader(plan.thread.root),
                 transaction_outcomes=self.outcomes,
-                snapshots=RootSnapshotStorage(plan.root),
+                snapshots=RootSnapshotStorage(plan.thread.root),
                 # snapshots are the driver's decision (BatchPlan.snapshot)
                 snapshot_interval=0,
                 # a batch's repartition records are counted in the same transaction
@@ -389,7 +372,7 @@ class TaskManager:
         task = creator.create(
             subtopology_id, partition, collector, state_dir=state_dir, global_stores=global_stores
         )
-        live = LiveTask(task, collector, plan.owner, directory)
+        live = LiveTask(task, collector, plan.thread.owner, directory, creator.task_commit)
         self.live[task_id] = live
         try:
             task.initialize()
@@ -409,7 +392,7 @@ class TaskManager:
             ]
             self._count(STORE_RESTORED, len(restored))
             self._count(RESTORED_RECORDS, sum(manager.restored.values()))
-        log.info("[task %s] created for owner %s", task_id, plan.owner)
+        log.info("[task %s] created for owner %s", task_id, plan.thread.owner)
         return live
 
     def close(self, task_id: str, *, dirty: bool, wipe: bool = False) -> None:
@@ -447,15 +430,13 @@ class TaskManager:
 LOCK_WAIT_MS = 30_000
 
 
-def corruption_of(error: BaseException) -> str | None:
-    """RocksDB's report of a corrupt file, when ``error`` (or what caused it) is one."""
+def corruption_of(error: BaseException) -> StoreCorruptedError | None:
+    """The :class:`StoreCorruptedError` behind ``error`` (itself, or what caused it: a
+    processor's error wraps the store's), if any."""
     seen: BaseException | None = error
     for _ in range(8):
-        if seen is None:
-            return None
-        text = str(seen)
-        if "Corruption:" in text:
-            return text.strip().splitlines()[0]
+        if seen is None or isinstance(seen, StoreCorruptedError):
+            return seen
         seen = seen.__cause__ or seen.__context__
     return None
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
-import importlib
 import logging
 import os
 import select
@@ -35,6 +34,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 
 from runtime.tasks.executor import DRIVER, EXECUTOR_ENV
 from runtime.tasks.protocol import (
@@ -64,10 +64,19 @@ class HostServer:
         directory: the socket directory (:func:`socket_dir`).
         watch_pid: the process whose end ends the server (0: none).
         ip: the executor's address, to listen on TCP there too (None: Unix sockets only).
+        serve_host: what a forked host runs (:func:`runtime.tasks.host.serve`).
     """
 
-    def __init__(self, directory: str, watch_pid: int, ip: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: str,
+        watch_pid: int,
+        ip: str | None = None,
+        *,
+        serve_host: Callable[..., None],
+    ) -> None:
         self.directory = directory
+        self.serve_host = serve_host
         self.watch_pid = watch_pid
         self.ip = ip
         self.hosts: dict[str, int] = {}
@@ -150,9 +159,7 @@ class HostServer:
                 for inherited in (self.listener, self.tcp):
                     if inherited is not None:
                         inherited.close()
-                from runtime.tasks import host  # imported by main() already
-
-                host.serve(listener, server_pid, task_id, tcp, self.secrets, self.address)
+                self.serve_host(listener, server_pid, task_id, tcp, self.secrets, self.address)
             except BaseException:
                 log.exception("[task host %s] failed", task_id)
                 code = 1
@@ -242,11 +249,13 @@ def main(argv: list[str]) -> int:
     # its zipped pyspark first on the path, which is compiled at every import (a zip holds
     # no bytecode cache): an installed pyspark, when there is one, comes first instead.
     sys.path.sort(key=lambda entry: entry.endswith(".zip"))
-    importlib.import_module("runtime.tasks.host").warm_up()
+    from runtime.tasks import host  # noqa: PLC0415 - the engine loads once this listens
+
+    host.warm_up()
     # what is imported lives as long as the process: the collector never scans it again,
     # in this server or in the hosts forked from it (a full collection in a host would)
     gc.freeze()
-    server = HostServer(directory, watch_pid, ip)
+    server = HostServer(directory, watch_pid, ip, serve_host=host.serve)
     server.listener = listener
     server.serve()
     return 0

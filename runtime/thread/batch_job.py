@@ -32,16 +32,9 @@ from pyspark.sql.types import StructType, _parse_datatype_string
 
 from common.errors import CombinedRecordsLateError, StreamsError
 from runtime.spark.locality import executor_hosts, group_partitions, located_rows
+from runtime.tasks.contract import METRIC, RECORD, ROW_DDL, WAKE, BatchPlan
 from runtime.tasks.errors import guarded, task_error
-from runtime.tasks.task_runner import (
-    METRIC,
-    RECORD,
-    ROW_DDL,
-    WAKE,
-    BatchPlan,
-    run_inner_level,
-    run_source_level,
-)
+from runtime.tasks.task_runner import run_inner_level, run_source_level
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +70,8 @@ def run_batch_job(
         uncombined = 0
     except CombinedRecordsLateError as exc:
         if not plan.combine_windows:
-            raise StreamsError(f"[{plan.owner}] {exc} (it combined none: a bug)") from exc
-        log.info("[%s] %s", plan.owner, exc)
+            raise StreamsError(f"[{plan.thread.owner}] {exc} (it combined none: a bug)") from exc
+        log.info("[%s] %s", plan.thread.owner, exc)
         plan = dataclasses.replace(plan, combine_windows=frozenset())
         uncombined_plan = plan
         rows, retries = _collect(lambda: _job(df, uncombined_plan, depth, partitions), plan)
@@ -91,7 +84,7 @@ def run_batch_job(
     stray = [r for r in result.rows if r["kind"] == RECORD]
     if stray:
         raise StreamsError(
-            f"[batch {plan.owner}] {len(stray)} repartitioned records of "
+            f"[batch {plan.thread.owner}] {len(stray)} repartitioned records of "
             f"{sorted({r['topic'] for r in stray})} reached no task; this is a bug"
         )
     due: list[int] = []
@@ -185,7 +178,7 @@ def _collect(job: Callable[[], DataFrame], plan: BatchPlan) -> tuple[list[Any], 
                 raise
             log.warning(
                 "[%s] the batch's Spark job failed (attempt %d of %d), running it again: %s",
-                plan.owner,
+                plan.thread.owner,
                 attempt,
                 JOB_ATTEMPTS,
                 text.splitlines()[0] if text else repr(exc),

@@ -26,44 +26,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from common.config import StreamsConfig
-from runtime.storage.committer import StagedFile
 from runtime.storage.topics import TopicAdmin
-from runtime.tasks.task_runner import FILE, POSITION, PREPARED
+from runtime.tasks.contract import Positions, ResultRow, Txn
 from runtime.txn.offsets import OffsetsStore
 from runtime.txn.producer import TransactionalProducer
 
 log = logging.getLogger(__name__)
-
-Txn = tuple[str, int]
-Positions = dict[tuple[str, int], int]
-
-
-@dataclass
-class TaskResults:
-    """What a batch's tasks returned: staged files per topic, consumed positions, and
-    the tasks that prepared writes in the transaction."""
-
-    files: dict[str, list[StagedFile]] = field(default_factory=dict)
-    positions: Positions = field(default_factory=dict)
-    prepared: set[str] = field(default_factory=set)
-
-    def empty(self) -> bool:
-        """Whether there is nothing to commit."""
-        return not self.files and not self.positions and not self.prepared
-
-    def add(self, row: Any) -> None:
-        """Add one result row of the job."""
-        kind = row["kind"]
-        if kind == FILE:
-            self.files.setdefault(row["topic"], []).append(_staged(row))
-        elif kind == POSITION:
-            self.positions[(row["topic"], row["partition"])] = row["offset"]
-        elif kind == PREPARED:
-            self.prepared.add(row["task"])
 
 
 @dataclass(frozen=True)
@@ -96,7 +67,7 @@ class Batch:
 
     batch_id: int
     written: list[str]
-    run_tasks: Callable[[str, Txn | None, Mapping[str, tuple[str, int, str]]], list[Any]]
+    run_tasks: Callable[[str, Txn | None, Mapping[str, tuple[str, int, str]]], list[ResultRow]]
     validate_generation: Callable[[], None]
 
 
@@ -173,32 +144,3 @@ class CommitStrategy:
 def now_ms() -> int:
     """The wall clock in epoch ms."""
     return time.time_ns() // 1_000_000
-
-
-def task_results(rows: list[Any]) -> TaskResults:
-    """Gather a batch's result rows."""
-    results = TaskResults()
-    for row in rows:
-        results.add(row)
-    return results
-
-
-def task_results_by_task(rows: list[Any]) -> dict[str, TaskResults]:
-    """Gather a batch's result rows per task."""
-    out: dict[str, TaskResults] = {}
-    for row in rows:
-        if row["task"] is not None:
-            out.setdefault(row["task"], TaskResults()).add(row)
-    return out
-
-
-def _staged(row: Any) -> StagedFile:
-    # Row is a tuple: its "count" field must be read by name, not as an attribute.
-    return StagedFile(
-        path=row["path"],
-        partition=row["partition"],
-        count=row["count"],
-        size=row["size"],
-        min_timestamp=row["min_timestamp"],
-        max_timestamp=row["max_timestamp"],
-    )

@@ -15,14 +15,8 @@ from common.errors import GenerationFencedError
 from runtime.storage.committer import ParticipantCommitter
 from runtime.storage.delta_sink import participant_committer, prepare, sink_table
 from runtime.storage.topics import TopicAdmin
-from runtime.thread.commit import (
-    Batch,
-    BatchCommit,
-    CommitStrategy,
-    Positions,
-    now_ms,
-    task_results,
-)
+from runtime.tasks.contract import Positions, task_results
+from runtime.thread.commit import Batch, BatchCommit, CommitStrategy, now_ms
 
 log = logging.getLogger(__name__)
 

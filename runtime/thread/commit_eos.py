@@ -17,15 +17,8 @@ from common.config import StreamsConfig
 from common.errors import GenerationFencedError, ProducerFencedError, StreamsError
 from runtime.storage.committer import StagedFile
 from runtime.storage.topics import TopicAdmin
-from runtime.thread.commit import (
-    Batch,
-    BatchCommit,
-    CommitStrategy,
-    Positions,
-    TaskResults,
-    task_results,
-    task_results_by_task,
-)
+from runtime.tasks.contract import Positions, TaskResults, task_results, task_results_by_task
+from runtime.thread.commit import Batch, BatchCommit, CommitStrategy
 from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.offsets import OffsetsStore, UnstableOffsetCommitError
 from runtime.txn.producer import ProducerState, TransactionalProducer

@@ -4,7 +4,7 @@ executor each task lives on.
 On a cluster a task lives on the executor whose host committed its last batch; every
 batch plan names it (``BatchPlan.placement``), and a worker of another executor sends the
 task's visit there (:mod:`runtime.tasks.client`). What a batch's rows say of where its
-tasks ran (:data:`~runtime.tasks.task_runner.PLACED`) counts only once the batch has
+tasks ran (:data:`~runtime.tasks.contract.PLACED`) counts only once the batch has
 committed: a batch that did not commit leaves the tasks where the last one put them.
 
 One secret per driver process opens the executors' TCP connections (it travels with each
@@ -23,8 +23,8 @@ from pyspark.sql import SparkSession
 
 from common.config import StreamsConfig
 from runtime.tasks.client import shutdown_remote_hosts
+from runtime.tasks.contract import PLACED
 from runtime.tasks.protocol import SECRET_BYTES
-from runtime.tasks.task_runner import PLACED
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from runtime.metrics import ThreadMetrics
-from runtime.tasks.task_runner import FILE, STATS, decode_stats
+from runtime.tasks.contract import FILE, STATS, decode_stats
 from runtime.thread.read_plan import BatchReads
 from topology.graph.topology import Topology
 

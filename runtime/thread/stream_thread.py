@@ -44,13 +44,9 @@ from runtime.spark.trigger import BatchTrigger
 from runtime.storage.reader import TopicReader
 from runtime.storage.slices import TopicSlices
 from runtime.storage.topics import TopicAdmin
-from runtime.tasks.client import static_key
 from runtime.tasks.collector import OutputTopic
+from runtime.tasks.contract import FILE, BatchPlan, thread_plan
 from runtime.tasks.global_state import plan_globals
-from runtime.tasks.task_runner import (
-    FILE,
-    BatchPlan,
-)
 from runtime.thread.batch_job import run_batch_job
 from runtime.thread.batch_levels import BatchLevels, WindowCombining, choose_levels
 from runtime.thread.commit import Batch, BatchCommit, CommitStrategy
@@ -179,8 +175,8 @@ class StreamThread:
         #: This thread instance, as its tasks' hosts know it: a host holding a task for
         #: another owner (an earlier instance) rebuilds it from committed state.
         self.owner = f"{transactional_id}-{uuid.uuid4().hex[:12]}"
-        #: Names the topology and configuration the task hosts receive once.
-        self.static_key = static_key(topology, config)
+        #: What every batch's tasks share (topology, configuration): hosts receive it once.
+        self.thread_plan = thread_plan(topology, config, self.admin.root.uri_of(), self.owner)
         #: Its pacing, batch sizes, alarms and stall watchdog.
         self.liveness = ThreadLiveness(
             transactional_id, config, self.commit, self.reads_planner, self.reporter, self.metrics
@@ -440,9 +436,7 @@ class StreamThread:
     ) -> BatchPlan:
         interval = self.config.statestore_snapshot_interval
         return BatchPlan(
-            topology=self.topology,
-            config=self.config,
-            root=self.admin.root.uri_of(),
+            thread=self.thread_plan,
             outputs=self.catalog.for_batch(),
             staging_dir=staging,
             sources=self.sources,
@@ -459,8 +453,6 @@ class StreamThread:
             snapshot=interval > 0 and self.batches % interval == 0,
             inputs=self.reads.inputs,
             truncated=self.reads.truncated,
-            owner=self.owner,
-            static_key=self.static_key,
             visit=frozenset(self.task_ids()),
             globals=self.globals,
             combine_windows=self.window_combining.topics(self.levels, self.batches),

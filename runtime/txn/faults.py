@@ -39,8 +39,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from runtime.storage.committer import StagedFile
+
 if TYPE_CHECKING:
-    from runtime.storage.committer import StagedFile
     from runtime.storage.topics import TopicAdmin
     from runtime.txn.coordinator import TransactionCoordinator
 
@@ -181,8 +182,6 @@ def commit_before_prepare(
     transaction's own commit phase skips them. A crash before PrepareCommit then aborts a
     transaction whose outputs are already visible, and its input is processed again.
     """
-    from runtime.storage.committer import StagedFile
-
     root = admin.root
     for topic in sorted(staged):
         if topic in keep or not staged[topic]:

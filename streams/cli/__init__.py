@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "reset a Streams application so that it reprocesses its input",
     ),
     "run": ("run", "run a topology file on Spark"),
-    "describe": ("run", "print a topology file's topology"),
+    "describe": ("describe", "print a topology file's topology"),
     "crashtest": ("crashtest", "run a topology file under random kills and check exactly-once"),
     "status": (
         "status",

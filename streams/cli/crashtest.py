@@ -18,6 +18,7 @@ from typing import Any
 from common.errors import ConfigError
 from streams.cli import COMMANDS
 from streams.cli.progress import ProgressBar
+from streams.crash.harness import crashtest
 from streams.crash.plan import GUARANTEES, KILL_KINDS, RunRecord
 
 
@@ -71,8 +72,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the crash test; print the report; return 0 only when exactly-once held."""
-    from streams.crash.harness import crashtest
-
     inputs: dict[str, str] = {}
     for spec in args.input:
         topic, sep, path = spec.partition("=")

@@ -1,4 +1,4 @@
-"""``streams-eos run FILE`` and ``streams-eos describe FILE``: run or print a topology file.
+"""``streams-eos run FILE``: run a topology file on Spark.
 
 FILE is a Python file that defines ``build_topology()`` and may define:
 
@@ -31,6 +31,7 @@ from typing import Any
 
 from common.config import StreamsConfig
 from common.errors import ConfigError, StreamsError, StreamsProcessingError
+from runtime.app.app import StreamsApp
 from runtime.app.topology_file import (
     RawRecord,
     build_config,
@@ -38,9 +39,11 @@ from runtime.app.topology_file import (
     generated_records,
     load_topology_file,
 )
-from streams.cli import COMMANDS
+from runtime.spark.session import get_or_create_session
+from runtime.storage.producer import Producer
+from runtime.storage.topics import TopicAdmin
+from streams.cli import COMMANDS, main
 from streams.cli.progress import BatchLines, ProgressBar, RestoreWatch, log_to_file
-from topology.engine.processing import describe_processing
 from topology.graph.topology import Topology
 
 #: The log file of a run, under ``state.dir/<application.id>/logs/``.
@@ -48,7 +51,7 @@ LOG_NAME = "streams-eos.log"
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add the ``run`` and ``describe`` subcommands."""
+    """Add the ``run`` subcommand."""
     run = sub.add_parser(
         "run",
         parents=[common],
@@ -92,25 +95,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "spark.ui.enabled=true; under spark-submit, its --conf wins",
     )
     run.set_defaults(handler=_run, needs_root=False, creates_root=True)
-    desc = sub.add_parser(
-        "describe",
-        parents=[common],
-        help=COMMANDS["describe"][1],
-        description=(
-            "Print FILE's topology in Kafka's TopologyDescription format, then how its "
-            "records run under FILE's CONFIG: which sources and nodes take batches "
-            "(processing.engine=columnar) and which take one record at a time."
-        ),
-    )
-    desc.add_argument("file", metavar="FILE")
-    desc.add_argument(
-        "--config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a configuration key (repeatable); wins over FILE's CONFIG",
-    )
-    desc.set_defaults(handler=_describe, needs_root=False)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -157,10 +141,6 @@ def one_line(exc: BaseException) -> str:
 def _run_app(
     args: argparse.Namespace, module: ModuleType, config: StreamsConfig, topology: Topology
 ) -> int:
-    from runtime.app.app import StreamsApp
-    from runtime.storage.producer import Producer
-    from runtime.storage.topics import TopicAdmin
-
     admin = TopicAdmin(config.topics_root)
     for topic, partitions in dict(getattr(module, "TOPICS", {}) or {}).items():
         admin.create(topic, int(partitions), if_not_exists=True)
@@ -170,8 +150,6 @@ def _run_app(
     build_sources = getattr(module, "build_sources", None)
     spark_conf = _spark_conf(args.spark_conf)
     if callable(build_sources) or spark_conf:  # the session first: DataFrames, settings
-        from runtime.spark.session import get_or_create_session
-
         spark = get_or_create_session(f"streams-{config.application_id}", conf=spark_conf)
         if spark_conf.get("spark.ui.enabled", "").lower() == "true":
             url = spark.sparkContext.uiWebUrl
@@ -260,17 +238,6 @@ def _send_all(producer: Any, topic: str, records: Sequence[RawRecord]) -> None:
         bar.update(len(records) - bar.done)
 
 
-def _describe(args: argparse.Namespace) -> int:
-    module = load_topology_file(args.file)
-    topology = build_topology_of(module, args.file)
-    print(topology.describe(), end="")
-    config = build_config(module, root="memory://describe", properties=None, overrides=args.config)
-    print(describe_processing(topology, config), end="")
-    return 0
-
-
 def main_for(file: str, argv: Sequence[str] | None = None) -> int:
     """Run FILE as ``streams-eos run FILE`` would (the ``spark-submit FILE`` entry)."""
-    from streams.cli import main
-
     return main(["run", file, *(sys.argv[1:] if argv is None else argv)])

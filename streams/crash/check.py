@@ -24,10 +24,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow.fs as pafs
+from deltalake import DeltaTable
 
 from common.config import StreamsConfig
+from runtime.storage.fs import storage_options
 from runtime.storage.partitioner import partition_for_key
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
@@ -36,6 +39,7 @@ from runtime.txn.coordinator import STAGING_DIR, TransactionCoordinator
 from runtime.txn.offsets import OffsetsStore
 from statestores.bytes_layer import bottom
 from streams.crash.inputs import InputRecord
+from streams.testkit.driver import TopologyTestDriver
 from topology.graph.graph import SinkSpec
 from topology.graph.stores import resolve_serde
 from topology.graph.topology import Topology
@@ -125,8 +129,6 @@ def _drive(
     records: Sequence[InputRecord],
     partitions: Mapping[str, int],
 ) -> Reference:
-    from streams.testkit.driver import TopologyTestDriver
-
     outputs = output_topics(topology, config.application_id)
     changelogs = topology.changelog_topics(config.application_id)
     with TopologyTestDriver(topology, config, partitions=partitions) as driver:
@@ -384,12 +386,6 @@ def _parquet_under(admin: TopicAdmin, path: str) -> Iterable[str]:
 
 def _referenced(uri: str, table: str) -> set[str]:
     """Return the full paths of the data files in a table's Delta log."""
-    from urllib.parse import unquote
-
-    from deltalake import DeltaTable
-
-    from runtime.storage.fs import storage_options
-
     delta = DeltaTable(uri, storage_options=storage_options(uri))
     paths = delta.get_add_actions(flatten=True).column("path").to_pylist()
     return {f"{table}/{unquote(p)}" for p in paths}

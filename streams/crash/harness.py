@@ -14,6 +14,9 @@
    goes to its end.
 3. The orphan sweep runs, then the checks of :mod:`streams.crash.check`.
 
+This module holds the runs and their kills; the setup before them, the commit counts
+during them and the comparison after them are :mod:`streams.crash.workspace`'s.
+
 The runs get ``cache.max.bytes.buffering=0`` (every update is forwarded, as the driver
 forwards it) and, unless given, ``commit.interval.ms=100`` and ``max.poll.records=10``, so
 that there are many transactions to kill. Records without a timestamp get consecutive
@@ -29,42 +32,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
-from common.errors import ConfigError
-from streams.crash.check import (
-    Reference,
-    compare_outputs,
-    compute_reference,
-    offsets_lag,
-    open_transactions,
-    output_topics,
-    read_topic,
-    record_formatter,
-    sweep_and_list_staged,
-)
-from streams.crash.inputs import BASE_TIMESTAMP, CrashTestError, InputRecord, generated, load_jsonl
-from streams.crash.plan import (
-    GUARANTEES,
-    CrashReport,
-    Kill,
-    KillEvent,
-    KillKind,
-    RunRecord,
-    fault_points,
-    plan_kills,
-)
-from streams.crash.stores import compare_store, local_store_dirs, restore_changelog
+from streams.crash.inputs import BASE_TIMESTAMP, CrashTestError, InputRecord, load_jsonl
+from streams.crash.plan import CrashReport, Kill, KillEvent, KillKind, RunRecord, plan_kills
+from streams.crash.workspace import Workspace
 
-#: Settings of every run unless the caller's config sets them. Time retention is off: the
-#: inputs replay history (BASE_TIMESTAMP is long past), and every record is compared.
-RUN_DEFAULTS = {"commit.interval.ms": "100", "max.poll.records": "10", "log.retention.ms": "-1"}
 DEFAULT_RUN_ESTIMATE_S = 30.0
 #: Random kills fall within this multiple of a run's time to its first commit.
 RANDOM_KILL_WINDOW = 1.5
@@ -95,18 +71,12 @@ class _Proc:
     first_commit_s: float | None = None
 
 
-class CrashTest:
-    """One crash test: a workdir with its storage root, state directory and logs.
+class CrashTest(Workspace):
+    """One crash test: runs of the application in its workspace, killed as planned.
 
     Args:
-        file: the topology file (as for ``streams-eos run``).
-        inputs: records to produce before the first run.
-        generate: or ask FILE's ``generate(n)`` for ``n`` records of its ``INPUT``.
-        workdir: where the root (``root/``), state (``state/``) and logs go (default: new).
-            A ``topics.root`` in ``config`` (an object store's URI, with its
-            ``storage.options.*``) puts the root there instead; it must be empty.
-        guarantee: ``processing.guarantee`` of the runs.
-        config: more ``--config`` pairs for the runs.
+        file, inputs, generate, workdir, guarantee, config: the workspace's (see
+            :class:`~streams.crash.workspace.Workspace`).
         env: more environment variables for the runs.
         seed: seeds the kill plan.
         run_timeout_s: a run taking longer is killed and reported as an error.
@@ -125,99 +95,24 @@ class CrashTest:
         seed: int = 0,
         run_timeout_s: float = 600.0,
     ) -> None:
-        if guarantee not in GUARANTEES:
-            raise ConfigError(f"guarantee {guarantee!r}: expected one of {', '.join(GUARANTEES)}")
-        self.file = str(file)
-        self.workdir = str(workdir or tempfile.mkdtemp(prefix="crashtest-"))
-        configured_root = str((config or {}).get("topics.root") or "")
-        self.root = configured_root or os.path.join(self.workdir, "root")
-        self.state_dir = os.path.join(self.workdir, "state")
-        self.guarantee = guarantee
+        super().__init__(
+            file,
+            inputs=inputs,
+            generate=generate,
+            workdir=workdir,
+            guarantee=guarantee,
+            config=config,
+        )
         self.seed = seed
         self.env = dict(env or {})
         self.run_timeout_s = run_timeout_s
-        self.overrides = {
-            **RUN_DEFAULTS,
-            **{k: str(v) for k, v in (config or {}).items()},
-            "processing.guarantee": guarantee,
-            "topics.root": self.root,
-            "state.dir": self.state_dir,
-            "cache.max.bytes.buffering": "0",
-        }
-        self.module = _load(self.file)
-        self.records = list(inputs) + (generated(self.module, generate) if generate else [])
-        if not self.records:
-            raise CrashTestError("no input: give input files (--input TOPIC=PATH) or --generate")
-        from runtime.app.topology_file import build_config, build_topology_of
-
-        self.config = build_config(
-            self.module,
-            root=self.root,
-            properties=None,
-            overrides=[f"{k}={v}" for k, v in self.overrides.items()],
-        )
-        self.topology = build_topology_of(self.module, str(self.file))
-        self.application_id = self.config.application_id
         self.runs: list[RunRecord] = []
         self.kills: list[KillEvent] = []
-        self._reference: Reference | None = None
         self._typical_s = DEFAULT_RUN_ESTIMATE_S
         self._run_seconds: list[float] = []
         #: The first run that ended on its own (the input ran out), and the kills before it.
         self._ran_out: tuple[int, int] | None = None
         self._spawned = 0
-
-    # -- setup ---------------------------------------------------------------------------
-
-    def setup(self) -> None:
-        """Create the topics, produce the input, plan the internal topics."""
-        from runtime.app.internal_topics import plan_topics
-        from runtime.storage.producer import Producer
-        from runtime.storage.topics import TopicAdmin
-
-        os.makedirs(os.path.join(self.workdir, "logs"), exist_ok=True)
-        self.admin = admin = TopicAdmin(self.root)
-        local = "://" not in self.root
-        if (local and os.path.isdir(self.root) and os.listdir(self.root)) or admin.list():
-            raise CrashTestError(
-                f"{self.root} already holds a crash test (it has topics): its input would be "
-                "produced twice; give a new --workdir (or an empty topics.root)"
-            )
-        default_partitions = self.config.num_partitions
-        for topic, n in dict(getattr(self.module, "TOPICS", {}) or {}).items():
-            admin.create(topic, int(n), if_not_exists=True)
-        for topic in sorted({r.topic for r in self.records}):
-            admin.create(topic, default_partitions, if_not_exists=True)
-        producer = Producer(admin)
-        for r in self.records:
-            key, value, headers = r.raw()
-            producer.send(r.topic, key, value, timestamp=r.timestamp, headers=headers or None)
-        producer.flush()
-        self.plan = plan_topics(self.topology, admin, self.application_id)
-        self.outputs = output_topics(self.topology, self.application_id)
-        self.partitions = {t: admin.num_partitions(t) for t in self.outputs}
-
-    def reference(self) -> Reference:
-        """Return the reference run's outputs and stores (computed once)."""
-        if self._reference is None:
-            inputs = {t: self.admin.num_partitions(t) for t in {r.topic for r in self.records}}
-            self._reference = compute_reference(
-                self.topology, self.config, self.records, self.partitions, inputs
-            )
-        return self._reference
-
-    def fault_points(self) -> list[str]:
-        """Every fault point of this application's commits (its participants + offsets)."""
-        return fault_points(len(self.plan.outputs) + 1, self.guarantee)
-
-    def checkpoint_dir(self) -> str:
-        """Spark's checkpoint directory of the application."""
-        from runtime.app.app import StreamsApp
-
-        location = StreamsApp(self.topology, self.config).checkpoint_location()
-        return location.removeprefix("file://")
-
-    # -- runs ------------------------------------------------------------------------------
 
     def spawn(self, env: Mapping[str, str] | None = None) -> _Proc:
         """Start a run of the application in a new process (and process group)."""
@@ -235,55 +130,20 @@ class CrashTest:
             popen,
             log,
             time.monotonic(),
-            self._offset_commits(),
-            self._commits(),
-            self._txn_sequences(),
+            self.offset_commits(),
+            self.output_commits(),
+            self.txn_sequences(),
         )
-
-    def _txn_sequences(self, *, committed: bool = False) -> dict[str, int]:
-        """The sequence of every transactional id's latest (or latest committed)
-        transaction."""
-        from runtime.txn.coordinator import TransactionCoordinator
-        from runtime.txn.state import TransactionState
-
-        if self.guarantee == "at_least_once":
-            return {}
-        return {
-            m.transactional_id: m.txn_sequence
-            for m in TransactionCoordinator(self.admin).list()
-            if not committed or m.state is TransactionState.COMPLETE_COMMIT
-        }
 
     def _progressed(self, proc: _Proc) -> bool:
         """Whether ``proc`` committed a transaction it began (rolling its predecessor's
         PrepareCommit forward at startup does not count)."""
-        if self._offset_commits() == proc.base_offsets:
+        if self.offset_commits() == proc.base_offsets:
             return False
         if self.guarantee == "at_least_once":
             return True
-        now = self._txn_sequences(committed=True)
+        now = self.txn_sequences(committed=True)
         return any(seq > proc.base_txns.get(tid, -1) for tid, seq in now.items())
-
-    def _log_entries(self, topics: Sequence[str]) -> int:
-        """The commits of ``topics``' Delta logs (on a local root or an object store): the
-        newest version + 1 of each (old commits may have been cleaned up)."""
-        root = self.admin.root
-        total = 0
-        for topic in topics:
-            path = f"{self.admin.table_path(topic)}/_delta_log"
-            versions = [
-                int(info.base_name[:20])
-                for info in root.list_dir(path)
-                if info.base_name.endswith(".json") and info.base_name[:20].isdigit()
-            ]
-            total += max(versions, default=-1) + 1
-        return total
-
-    def _offset_commits(self) -> int:
-        return self._log_entries(["__consumer_offsets"])
-
-    def _commits(self) -> int:
-        return self._log_entries(sorted(self.plan.outputs))
 
     def wait(
         self, proc: _Proc, kill: Kill | None = None, *, expect_failure: bool = False
@@ -304,7 +164,7 @@ class CrashTest:
             due = (delay is not None and now - proc.started >= delay) or (
                 kill is not None
                 and kill.kind == "commit"
-                and self._commits() - proc.base_outputs >= kill.commits
+                and self.output_commits() - proc.base_outputs >= kill.commits
             )
             if due and kill is not None:
                 _kill_group(proc.popen)
@@ -409,13 +269,8 @@ class CrashTest:
             return {}
         return {"STREAMS_FAULT_POINT": kill.point, "STREAMS_FAULT_HIT": str(kill.hit)}
 
-    # -- checks ----------------------------------------------------------------------------
-
     def check(self, *, kills_planned: int = 0, notes: Sequence[str] = ()) -> CrashReport:
         """Sweep orphans, compare everything with the reference; return the report."""
-        from runtime.storage.reader import TopicReader
-
-        ref = self.reference()
         report = CrashReport(
             file=self.file,
             application_id=self.application_id,
@@ -429,49 +284,8 @@ class CrashTest:
             notes=list(notes),
         )
         report.errors = [r.error for r in self.runs if r.error]
-        reader = TopicReader(self.root)
-        actual = {t: read_topic(reader, t) for t in self.outputs}
-        show = record_formatter(self.topology, self.config)
-        out = compare_outputs(
-            ref.outputs,
-            actual,
-            self.partitions,
-            show,
-            unordered=ref.unordered,
-            unstable=ref.unstable,
-        )
-        if out.unordered_keys or out.unstable_keys:
-            report.notes.append(
-                f"{out.unordered_keys} output keys have an order, and {out.unstable_keys} "
-                "their values, that depend on how input partitions interleave: compared as "
-                "multisets, and by count only, respectively"
-            )
-        report.records_expected, report.records_out = out.records_expected, out.records_out
-        report.duplicates, report.losses = out.duplicates, out.losses
-        report.misplaced, report.reordered, report.diff = out.misplaced, out.reordered, out.diff
-        report.stores = self._check_stores(ref, reader)
-        report.open_transactions = open_transactions(self.admin)
-        report.staged_swept, report.staged_left = sweep_and_list_staged(self.admin, self.root)
-        report.offsets_lag = offsets_lag(self.admin, self.application_id, self.plan.sources)
+        self.compare(report)
         return report
-
-    def _check_stores(self, ref: Reference, reader: Any) -> list[dict[str, Any]]:
-        changelogs = self.topology.changelog_topics(self.application_id)
-        out = []
-        for name, expected in sorted(ref.stores.items()):
-            topic = changelogs[name]
-            restored = restore_changelog(reader, topic)
-            check = compare_store(
-                name,
-                ref.store_kinds[name],
-                expected=expected,
-                restored=restored,
-                local_dirs=local_store_dirs(self.state_dir, self.application_id, name),
-                changelog_ends=reader.end_offsets(topic),
-                unstable=ref.unstable_store_keys.get(name),
-            )
-            out.append({**check.__dict__, "ok": check.ok})
-        return out
 
 
 def crashtest(
@@ -527,12 +341,6 @@ def crashtest(
     if report is not None:
         Path(report).write_text(result.to_json())
     return result
-
-
-def _load(file: str) -> ModuleType:
-    from runtime.app.topology_file import load_topology_file
-
-    return load_topology_file(file)
 
 
 def _phase(proc: _Proc) -> str:

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from common.errors import StreamsError
+from runtime.app.topology_file import generated_records
 
 BASE_TIMESTAMP = 1_700_000_000_000
 
@@ -89,8 +90,6 @@ def _record(topic: str, obj: Any, default_ts: int) -> InputRecord:
 
 def generated(module: ModuleType, n: int) -> list[InputRecord]:
     """Return FILE's ``generate(n)`` (as ``streams-eos run --generate`` produces it)."""
-    from runtime.app.topology_file import generated_records
-
     out: list[InputRecord] = []
     for topic, records in generated_records(module, n).items():
         for key, value, ts in records:

@@ -16,6 +16,8 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rocksdict import AccessType, Options, Rdict
+
 from runtime.storage.reader import TopicReader
 from statestores.base import META_CF
 from statestores.transactional import OFFSET_KEY, PREPARED_KEY
@@ -108,8 +110,6 @@ def read_local_store(path: str, changelog_end: int) -> tuple[dict[bytes, bytes],
     transaction (only committed changelog records count): it is applied to the view, as
     the store itself applies it at its next open.
     """
-    from rocksdict import AccessType, Options, Rdict
-
     opts = Options(raw_mode=True)
     db = Rdict(
         path,

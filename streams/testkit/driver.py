@@ -32,10 +32,9 @@ import shutil
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import pyarrow.compute as pc
 
@@ -46,49 +45,39 @@ from common.metrics import MetricsSnapshot
 from common.serdes import Serde
 from runtime.metrics import StreamsMetrics, store_scopes
 from statestores.api import StateStore
-from topology.api.record import ValueAndTimestamp
+from streams.testkit.stores import KeyValueStoreFacade
+from streams.testkit.topics import (
+    CapturedRecord,
+    EmptyTopicError,
+    HeaderList,
+    TestInputTopic,
+    TestOutputTopic,
+    TestRecord,
+)
 from topology.engine.task import StreamTask
 from topology.engine.task_creator import ActiveTaskCreator
 from topology.graph.graph import SinkSpec
 from topology.graph.stores import KeyValueStoreFactory
 from topology.graph.topology import Topology
 
+#: The testing API (``streams.testing``): the driver, its topics, records and stores.
+__all__ = [
+    "DRIVER_THREAD",
+    "EmptyTopicError",
+    "KeyValueStoreFacade",
+    "TestInputTopic",
+    "TestOutputTopic",
+    "TestRecord",
+    "TopologyTestDriver",
+]
+
 K = TypeVar("K")
 V = TypeVar("V")
-HeaderList = Sequence[tuple[str, bytes | None]]
 _DUMMY_ROOT = "memory://topology-test-driver"
 
 
 #: The thread id of the test driver's metrics.
 DRIVER_THREAD = "topology-test-driver"
-
-
-class EmptyTopicError(StreamsError, LookupError):
-    """A test output topic was read while empty. Check ``is_empty()`` first, or pipe the
-    input that should produce the record."""
-
-
-@dataclass(frozen=True, slots=True)
-class TestRecord(Generic[K, V]):
-    """A record piped into or read from a test topic (``partition``: where a sink put it,
-    ``None`` for the default partitioner)."""
-
-    __test__ = False  # not a pytest test class
-
-    key: K | None
-    value: V | None
-    timestamp: int | None = None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-    partition: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Raw:
-    key: bytes | None
-    value: bytes | None
-    timestamp: int
-    headers: tuple[tuple[str, bytes | None], ...]
-    partition: int | None
 
 
 def _config(config: Mapping[str, object] | StreamsConfig | None) -> StreamsConfig:
@@ -134,8 +123,8 @@ class TopologyTestDriver:
         )
         self._partitions = dict(partitions or {})
         self._state_dir = tempfile.mkdtemp(prefix="topology-test-driver-")
-        self._outputs: dict[str, deque[_Raw]] = {}
-        self._captured: list[tuple[str, _Raw]] = []
+        self._outputs: dict[str, deque[CapturedRecord]] = {}
+        self._captured: list[tuple[str, CapturedRecord]] = []
         self._offsets: dict[str, int] = {}
         self._routes: dict[str, StreamTask | None] = {}
         # the engine production runs: tasks and their ProcessorStateManager built by the
@@ -143,6 +132,9 @@ class TopologyTestDriver:
         self._creator = ActiveTaskCreator(
             topology, self.config, wall_clock=lambda: self.wall_clock_ms
         )
+        #: The driver's transactions (exactly-once): one per commit, as a stream thread's.
+        self._transactional_id = f"{self.application_id}-{DRIVER_THREAD}"
+        self._transactions = 0
         self._global_tasks = [
             self._task(sub.id, {}) for sub in topology.subtopologies if sub.is_global
         ]
@@ -172,6 +164,20 @@ class TopologyTestDriver:
         task.initialize()
         return task
 
+    def _commit(self, task: StreamTask) -> None:
+        """Commit ``task`` as a task host does, through the creator's task commit: under
+        an exactly-once guarantee its stores prepare their writes under the driver's
+        transaction, which then commits (nothing outside the driver can abort it)."""
+        task.prepare_commit()
+        commit = self._creator.task_commit
+        self._transactions += 1
+        transaction = (self._transactional_id, self._transactions)
+        prepared = commit.end_batch(
+            task, transaction if commit.transactional else None, worked=True
+        )
+        if prepared is not None:
+            commit.settle(task, prepared, committed=True)
+
     # -- RecordCollector ----------------------------------------------------------------
 
     def send(  # noqa: PLR0917 - the RecordCollector protocol
@@ -184,7 +190,9 @@ class TopologyTestDriver:
         partition: int | None,
     ) -> None:
         """Capture a record a task produced (the driver is the tasks' collector)."""
-        self._captured.append((topic, _Raw(key, value, timestamp, tuple(headers), partition)))
+        self._captured.append(
+            (topic, CapturedRecord(key, value, timestamp, tuple(headers), partition))
+        )
 
     def partitions_for(self, topic: str) -> int:
         """Return the partition count of ``topic`` (1 unless given)."""
@@ -226,7 +234,7 @@ class TopologyTestDriver:
                 task.process_columns(topic, 0, [key], [value], [timestamp], [offset], hs)
             else:
                 task.process(topic, key, value, timestamp, tuple(headers), offset, 0)
-            task.commit()
+            self._commit(task)
         except BaseException:
             # as an aborted transaction: what the failed record produced (dead letters
             # included) is never read
@@ -247,7 +255,7 @@ class TopologyTestDriver:
         self.wall_clock_ms += advance_ms
         for task in (*self._global_tasks, *self._tasks):
             task.punctuate_wall_clock(self.wall_clock_ms)
-            task.commit()
+            self._commit(task)
             self._capture()
 
     def create_input_topic(
@@ -311,7 +319,7 @@ class TopologyTestDriver:
         out: list[dict[str, Any]] = rows.to_pylist()
         return out
 
-    def output_queue(self, topic: str) -> deque[_Raw]:
+    def output_queue(self, topic: str) -> deque[CapturedRecord]:
         """The queue of records produced to ``topic`` not yet read (internal)."""
         return self._outputs.setdefault(topic, deque())
 
@@ -397,180 +405,3 @@ class TopologyTestDriver:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-class TestInputTopic(Generic[K, V]):
-    """Pipes records into one topic of a :class:`TopologyTestDriver`."""
-
-    __test__ = False
-
-    def __init__(
-        self,
-        driver: TopologyTestDriver,
-        topic: str,
-        key_serde: Serde[K],
-        value_serde: Serde[V],
-        *,
-        start_timestamp: int,
-        auto_advance_ms: int,
-    ) -> None:
-        self.driver = driver
-        self.topic = topic
-        self.key_serde = key_serde
-        self.value_serde = value_serde
-        self.current_time = start_timestamp
-        self.auto_advance_ms = auto_advance_ms
-
-    def advance_time(self, advance_ms: int) -> None:
-        """Move this topic's time forward (for records piped without a timestamp)."""
-        self.current_time += advance_ms
-
-    def _timestamp(self, timestamp: int | None) -> int:
-        if timestamp is not None:
-            return timestamp
-        ts = self.current_time
-        self.current_time += self.auto_advance_ms
-        return ts
-
-    def pipe_input(
-        self,
-        key: K | None = None,
-        value: V | None = None,
-        timestamp: int | None = None,
-        headers: HeaderList = (),
-    ) -> None:
-        """Pipe one record and process it to completion."""
-        self.driver.pipe_raw(
-            self.topic,
-            self.key_serde.serialize(self.topic, key),
-            self.value_serde.serialize(self.topic, value),
-            self._timestamp(timestamp),
-            headers,
-        )
-
-    def pipe_record_list(self, records: Iterable[TestRecord[K, V]]) -> None:
-        """Pipe each record in order."""
-        for r in records:
-            self.pipe_input(r.key, r.value, r.timestamp, r.headers)
-
-    def pipe_key_value_list(self, pairs: Iterable[tuple[K | None, V | None]]) -> None:
-        """Pipe each ``(key, value)`` in order, at this topic's time."""
-        for key, value in pairs:
-            self.pipe_input(key, value)
-
-    def pipe_value_list(self, values: Iterable[V | None]) -> None:
-        """Pipe each value with a ``None`` key, in order."""
-        for value in values:
-            self.pipe_input(None, value)
-
-
-class TestOutputTopic(Generic[K, V]):
-    """Reads the records produced to one topic of a :class:`TopologyTestDriver`; reading
-    consumes them (every output topic object of a topic shares one queue)."""
-
-    __test__ = False
-
-    def __init__(
-        self, driver: TopologyTestDriver, topic: str, key_serde: Serde[K], value_serde: Serde[V]
-    ) -> None:
-        self.driver = driver
-        self.topic = topic
-        self.key_serde = key_serde
-        self.value_serde = value_serde
-
-    def read_record(self) -> TestRecord[K, V]:
-        """Read the next record; raise EmptyTopicError if there is none."""
-        queue = self.driver.output_queue(self.topic)
-        if not queue:
-            raise EmptyTopicError(f"Empty topic: {self.topic}")
-        raw = queue.popleft()
-        return TestRecord(
-            self.key_serde.deserialize(self.topic, raw.key),
-            self.value_serde.deserialize(self.topic, raw.value),
-            raw.timestamp,
-            raw.headers,
-            raw.partition,
-        )
-
-    def read_value(self) -> V | None:
-        """Read the next record's value."""
-        return self.read_record().value
-
-    def read_key_value(self) -> tuple[K | None, V | None]:
-        """Read the next record as ``(key, value)``."""
-        record = self.read_record()
-        return record.key, record.value
-
-    def read_records_to_list(self) -> list[TestRecord[K, V]]:
-        """Read every remaining record."""
-        return [self.read_record() for _ in range(self.get_queue_size())]
-
-    def read_values_to_list(self) -> list[V | None]:
-        """Read every remaining value."""
-        return [r.value for r in self.read_records_to_list()]
-
-    def read_key_values_to_list(self) -> list[tuple[K | None, V | None]]:
-        """Read every remaining record as ``(key, value)``."""
-        return [(r.key, r.value) for r in self.read_records_to_list()]
-
-    def read_key_values_to_map(self) -> dict[K, V | None]:
-        """Read every remaining record into a dict (the last value per key wins)."""
-        out: dict[K, V | None] = {}
-        for record in self.read_records_to_list():
-            if record.key is None:
-                raise StreamsError("Null keys not allowed with read_key_values_to_map")
-            out[record.key] = record.value
-        return out
-
-    def is_empty(self) -> bool:
-        """Return whether nothing is left to read."""
-        return not self.driver.output_queue(self.topic)
-
-    def get_queue_size(self) -> int:
-        """Return how many records are left to read."""
-        return len(self.driver.output_queue(self.topic))
-
-
-class KeyValueStoreFacade:
-    """A DSL key-value store seen with plain values (Kafka's ``KeyValueStoreFacade``):
-    reads unwrap ``ValueAndTimestamp``, writes wrap with timestamp -1."""
-
-    def __init__(self, store: Any) -> None:
-        self.inner = store
-
-    @property
-    def name(self) -> str:
-        """The store name."""
-        return str(self.inner.name)
-
-    def get(self, key: Any) -> Any:
-        """Return the value of ``key`` (None if absent)."""
-        found = self.inner.get(key)
-        return None if found is None else found[0]
-
-    def put(self, key: Any, value: Any) -> None:
-        """Write ``value`` (None deletes)."""
-        self.inner.put(key, None if value is None else ValueAndTimestamp(value, -1))
-
-    def delete(self, key: Any) -> Any:
-        """Delete ``key``; return its old value."""
-        found = self.inner.delete(key)
-        return None if found is None else found[0]
-
-    def _unwrap(self, items: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
-        return ((k, v[0]) for k, v in items)
-
-    def all(self) -> Iterator[tuple[Any, Any]]:
-        """Every entry in key order."""
-        return self._unwrap(self.inner.all())
-
-    def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
-        """Entries with ``from_key <= key <= to_key``."""
-        return self._unwrap(self.inner.range(from_key, to_key))
-
-    def approximate_num_entries(self) -> int:
-        """About how many entries the store holds."""
-        return int(self.inner.approximate_num_entries())
-
-
-# -- the crash-recovery harness ---------------------------------------------------------

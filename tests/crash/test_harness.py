@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from common.config import StreamsConfig
 from runtime.storage.partitioner import partition_for_key
-from streams.crash.check import OutRecord, compare_outputs
-from streams.crash.harness import BASE_TIMESTAMP, CrashTestError, load_jsonl
+from streams.crash.check import OutRecord, compare_outputs, compute_reference
+from streams.crash.harness import BASE_TIMESTAMP, CrashTest, CrashTestError, load_jsonl
+from streams.crash.inputs import InputRecord
 from streams.crash.plan import CrashReport, KillEvent, RunRecord, fault_points, plan_kills
+from tests.crash.conftest import example
+from topology import StreamsBuilder
 
 
 def test_fault_points_cover_every_participant() -> None:
@@ -143,11 +147,6 @@ def test_the_report_says_what_happened_and_exits_non_zero_on_a_violation() -> No
 def test_keys_fed_from_several_input_partitions_are_not_held_to_one_order() -> None:
     """Records of the output key "all" come from every input partition, so their order
     depends on batching; the per-key word counts after a repartition do not."""
-    from common.config import StreamsConfig
-    from streams.crash.check import compute_reference
-    from streams.crash.inputs import InputRecord
-    from topology import StreamsBuilder
-
     builder = StreamsBuilder()
     builder.stream("in").select_key(lambda _k, _v: "all").to("out")
     config = StreamsConfig.from_dict(
@@ -187,9 +186,6 @@ def test_keys_whose_values_depend_on_batching_are_compared_by_count() -> None:
 
 
 def test_a_workdir_holding_a_crash_test_is_refused(tmp_path: Path) -> None:
-    from streams.crash.harness import CrashTest
-    from tests.crash.conftest import example
-
     (tmp_path / "root" / "topics").mkdir(parents=True)
     test = CrashTest(example("wordcount"), generate=3, workdir=tmp_path)
     with pytest.raises(CrashTestError, match="give a new --workdir"):

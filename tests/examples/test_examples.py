@@ -237,8 +237,6 @@ def test_the_clicks_job_upserts_the_counts_of_its_files(
 ) -> None:
     """examples/clicks_job.py: JSON files -> join with the users table -> windowed count
     -> upserted Delta table, equal to the counts computed from the files."""
-    from runtime.app.app import StreamsApp
-
     example = load_example("clicks_job")
     example.fill_users(root)
     inputs = str(tmp_path / "in")

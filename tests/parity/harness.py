@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 
+from common.config import StreamsConfig
 from common.serdes import Serdes
 from runtime.app.app import StreamsApp
 from runtime.storage.producer import Producer
@@ -290,8 +291,6 @@ def run_on_spark(case: Case, spark: Any, workdir: str) -> Snapshot:
 
 def _retentions(topology: Topology, case: Case, stores: Mapping[str, str]) -> dict[str, Any]:
     """Each compared store's retention, from a store built as the runtime builds it."""
-    from common.config import StreamsConfig
-
     config = StreamsConfig.from_dict({**case.full_config(), "topics.root": "memory://x"})
     return {name: _retention(topology.stores[name].builder(config).build()) for name in stores}
 

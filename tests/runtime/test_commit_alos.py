@@ -11,7 +11,7 @@ import pytest
 from common.config import StreamsConfig
 from common.errors import GenerationFencedError
 from runtime.storage.topics import TopicAdmin
-from runtime.tasks.task_runner import POSITION
+from runtime.tasks.contract import POSITION
 from runtime.thread.commit import Batch
 from runtime.thread.commit_alos import AtLeastOnce
 from runtime.txn.offsets import OffsetsStore

@@ -5,7 +5,6 @@ update rebuilds, each process (manager) has its own state directory."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,11 @@ from common.config import StreamsConfig
 from common.errors import SerializationError, StreamsError, UnknownTopicError
 from common.serdes import Serdes
 from runtime.app.internal_topics import plan_topics
-from runtime.spark.source import TopicSlices
 from runtime.storage.offset_index import Segment
 from runtime.storage.producer import Producer
 from runtime.storage.reader import FileSlice, TopicReader
 from runtime.storage.topics import TopicAdmin
+from runtime.tasks.contract import BatchPlan, ThreadPlan
 from runtime.tasks.global_state import (
     GlobalStateManager,
     GlobalStores,
@@ -32,14 +31,6 @@ from topology import Consumed, Materialized, Processor, Record, StreamsBuilder, 
 from topology.engine.read_only_stores import GlobalStoreReadOnlyError
 
 S, L = Serdes.String(), Serdes.Long()
-
-
-@dataclass(frozen=True)
-class Plan:
-    topology: Topology
-    config: StreamsConfig
-    root: str
-    globals: tuple[TopicSlices, ...]
 
 
 class SumUpdater(Processor[str, str, None, None]):
@@ -86,9 +77,19 @@ def send(admin: TopicAdmin, topic: str, *records: tuple[str, bytes]) -> None:
     producer.flush()
 
 
-def plan(topology: Topology, cfg: StreamsConfig, root: str) -> Plan:
+def plan(topology: Topology, cfg: StreamsConfig, root: str) -> BatchPlan:
+    """A batch's plan as far as the global stores read it: the thread's, and the ends of
+    the global topics."""
     topics = global_topics(topology, cfg.application_id)
-    return Plan(topology, cfg, root, plan_globals(TopicReader(root), topics))
+    return BatchPlan(
+        thread=ThreadPlan(topology, cfg, root, owner="global-test"),
+        outputs={},
+        staging_dir="",
+        sources={},
+        positions={},
+        transaction=None,
+        globals=plan_globals(TopicReader(root), topics),
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,7 @@ the Delta log cleanup keep every offset a reader may still read, and bound the f
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ from runtime.storage.records import ConsumerRecord
 from runtime.storage.topics import TopicAdmin
 from runtime.storage.vacuum import clean_delta_log, vacuum
 from runtime.thread.read_plan import ReadPlanner
+from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.offsets import OffsetsStore
 from tests.clitools import cli
 
@@ -269,15 +271,13 @@ def test_the_vacuum_never_deletes_a_file_a_running_reader_still_needs(
     assert table.column("offset").to_pylist() == list(range(80))
     # a batch of this process that planned them holds a lease: kept past the delay too
     lease = admin.leases.hold(piece.file for piece in slices)
-    late = int(__import__("time").time() * 1000) + 31_000
+    late = int(time.time() * 1000) + 31_000
     assert cleaner.clean(TOPIC, now_ms=late).vacuumed_files == 0
     admin.leases.release(lease)
     # the transaction coordinator's orphan sweep leaves them to the vacuum too
-    from runtime.txn.coordinator import TransactionCoordinator
-
     TransactionCoordinator(admin).delete_orphans(min_age_ms=0)
     assert read_slices(admin.root, TOPIC, 0, slices).num_rows == 80
-    gone = cleaner.clean(TOPIC, now_ms=int(__import__("time").time() * 1000) + 31_000)
+    gone = cleaner.clean(TOPIC, now_ms=int(time.time() * 1000) + 31_000)
     assert gone.vacuumed_files == 16
     with pytest.raises(StorageError, match="cannot read data file"):
         read_slices(admin.root, TOPIC, 0, slices)
@@ -294,7 +294,7 @@ def test_the_delta_log_is_cleaned_behind_an_index_snapshot(
     produce_files(producer, TOPIC, 130, per_file=1)  # delta-rs checkpoints at version 100
     log_dir = Path(root, "topics", TOPIC, "_delta_log")
     assert (log_dir / "_last_checkpoint").exists()
-    now = int(__import__("time").time() * 1000)
+    now = int(time.time() * 1000)
     assert clean_delta_log(admin, TOPIC, retention_ms=3_600_000, now_ms=now) == 0  # too young
     deleted = clean_delta_log(admin, TOPIC, retention_ms=0, now_ms=now + 1)
     assert deleted >= 99 and not (log_dir / f"{0:020d}.json").exists()
@@ -343,7 +343,7 @@ def test_delta_checkpoints_keep_the_tombstones_of_merged_files_for_ten_minutes_o
     produce_files(producer, TOPIC, 64, per_file=2)
     cleaner = LogCleaner(admin)
     assert cleaner.clean(TOPIC, retention=False, now_ms=T0 + 64_000).merged_files == 64
-    __import__("time").sleep(1.5)
+    time.sleep(1.5)
     produce_files(producer, TOPIC, 1, per_file=1, t0=T0 + 70_000)
     DeltaTable(admin.table_uri(TOPIC)).create_checkpoint()
     checkpoint = sorted(Path(root, "topics", TOPIC, "_delta_log").glob("*.checkpoint.parquet"))

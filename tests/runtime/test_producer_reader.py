@@ -16,7 +16,7 @@ from common.errors import (
     SerializationError,
     StorageError,
 )
-from runtime.storage import topic_log
+from runtime.storage import committer, topic_log
 from runtime.storage.offset_index import OffsetIndex
 from runtime.storage.partitioner import partition_for_key
 from runtime.storage.producer import ROW_GROUP_SIZE, Producer
@@ -331,8 +331,6 @@ def test_failed_file_write_leaves_no_partial_batch(
     admin: TopicAdmin, producer: Producer, reader: TopicReader, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     admin.create("t", 4)
-    from runtime.storage import committer
-
     real, calls = committer.pq.write_table, []
 
     def disk_full_on_third(*args: object, **kwargs: object) -> None:

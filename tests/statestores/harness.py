@@ -49,8 +49,7 @@ class Task:
         self.producer = TransactionalProducer(self.admin, TID)
         self.producer.init_transactions()  # rolls a crashed PrepareCommit forward
         self.reader = TopicChangelogReader(self.admin)
-        app_config = {"processing.guarantee": "exactly_once_v2" if eos else "at_least_once"}
-        app_config.update(config or {})
+        app_config = dict(config or {})
         self.manager = ProcessorStateManager(
             application_id=APP,
             task_id="0_0",
@@ -67,6 +66,7 @@ class Task:
                 else None
             ),
             snapshots=RootSnapshotStorage(root) if snapshots else None,
+            transactional=eos,
         )
         factory = (
             Stores.persistent_key_value_store if persistent else Stores.in_memory_key_value_store

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import ConfigError
+from common.errors import ConfigError, StoreIOError
 from common.serdes import Serdes
-from statestores.base import RocksDBBase, StoreIOError
+from statestores.base import RocksDBBase
 from statestores.checkpoint import OffsetCheckpoint
 from statestores.compaction import ChangelogRecord, compact, replay
+from statestores.context import StandaloneContext
 from statestores.rocksdb_options import CONFIG_SETTER_KEY, RocksDBSettings, load_config_setter
 from statestores.snapshots import LocalSnapshotStorage, SnapshotManager
 from statestores.state_directory import StateDirectory, TaskDirectoryLockedError
@@ -198,8 +199,6 @@ def test_rocksdb_config_setter_is_applied(tmp_path: Path) -> None:
     store = Stores.key_value_store_builder(
         Stores.persistent_key_value_store("tuned"), Serdes.String(), Serdes.String()
     ).build()
-    from statestores.context import StandaloneContext
-
     store.init(
         StandaloneContext(state_dir=str(tmp_path), app_config={"rocksdb.config.setter": path})
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -159,8 +160,6 @@ def test_many_puts_and_fetches_at_once_equal_one_by_one(
 ) -> None:
     """Random batches of writes, across retention (expired windows, dropped segments),
     written and read at once give what one put and one fetch after another give."""
-    import random
-
     rng = random.Random(11)
     logs = RecordingCollector(), RecordingCollector()
     one, many = (

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyspark import cloudpickle
 
 from common.errors import ConfigError
 from runtime.app.topology_file import build_config, generated_records, load_topology_file
@@ -92,8 +93,6 @@ def test_generate_without_input_or_with_bad_records_is_refused(tmp_path: Path) -
 def test_a_topology_file_ships_by_value_to_workers_that_cannot_import_it(
     tmp_path: Path,
 ) -> None:
-    from pyspark import cloudpickle
-
     flash_sale = str(Path(EXAMPLE).with_name("flash_sale.py"))
     module = load_topology_file(flash_sale)
     pickled = tmp_path / "topology.pkl"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 import struct
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -431,7 +433,7 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     (pkg / "raises.py").write_text("raise RuntimeError('bad module')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     for mod in ("serdes_test_pkg", "serdes_test_pkg.custom"):
-        monkeypatch.delitem(__import__("sys").modules, mod, raising=False)
+        monkeypatch.delitem(sys.modules, mod, raising=False)
     return "serdes_test_pkg.custom"
 
 
@@ -446,8 +448,6 @@ def test_serde_from_name_user_paths(user_module: str, path: str) -> None:
 
 
 def test_serde_from_name_instance_is_returned_as_is(user_module: str) -> None:
-    import importlib
-
     module = importlib.import_module(user_module)
     assert serde_from_name(f"{user_module}:INSTANCE") is module.INSTANCE
 

@@ -11,7 +11,6 @@ from common.serdes import Serdes
 from streams.testing import TopologyTestDriver
 from topology import Topology
 from topology.engine.columnar import ENGINES
-from topology.engine.task import StreamTask
 
 S = Serdes.String()
 L = Serdes.Long()
@@ -25,23 +24,24 @@ CONFIG = {
 
 
 @pytest.fixture(autouse=True, params=ENGINES)
-def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def engine(request: pytest.FixtureRequest) -> str:
     """Every topology test runs under both engines (``processing.engine``): their outputs
-    must be the same."""
-    monkeypatch.setattr(StreamTask, "forced_engine", request.param)
+    must be the same. The tests' configurations carry it (``drive`` puts it in)."""
     return str(request.param)
 
 
 @pytest.fixture
-def drive() -> Iterator[Any]:
-    """Return ``drive(topology, **config)`` -> a driver closed after the test."""
+def drive(engine: str) -> Iterator[Any]:
+    """Return ``drive(topology, **config)`` -> a driver closed after the test, under the
+    test's ``engine`` unless the config names one."""
     drivers: list[TopologyTestDriver] = []
 
     def make(topology: Topology, **extra: Any) -> TopologyTestDriver:
         options = {
             k: extra.pop(k) for k in ("initial_wall_clock_time_ms", "partitions") if k in extra
         }
-        driver = TopologyTestDriver(topology, {**CONFIG, **extra}, **options)
+        config = {**CONFIG, "processing.engine": engine, **extra}
+        driver = TopologyTestDriver(topology, config, **options)
         drivers.append(driver)
         return driver
 

@@ -7,6 +7,7 @@ same records on every topic (in order), the same final stores, and the same punc
 
 from __future__ import annotations
 
+import gc
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -29,13 +30,18 @@ from topology import (
     Topology,
 )
 from topology.api.processor import Processor, PunctuationType
+from topology.api.record import Record
 from topology.api.windowed_serdes import WindowedSerdes
 from topology.api.windows import TimeWindows
 from topology.engine.columnar import collection_paused
 from topology.engine.combine import combined_topics, weights_of, windowed_topics
 from topology.engine.task import StreamTask
+from topology.engine.task_commit import AtLeastOnceTaskCommit
 
 S, L = Serdes.String(), Serdes.Long()
+#: How the tasks built here commit (as the at_least_once runtime and the driver do).
+COMMIT = AtLeastOnceTaskCommit()
+
 BASE = {
     "application.id": "cmp",
     "topics.root": "/tmp/unused",
@@ -48,9 +54,8 @@ Sent = tuple[str, Any, Any, int, Any]
 
 
 @pytest.fixture(autouse=True)
-def engine(monkeypatch: pytest.MonkeyPatch) -> str:
-    """This module sets each run's engine itself (not the suite's forced one)."""
-    monkeypatch.setattr(StreamTask, "forced_engine", None)
+def engine() -> str:
+    """This module sets each run's engine itself (not the suite's two runs)."""
     return "each run's own"
 
 
@@ -154,7 +159,8 @@ def _run_batch(
         feed(topic, rows)
     while True:  # commit; hand what the tasks wrote to the tasks reading it
         for task in tasks:
-            task.commit()
+            task.prepare_commit()
+            COMMIT.end_batch(task, None, worked=True)
         sent, collector.sent = collector.sent, []
         if not sent:
             break
@@ -339,8 +345,6 @@ class Ticker(Processor):  # type: ignore[type-arg]
         context.schedule(100, PunctuationType.STREAM_TIME, self.tick)
 
     def tick(self, ts: int) -> None:
-        from topology.api.record import Record
-
         self.context.forward(Record(f"tick@{ts}", str(self.seen), ts))
 
     def process(self, record: Any) -> None:
@@ -536,8 +540,6 @@ def test_a_combined_batch_of_late_records_runs_again_uncombined() -> None:
 def test_the_garbage_collector_waits_while_a_batch_runs() -> None:
     """A batch's containers are freed by reference counting: the cyclic collector is off
     while it runs, back on after (and left off where the application turned it off)."""
-    import gc
-
     seen: list[bool] = []
     b = StreamsBuilder()
     b.stream("in").peek(lambda k, v: seen.append(gc.isenabled())).to("out")

@@ -34,15 +34,21 @@ from topology.engine.combine import (
     weights_of,
 )
 from topology.engine.task import StreamTask
+from topology.engine.task_commit import AtLeastOnceTaskCommit
 
 BASE = {**COLUMNAR_BASE, "application.id": "cmb"}
 REPARTITION = "cmb-counts-repartition"
 
 
+def commit(task: StreamTask) -> None:
+    """Commit ``task`` as the at_least_once runtime does: flush, then its stores apply."""
+    task.prepare_commit()
+    AtLeastOnceTaskCommit().end_batch(task, None, worked=True)
+
+
 @pytest.fixture(autouse=True)
-def engine(monkeypatch: pytest.MonkeyPatch) -> str:
-    """This module sets each task's engine itself (not the suite's forced one)."""
-    monkeypatch.setattr(StreamTask, "forced_engine", None)
+def engine() -> str:
+    """This module sets each task's engine itself (not the suite's two runs)."""
     return "each task's own"
 
 
@@ -163,7 +169,7 @@ def counted(feed: str) -> tuple[list[Any], list[Any], list[Any]]:
     for lo in (0, 2):
         lines = [line.encode() for line in LINES[lo : lo + 2]]
         up.process_columns("lines", 0, [None, None], lines, [lo * 10, lo * 10 + 5], [lo, lo + 1])
-        up.commit()
+        commit(up)
         records = collector.take(REPARTITION)
         repartitioned += records
         keys, values = [r[1] for r in records], [r[2] for r in records]
@@ -178,7 +184,7 @@ def counted(feed: str) -> tuple[list[Any], list[Any], list[Any]]:
         else:
             for i in range(len(records)):
                 down.process(REPARTITION, keys[i], values[i], ts[i], hs[i], i, 0)
-        down.commit()
+        commit(down)
         out += collector.take("out")
     store = sorted(down.stores["counts"].all())
     up.close()

@@ -20,6 +20,7 @@ from common.errors import (
     StreamsProcessingError,
     TopologyError,
 )
+from streams.testing import TopologyTestDriver
 from tests.topology.conftest import I, S
 from topology import (
     Consumed,
@@ -82,8 +83,6 @@ def test_copartitioning_check_names_the_joining_node() -> None:
 
 
 def test_unknown_input_topic_and_unknown_child() -> None:
-    from streams.testing import TopologyTestDriver
-
     b = StreamsBuilder()
     b.stream("in").to("out")
     with (

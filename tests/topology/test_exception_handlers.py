@@ -29,6 +29,7 @@ from streams.testing import TestRecord, TopologyTestDriver
 from tests.topology.conftest import CONFIG, L, S
 from topology import Consumed, Processor, Produced, PunctuationType, StreamsBuilder, Topology
 from topology.engine.task import StreamTask
+from topology.engine.task_input import TaskInput
 
 B = Serdes.Bytes()
 HERE = __name__
@@ -405,7 +406,7 @@ def test_production_retry_is_fail_and_the_handler_sees_the_unserialized_record(
     assert origin == "value"
 
 
-def test_a_send_failure_goes_to_the_production_handler() -> None:
+def test_a_send_failure_goes_to_the_production_handler(engine: str) -> None:
     b = StreamsBuilder()
     b.stream("in", Consumed.with_(S, S)).to(lambda k, v, ctx: v, Produced.with_(S, S))
     sent: list[str] = []
@@ -420,7 +421,12 @@ def test_a_send_failure_goes_to_the_production_handler() -> None:
             return 1
 
     def task(handler: str) -> StreamTask:
-        config = {**CONFIG, "topics.root": "/x", "production.exception.handler": handler}
+        config = {
+            **CONFIG,
+            "topics.root": "/x",
+            "production.exception.handler": handler,
+            "processing.engine": engine,
+        }
         t = StreamTask(b.build(), 0, 0, StreamsConfig.from_dict(config), Collector())
         t.initialize()
         return t
@@ -468,7 +474,7 @@ def test_nothing_wraps_the_hot_path_with_the_defaults() -> None:
     task = StreamTask(numbers_topology(), 0, 0, config, None)  # type: ignore[arg-type]
     assert not task.errors.handlers.resumes_processing
     assert not task.errors.handlers.needs_raw_input
-    assert task.process.__func__ is StreamTask.process  # type: ignore[attr-defined]
+    assert type(task.input) is TaskInput  # process() keeps no raw input, counts no weights
 
 
 class RawRecordingHandler:

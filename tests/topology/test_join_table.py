@@ -4,13 +4,14 @@ of derived tables, materialized results and co-partitioning."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from common.errors import TopologyError
 from tests.topology.conftest import I, L, S
-from topology import Consumed, Joined, Materialized, Produced, StreamsBuilder
+from topology import Consumed, Joined, JoinWindows, Materialized, Produced, StreamsBuilder
 
 LEFT, RIGHT, OUT = "left", "right", "out"
 K = "k"  # every record has the same key, as in the docs' tables
@@ -286,10 +287,6 @@ def test_joins_require_copartitioned_inputs() -> None:
     b.table(LEFT).outer_join(b.table(RIGHT), joiner).to_stream().to(OUT)
     with pytest.raises(TopologyError, match="Processor KTABLE-JOINTHIS-0000000007"):
         b.build().check_copartitioning({LEFT: 1, RIGHT: 4})
-
-    from datetime import timedelta
-
-    from topology import JoinWindows
 
     b = StreamsBuilder()
     w = JoinWindows.of_time_difference_without_grace(timedelta(seconds=1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.topology.conftest import I, L, S
-from topology import Consumed, Grouped, Materialized, Produced, StreamsBuilder
+from topology import Consumed, Grouped, Materialized, Processor, Produced, StreamsBuilder
 
 
 def test_source_table_materializes_and_tombstones_delete(drive: Any) -> None:
@@ -145,8 +145,6 @@ def test_stream_aggregate_then_table_group_by(drive: Any) -> None:
 
 
 def test_global_table_is_readable_by_processors(drive: Any) -> None:
-    from topology import Processor
-
     b = StreamsBuilder()
     b.global_table("rates", materialized=Materialized.as_("rates"))
 

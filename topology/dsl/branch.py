@@ -105,16 +105,17 @@ class BranchedKStream(Generic[K, V]):
         return self.outputs
 
     def _create(self, branched: Branched[K, V], index: int) -> str:
-        from topology.dsl.kstream import KStream
-
         source, builder = self.source, self.source.builder
         name = self.splitter + (branched.name if branched.name is not None else str(index))
         builder.names.new_processor_name(name)  # advances the counter, as Kafka does
         builder.graph.add_processor(
             ProcessorSpec(name=name, supplier=PassThroughProcessor, parents=(self.splitter,))
         )
-        stream: KStream[K, V] = KStream(
-            builder, name, source.key_serde, source.value_serde, source.repartition_required
+        stream: KStream[K, V] = builder.handles.stream(
+            name,
+            source.key_serde,
+            source.value_serde,
+            repartition_required=source.repartition_required,
         )
         if branched.chain is not None:
             result = branched.chain(stream)

@@ -10,6 +10,11 @@ Example:
     ...   .to_stream()
     ...   .to("word-counts"))
     >>> topology = b.build()
+
+The builder is the one place that knows both handle classes: a handle, or a recorder of
+joins, aggregations, branches and suppression, makes the stream or table it returns through
+``builder.handles`` (:class:`HandleFactory`). So an aggregation makes a ``KTable`` and
+``KTable.to_stream`` a ``KStream`` while the DSL modules import each other one way only.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from common.errors import TopologyError
+from common.serdes import Serde
 from statestores.api import StoreBuilder
 from topology.api.options import Consumed, Materialized
 from topology.api.processor import ProcessorSupplier
 from topology.dsl.kstream import KStream
-from topology.dsl.ktable import GlobalKTable, KTable, store_factory
+from topology.dsl.ktable import GlobalKTable, KTable
+from topology.dsl.materialize import store_factory
 from topology.graph.graph import GlobalStoreSpec, GraphBuilder, ProcessorSpec, SourceSpec
 from topology.graph.naming import KTABLE_SOURCE, SOURCE, NameProvider
 from topology.graph.stores import BuilderStoreFactory
@@ -31,6 +38,37 @@ from topology.graph.topology import Topology
 from topology.processors.proc_table import TableParams, TableSourceProcessor
 
 _TRUE = {"true", "1", "yes"}
+
+
+class HandleFactory:
+    """Makes the stream and table handles of one builder's nodes (``builder.handles``)."""
+
+    __slots__ = ("_builder",)
+
+    def __init__(self, builder: StreamsBuilder) -> None:
+        self._builder = builder
+
+    def stream(
+        self,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        *,
+        repartition_required: bool,
+    ) -> KStream[Any, Any]:
+        """Return the stream of ``node``; ``repartition_required``: its key was changed,
+        so a grouping or a join repartitions it first."""
+        return KStream(self._builder, node, key_serde, value_serde, repartition_required)
+
+    def table(
+        self,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        params: TableParams,
+    ) -> KTable[Any, Any]:
+        """Return the table of ``node``, whose processor reads ``params``."""
+        return KTable(self._builder, node, key_serde, value_serde, params)
 
 
 class StreamsBuilder:
@@ -44,6 +82,7 @@ class StreamsBuilder:
     def __init__(self, config: Mapping[str, object] | None = None) -> None:
         self.graph = GraphBuilder()
         self.names = NameProvider()
+        self.handles = HandleFactory(self)
         flag = str((config or {}).get("ensure.explicit.internal.resource.naming", "false"))
         self.graph.require_explicit_names = flag.strip().lower() in _TRUE
 
@@ -65,7 +104,9 @@ class StreamsBuilder:
         elif not isinstance(topics, re.Pattern):
             names = tuple(topics)
         self.graph.add_source(_source(name, names, pattern, consumed))
-        return KStream(self, name, consumed.key_serde, consumed.value_serde, False)
+        return self.handles.stream(
+            name, consumed.key_serde, consumed.value_serde, repartition_required=False
+        )
 
     def table(
         self,
@@ -99,29 +140,14 @@ class StreamsBuilder:
                 name=node, supplier=lambda: TableSourceProcessor(node, params), parents=(source,)
             )
         )
-        factory = store_factory(store, mat, consumed.key_serde, consumed.value_serde)
-        table: KTable[Any, Any] = KTable(
-            self,
+        table = self.handles.table(
             node,
             mat.key_serde or consumed.key_serde,
             mat.value_serde or consumed.value_serde,
             params,
         )
-
-        def materialize() -> None:
-            if params.store_name is None:
-                self.graph.add_store(factory, node)
-                params.store_name = store
-
-        def enable_old() -> None:
-            materialize()
-            params.send_old_values = True
-
-        table._enable_old = enable_old
-        table._materialize = materialize
-        if mat.store_name is not None:
-            materialize()
-            table.queryable_store_name = store
+        factory = store_factory(store, mat, consumed.key_serde, consumed.value_serde)
+        table.store_on_demand(factory, named=mat.store_name is not None)
         return table
 
     def global_table(

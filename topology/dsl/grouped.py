@@ -2,9 +2,10 @@
 
 ``KGroupedStream.aggregate_with`` is the one place that records an aggregation (the store
 name first, then the processor name, then the repartition nodes, as Kafka burns names);
-``count``/``reduce``/``aggregate`` call it, and the windows phase adds ``windowed_by``
-(a new module, e.g. ``topology/dsl/windowed.py``) calling it with a window store factory and a
-windowed processor.
+``count``/``reduce``/``aggregate`` call it, and so do the windowed streams of
+``windowed_by`` (:mod:`topology.dsl.windowed`), with a window or session store factory and
+a windowed processor. The result tables are made through the builder's
+:class:`~topology.dsl.builder.HandleFactory`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from common.serdes import Serde, Serdes
 from topology.api.options import Grouped, Materialized, Named, name_of
 from topology.api.processor import Processor
-from topology.dsl.ktable import KTable, store_factory
+from topology.dsl.materialize import store_factory
 from topology.dsl.repartition import create_repartitioned_source
+from topology.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream, windowed_by
 from topology.graph.graph import ProcessorSpec, RepartitionTopicSpec, SinkSpec, SourceSpec
 from topology.graph.naming import (
     AGGREGATE,
@@ -28,18 +30,19 @@ from topology.graph.naming import (
     SOURCE,
 )
 from topology.graph.stores import ChangeSerde, StoreFactory
-from topology.processors.proc_aggregate import (
+from topology.processors.proc_aggregate import count_add, count_init, count_sub
+from topology.processors.proc_stream_aggregate import (
     StreamAggregateProcessor,
     StreamCountProcessor,
     StreamReduceProcessor,
-    TableAggregateProcessor,
 )
 from topology.processors.proc_table import TableParams
+from topology.processors.proc_table_aggregate import TableAggregateProcessor
 
 if TYPE_CHECKING:
     from topology.api.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
     from topology.dsl.builder import StreamsBuilder
-    from topology.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
+    from topology.dsl.ktable import KTable
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -49,18 +52,6 @@ A = TypeVar("A")
 MakeProcessor = Callable[[str, TableParams], Processor[Any, Any, Any, Any]]
 #: ``(store name, materialized) -> store factory``.
 MakeStore = Callable[[str, Materialized], StoreFactory]
-
-
-def _count_init() -> int:
-    return 0
-
-
-def _count_add(key: Any, value: Any, agg: int) -> int:
-    return agg + 1
-
-
-def _count_sub(key: Any, value: Any, agg: int) -> int:
-    return agg - 1
 
 
 class KGroupedStream(Generic[K, V]):
@@ -126,9 +117,7 @@ class KGroupedStream(Generic[K, V]):
         if mat.store_name is None:
             builder.graph.note_generated(name, store)
         key_serde = mat.key_serde or self.key_serde
-        table: KTable[Any, Any] = KTable(
-            builder, name, key_serde, mat.value_serde or value_serde, params
-        )
+        table = builder.handles.table(name, key_serde, mat.value_serde or value_serde, params)
         table.queryable_store_name = mat.store_name
         return table
 
@@ -218,8 +207,6 @@ class KGroupedStream(Generic[K, V]):
             ...     TimeWindows.of_size_and_grace(60_000, 10_000)
             ... ).count()  # doctest: +SKIP
         """
-        from topology.dsl.windowed import windowed_by
-
         return windowed_by(self, windows)
 
 
@@ -278,9 +265,7 @@ class KGroupedTable(Generic[K, V]):
         if grouped.name is None and mat.store_name is None:
             graph.note_generated(name, topic)
         key_serde = mat.key_serde or grouped.key_serde
-        table: KTable[Any, Any] = KTable(
-            builder, name, key_serde, mat.value_serde or value_serde, params
-        )
+        table = builder.handles.table(name, key_serde, mat.value_serde or value_serde, params)
         table.queryable_store_name = mat.store_name
         return table
 
@@ -297,7 +282,7 @@ class KGroupedTable(Generic[K, V]):
             materialized=materialized,
             named=named,
             make=lambda n, p: TableAggregateProcessor(
-                n, p, initializer=_count_init, adder=_count_add, subtractor=_count_sub
+                n, p, initializer=count_init, adder=count_add, subtractor=count_sub
             ),
             value_serde=Serdes.Long(),
         )

@@ -1,7 +1,7 @@
 """Recording the joins of a stream (stream-stream, stream-table, stream-global-table) into
 the graph: node names in Kafka's order, repartitioning of a stream whose key changed,
 stores, and the co-partitioning requirement of each join. ``KStream.join`` & co. call
-these functions; table-table joins are recorded by :mod:`topology.dsl.join_table`.
+these functions; table-table joins are recorded by :mod:`topology.dsl.join_table_build`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from common.errors import TopologyError
 from topology.api.options import Joined, StreamJoined
-from topology.dsl.join_table import (
-    StreamTableJoinProcessor,
-)
-from topology.dsl.repartition import create_repartitioned_source
+from topology.dsl.repartition import copartition, create_repartitioned_source
 from topology.graph.graph import ProcessorSpec
-from topology.graph.naming import MERGE
+from topology.graph.naming import MERGE, suffixed
 from topology.processors.join_stream import (
     JoinWindowProcessor,
     JoinWindowStoreFactory,
@@ -27,6 +24,7 @@ from topology.processors.join_stream import (
     StreamStreamJoinProcessor,
     TimeTrackers,
 )
+from topology.processors.join_table import StreamTableJoinProcessor
 from topology.processors.joins import (
     JOIN,
     JOINOTHER,
@@ -38,10 +36,8 @@ from topology.processors.joins import (
     WINDOWED,
     GetterSupplier,
     JoinWindows,
-    copartition,
+    StoreGetter,
     keyed_joiner,
-    suffixed,
-    value_getter,
 )
 from topology.processors.proc_stream import PassThroughProcessor
 
@@ -55,8 +51,6 @@ def _repartitioned(
 ) -> KStream[Any, Any]:
     """Return ``stream`` itself, or read back through a repartition topic when its key
     was changed (Kafka's ``repartitionForJoin``)."""
-    from topology.dsl.kstream import KStream
-
     if not stream.repartition_required:
         return stream
     key_serde = key_serde or stream.key_serde
@@ -64,7 +58,7 @@ def _repartitioned(
     source = create_repartitioned_source(
         stream.builder, stream.node, prefix, key_serde, value_serde, user_named=user_named
     )
-    return KStream(stream.builder, source, key_serde, value_serde, False)
+    return stream.builder.handles.stream(source, key_serde, value_serde, repartition_required=False)
 
 
 def _check_supplier(supplier: Any, windows: JoinWindows) -> None:
@@ -201,8 +195,6 @@ def stream_stream_join(
     with_key: bool,
 ) -> KStream[Any, Any]:
     """Record a windowed stream-stream join; return the joined stream (the merge node)."""
-    from topology.dsl.kstream import KStream
-
     if not isinstance(windows, JoinWindows):
         raise TopologyError(f"a stream-stream join needs JoinWindows, got {windows!r}")
     sj = joined or StreamJoined()
@@ -262,7 +254,7 @@ def stream_stream_join(
     if sj.store_name is None and this_store.supplier is None:
         graph.note_generated(n.this_join, this_store.name)
     copartition(n.this_join, this, other)
-    return KStream(builder, n.merge, key_serde, None, False)
+    return builder.handles.stream(n.merge, key_serde, None, repartition_required=False)
 
 
 def stream_table_join(
@@ -275,8 +267,6 @@ def stream_table_join(
     with_key: bool,
 ) -> KStream[Any, Any]:
     """Record a stream-table join; return the joined stream."""
-    from topology.dsl.kstream import KStream
-
     jd = joined or Joined()
     if jd.grace_ms is not None:
         raise TopologyError(
@@ -286,7 +276,7 @@ def stream_table_join(
         this, jd.name or this.node, jd.value_serde, jd.key_serde, jd.name is not None
     )
     builder = this.builder
-    getter = value_getter(table)
+    getter = table.value_getter()
     name = builder.names.name_or_generate(jd.name, LEFTJOIN if left else JOIN)
     user = keyed_joiner(joiner, with_key)
     builder.graph.add_processor(
@@ -298,7 +288,8 @@ def stream_table_join(
         )
     )
     copartition(name, this, table)
-    return KStream(builder, name, jd.key_serde or this.key_serde, None, False)
+    key_serde = jd.key_serde or this.key_serde
+    return builder.handles.stream(name, key_serde, None, repartition_required=False)
 
 
 def stream_global_join(
@@ -313,9 +304,6 @@ def stream_global_join(
 ) -> KStream[Any, Any]:
     """Record a stream-global-table join (no co-partitioning, no repartition: the table
     is complete on every instance); return the joined stream."""
-    from topology.dsl.kstream import KStream
-    from topology.processors.joins import StoreGetter
-
     builder = this.builder
     store = table.store_name
     getter = GetterSupplier((), lambda: StoreGetter(store))
@@ -330,4 +318,6 @@ def stream_global_join(
             ),
         )
     )
-    return KStream(builder, name, this.key_serde, None, this.repartition_required)
+    return builder.handles.stream(
+        name, this.key_serde, None, repartition_required=this.repartition_required
+    )

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from topology.api.options import Materialized
+from topology.dsl.materialize import store_factory
 from topology.graph.graph import ProcessorSpec, RepartitionTopicSpec, SinkSpec, SourceSpec
-from topology.graph.naming import SINK, SOURCE
+from topology.graph.naming import SINK, SOURCE, suffixed
 from topology.graph.stores import KeyValueStoreFactory
 from topology.processors.join_fk import (
     FK_JOIN_OUTPUT,
@@ -31,7 +32,6 @@ from topology.processors.join_fk_wire import (
     ResponseSerde,
     SubscriptionSerde,
 )
-from topology.processors.joins import suffixed, value_getter
 from topology.processors.proc_table import TableParams, TableSourceProcessor
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def _foreign_side(  # noqa: PLR0917 - the second half of foreign_key_join
         lambda: SubscriptionReceiveProcessor(receive, serdes, store),
     )
     graph.add_copartition_group(receive, graph.source_nodes_of(other.node) | {sub_source})
-    foreign = value_getter(other)
+    foreign = other.value_getter()
     sub_join = name("-subscription-join-foreign", SUBSCRIPTION_PROCESSOR)
     _add(
         this,
@@ -172,7 +172,7 @@ def _foreign_side(  # noqa: PLR0917 - the second half of foreign_key_join
         (this.key_serde, ResponseSerde(serdes)),
     )
     graph.add_copartition_group(nodes[1], graph.source_nodes_of(this.node) | {nodes[1]})
-    primary = value_getter(this)
+    primary = this.value_getter()
     resolver = name("-subscription-response-resolver", RESPONSE_RESOLVER)
     _add(
         this,
@@ -192,28 +192,14 @@ def _result(
 ) -> KTable[Any, Any]:
     """The result table: a table source over the resolver's output, stored when
     ``materialized`` names a store (a store name is always reserved, as Kafka's)."""
-    from topology.dsl.ktable import KTable, store_factory
-
     builder, mat = this.builder, materialized or Materialized()
     node = name("-result", FK_JOIN_OUTPUT)
     store = mat.store_name or builder.names.new_store_name(FK_JOIN_OUTPUT)
     params = TableParams()
     _add(this, node, (parent,), (), lambda: TableSourceProcessor(node, params))
     key_serde = mat.key_serde or this.key_serde
-    table: KTable[Any, Any] = KTable(builder, node, key_serde, mat.value_serde, params)
-    factory = store_factory(store, mat, key_serde, mat.value_serde)
-
-    def materialize() -> None:
-        if params.store_name is None:
-            builder.graph.add_store(factory, node)
-            params.store_name = store
-
-    def enable_old() -> None:
-        materialize()
-        params.send_old_values = True
-
-    table._materialize, table._enable_old = materialize, enable_old
-    if mat.store_name is not None:
-        materialize()
-        table.queryable_store_name = store
+    table = builder.handles.table(node, key_serde, mat.value_serde, params)
+    table.store_on_demand(
+        store_factory(store, mat, key_serde, mat.value_serde), named=mat.store_name is not None
+    )
     return table

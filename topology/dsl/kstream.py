@@ -10,8 +10,10 @@ from common.delta_rows import RowColumns, RowKeySerde, RowValueSerde, sink_topic
 from common.serdes import Serde
 from topology.api.options import Grouped, Named, Produced, Repartitioned, name_of
 from topology.api.processor import Processor, ProcessorSupplier
-from topology.dsl.join_methods import StreamJoins
+from topology.dsl.branch import BranchedKStream
+from topology.dsl.grouped import KGroupedStream
 from topology.dsl.repartition import create_repartitioned_source
+from topology.dsl.stream_joins import StreamJoins
 from topology.graph.graph import ProcessorSpec, SinkSpec, TopicNameExtractor
 from topology.graph.naming import (
     FILTER,
@@ -40,9 +42,7 @@ from topology.processors.proc_stream import (
 )
 
 if TYPE_CHECKING:
-    from topology.dsl.branch import BranchedKStream
     from topology.dsl.builder import StreamsBuilder
-    from topology.dsl.grouped import KGroupedStream
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -259,8 +259,6 @@ class KStream(StreamJoins, Generic[K, V]):
             >>> split = stream.split(named="s-").branch(lambda k, v: v > 0)  # doctest: +SKIP
             >>> branches = split.default_branch()  # {"s-1": ..., "s-0": ...}  # doctest: +SKIP
         """
-        from topology.dsl.branch import BranchedKStream
-
         return BranchedKStream(self, name_of(named))
 
     def merge(self, other: KStream[K, V], *, named: Named | str | None = None) -> KStream[K, V]:
@@ -395,8 +393,6 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.group_by_key().count()  # doctest: +SKIP
         """
-        from topology.dsl.grouped import KGroupedStream
-
         grouped = grouped or Grouped()
         return KGroupedStream(
             self.builder,
@@ -416,8 +412,6 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.group_by(lambda k, word: word).count()  # doctest: +SKIP
         """
-        from topology.dsl.grouped import KGroupedStream
-
         grouped = grouped or Grouped()
         selected = self._add(
             KEY_SELECT,

@@ -3,6 +3,7 @@
 Table nodes forward :class:`~topology.api.record.Change` values. A node sends old values only
 when a downstream operator asks (``group_by`` does: its subtractor needs them), which may
 force an upstream source table to be materialized, as Kafka's ``enableSendingOldValues``.
+A join reads a table by key through :meth:`KTable.value_getter`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from common.errors import TopologyError
 from common.serdes import Serde
 from topology.api.options import Grouped, Materialized, Named, name_of
 from topology.api.processor import Processor
-from topology.dsl.join_methods import TableJoins
+from topology.dsl.grouped import KGroupedTable
+from topology.dsl.materialize import store_factory
+from topology.dsl.suppress import Suppressed, suppress_table
+from topology.dsl.table_joins import TableJoins
 from topology.graph.graph import ProcessorSpec
 from topology.graph.naming import KTABLE_FILTER, KTABLE_MAPVALUES, KTABLE_SELECT, KTABLE_TOSTREAM
 from topology.graph.stores import KeyValueStoreFactory
+from topology.processors.joins import DerivedGetter, GetterSupplier, StoreGetter
 from topology.processors.proc_table import (
     TableFilterProcessor,
     TableMapValuesProcessor,
@@ -28,29 +34,12 @@ from topology.processors.proc_table import (
 
 if TYPE_CHECKING:
     from topology.dsl.builder import StreamsBuilder
-    from topology.dsl.grouped import KGroupedTable
     from topology.dsl.kstream import KStream
-    from topology.dsl.suppress import Suppressed
 
 K = TypeVar("K")
 V = TypeVar("V")
 K2 = TypeVar("K2")
 V2 = TypeVar("V2")
-
-
-def store_factory(
-    name: str, mat: Materialized, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
-) -> KeyValueStoreFactory:
-    """Return the key-value store factory of a materialized table or aggregate."""
-    return KeyValueStoreFactory(
-        name=name,
-        key_serde=mat.key_serde or key_serde,
-        value_serde=mat.value_serde or value_serde,
-        supplier=mat.supplier,
-        caching_enabled=mat.caching_enabled,
-        logging_enabled=mat.logging_enabled,
-        logging_config=mat.logging_config,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +71,8 @@ class KTable(TableJoins, Generic[K, V]):
         #: The grace a windowed table's windows close after (``None``: not windowed);
         #: ``suppress(until_window_closes)`` waits this long past a window's end.
         self.window_grace_ms: int | None = None
-        # How joins read this table by key (topology.processors.joins.value_getter): a source table
-        # materializes on demand, a derived one computes through its parent, a join result
-        # through its view.
+        # How joins read this table by key (value_getter): a source table materializes on
+        # demand, a derived one computes through its parent, a join result through its view.
         self._materialize: Callable[[], None] | None = None
         self._derived_from: tuple[KTable[Any, Any], Callable[[], Any]] | None = None
         self._view: Callable[[], Any] | None = None
@@ -98,6 +86,53 @@ class KTable(TableJoins, Generic[K, V]):
     def enable_send_old_values(self) -> None:
         """Make this node (and what it needs upstream) forward old values too."""
         self._enable_old()
+
+    def store_on_demand(self, factory: KeyValueStoreFactory, *, named: bool) -> None:
+        """Store this table-source node in ``factory``'s store once a join reads it or a
+        downstream operator needs old values (as Kafka's ``KTableSource.materialize``); at
+        once, and queryable, when ``named`` (the user named the store)."""
+        params, graph, node = self.params, self.builder.graph, self.node
+
+        def materialize() -> None:
+            if params.store_name is None:
+                graph.add_store(factory, node)
+                params.store_name = factory.name
+
+        def enable_old() -> None:
+            materialize()
+            params.send_old_values = True
+
+        self._enable_old, self._materialize = enable_old, materialize
+        if named:
+            materialize()
+            self.queryable_store_name = factory.name
+
+    def value_getter(self) -> GetterSupplier:
+        """Return how a join reads this table by key (Kafka's ``valueGetterSupplier``),
+        materializing a source table if needed.
+
+        Raises:
+            TopologyError: the table can be read neither from a store nor through its parent
+                (fatal: materialize it with ``Materialized.as_``).
+        """
+        if self.params.store_name is None and self._materialize is not None:
+            self._materialize()
+        store = self.params.store_name
+        if store is not None:
+            return GetterSupplier((store,), lambda: StoreGetter(store))
+        if self._view is not None:
+            view: GetterSupplier = self._view()
+            return view
+        if self._derived_from is not None:
+            parent_table, make_operator = self._derived_from
+            parent = parent_table.value_getter()
+            return GetterSupplier(
+                parent.store_names, lambda: DerivedGetter(parent.make(), make_operator())
+            )
+        raise TopologyError(
+            f"Processor {self.node}: a join cannot read this table by key; materialize it "
+            "with Materialized.as_(...)"
+        )
 
     def _transform(
         self,
@@ -214,28 +249,26 @@ class KTable(TableJoins, Generic[K, V]):
         Example:
             >>> table.to_stream().to("updates")  # doctest: +SKIP
         """
-        from topology.dsl.kstream import KStream
-
         name = self.builder.names.name_or_generate(name_of(named), KTABLE_TOSTREAM)
         self.builder.graph.add_processor(
             ProcessorSpec(name=name, supplier=TableToStreamProcessor, parents=(self.node,))
         )
-        return KStream(self.builder, name, self.key_serde, self.value_serde, False)
+        return self.builder.handles.stream(
+            name, self.key_serde, self.value_serde, repartition_required=False
+        )
 
     def suppress(self, suppressed: Suppressed) -> KTable[K, V]:
         """Hold updates back: ``Suppressed.until_window_closes`` emits each window's final
         result once stream time passes its end plus grace; ``Suppressed.until_time_limit``
         emits a key's latest update a time limit after its first (see
-        :mod:`topology.dsl.suppress`).
+        :mod:`topology.processors.proc_suppress`).
 
         Example:
             >>> counts.suppress(
             ...     Suppressed.until_window_closes(BufferConfig.unbounded())
             ... )  # doctest: +SKIP
         """
-        from topology.dsl.suppress import suppress
-
-        return suppress(self, suppressed)
+        return suppress_table(self, suppressed)
 
     def group_by(
         self, selector: Callable[[K, V], tuple[K2, V2]], grouped: Grouped | None = None
@@ -246,8 +279,6 @@ class KTable(TableJoins, Generic[K, V]):
         Example:
             >>> table.group_by(lambda user, region: (region, user)).count()  # doctest: +SKIP
         """
-        from topology.dsl.grouped import KGroupedTable
-
         grouped = grouped or Grouped()
         name = self.builder.names.name_or_generate(name_of(grouped.name), KTABLE_SELECT)
         self.builder.graph.add_processor(

@@ -1,6 +1,7 @@
 """Repartition points: a sink writing ``<prefix>-repartition`` and the source reading it,
 which is where the graph splits into sub-topologies (Kafka's
-``createRepartitionedSource``)."""
+``createRepartitionedSource``); and co-partitioning, what a join requires of the topics
+upstream of its sides."""
 
 from __future__ import annotations
 
@@ -72,3 +73,13 @@ def create_repartitioned_source(
     if not user_named:
         graph.note_generated(parent, topic)
     return source
+
+
+def copartition(node: str, *handles: Any) -> None:
+    """Require the source topics upstream of ``handles`` (streams or tables) to be
+    co-partitioned; :meth:`Topology.check_copartitioning` names ``node`` when they are not."""
+    graph = handles[0].builder.graph
+    sources: set[str] = set()
+    for handle in handles:
+        sources |= graph.source_nodes_of(handle.node)
+    graph.add_copartition_group(node, sources)

@@ -1,37 +1,29 @@
-"""``KTable.suppress``: hold table updates in a buffer and emit them later, as Kafka's
-``KTableSuppressProcessor``.
+"""``KTable.suppress``: what it holds back (``Suppressed``), the buffer's bound
+(``BufferConfig``), and the recording of the suppress node, whose processor is
+:class:`~topology.processors.proc_suppress.SuppressProcessor`.
 
-* ``Suppressed.until_window_closes(config)``: a windowed table's update is buffered under
-  its window's end; once the node's observed stream time reaches ``end + grace`` the
-  latest update of the window (its final result) is emitted, tombstones dropped. The grace
-  is found on the windowed aggregation upstream (sessions: gap + grace).
-* ``Suppressed.until_time_limit(limit, config)``: a key's update is buffered under its
-  record timestamp and emitted, with every later update of the key folded in, once
-  stream time reaches that timestamp plus ``limit``.
+* ``Suppressed.until_window_closes(config)``: emit each window's final result once stream
+  time passes its end plus the grace of the windowed aggregation upstream (sessions: gap +
+  grace).
+* ``Suppressed.until_time_limit(limit, config)``: emit a key's latest update ``limit`` after
+  its first buffered update.
 
-Both are driven by stream time only (no wall-clock punctuation). A key keeps its place in
-the buffer when updated (Kafka's non-resetting semantics). When the buffer exceeds its
-``BufferConfig`` bound it either emits its oldest entries early or stops the application
-with :class:`~common.errors.StreamsError`. The buffer is kept in memory and mirrored
-into an in-memory key-value store (changelogged unless logging is disabled), from which it
-is rebuilt when the task starts.
+The buffer is mirrored into an in-memory key-value store (changelogged unless the
+``BufferConfig`` disables logging) named ``<name>-store``, or a generated name.
 """
 
 from __future__ import annotations
 
-import heapq
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from common.errors import SerializationError, StreamsError, TopologyError
-from common.serdes import Serde
-from topology.api.processor import Processor
-from topology.api.record import Change, Headers, Record
+from common.errors import TopologyError
+from statestores.stores import Stores
 from topology.api.windows import Duration, to_ms
 from topology.graph.graph import ProcessorSpec
-from topology.graph.stores import ChangeSerde, KeyValueStoreFactory
+from topology.graph.stores import KeyValueStoreFactory
+from topology.processors.proc_suppress import BufferValueSerde, SuppressProcessor
 from topology.processors.proc_table import TableParams
 
 if TYPE_CHECKING:
@@ -39,8 +31,6 @@ if TYPE_CHECKING:
 
 KTABLE_SUPPRESS = "KTABLE-SUPPRESS-"
 _UNBOUNDED = (1 << 63) - 1
-_TIMES = struct.Struct(">qq")
-_new = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,156 +143,33 @@ class Suppressed:
         return replace(self, name=name)
 
 
-class BufferValue(NamedTuple):
-    """One buffered update: its buffer time, the update's timestamp and the change."""
+def suppress_table(table: KTable[Any, Any], suppressed: Suppressed) -> KTable[Any, Any]:
+    """Record a suppress node under ``table`` (see :meth:`topology.dsl.ktable.KTable.suppress`)
+    and return its table.
 
-    time: int
-    timestamp: int
-    change: Change[Any]
-
-
-class BufferValueSerde:
-    """Serialise a :class:`BufferValue`: buffer time and timestamp (8 bytes each,
-    big-endian), then the change (:class:`~topology.graph.stores.ChangeSerde`)."""
-
-    __slots__ = ("change_serde", "inner")
-
-    def __init__(self, inner: Serde[Any] | None) -> None:
-        self.inner = inner  # None: the default value serde, set when the task starts
-        self.change_serde = ChangeSerde(inner)
-
-    def with_inner(self, inner: Serde[Any]) -> BufferValueSerde:
-        """Return this serde over ``inner``."""
-        return BufferValueSerde(inner)
-
-    def serialize(self, topic: str, data: BufferValue | None) -> bytes | None:
-        """Return the bytes of ``data``."""
-        if data is None:
-            return None
-        change = self.change_serde.serialize(topic, data[2]) or b""
-        return _TIMES.pack(data[0], data[1]) + change
-
-    def deserialize(self, topic: str, data: bytes | None) -> BufferValue | None:
-        """Return the buffered update."""
-        if data is None:
-            return None
-        if len(data) < 16:
-            raise SerializationError(f"a suppress buffer value needs 16+ bytes, got {len(data)}")
-        time, ts = _TIMES.unpack_from(data)
-        change = self.change_serde.deserialize(topic, data[16:])
-        return BufferValue(time, ts, change or Change(None, None))
-
-
-class _Entry(NamedTuple):
-    time: int
-    key: Any
-    value: BufferValue
-    headers: Headers
-    size: int
-
-
-class SuppressProcessor(Processor[Any, Any, Any, Any]):
-    """Buffer a table's updates and emit them when stream time allows."""
-
-    def __init__(self, name: str, store_name: str, suppressed: Suppressed, grace_ms: int) -> None:
-        self.name = name
-        self.store_name = store_name
-        self.final_results = suppressed.final_results
-        self.wait_ms = grace_ms if suppressed.final_results else suppressed.time_limit_ms
-        self.config = suppressed.buffer_config
-        self.observed_stream_time = -1
-        self.num_bytes = 0
-        self._buffer: dict[bytes, _Entry] = {}
-        self._heap: list[tuple[int, bytes]] = []
-
-    def init(self, context: Any) -> None:
-        """Open the buffer store and rebuild the buffer from it."""
-        self.context = context
-        self.store: Any = context.get_state_store(self.store_name)
-        for key, value in self.store.all():
-            self._remember(key, value, ())
-
-    def _remember(self, key: Any, value: BufferValue, headers: Headers) -> None:
-        store = self.store
-        raw_key: bytes = store.key_serde.serialize(store.topic, key)
-        raw_value: bytes = store.value_serde.serialize(store.topic, value)
-        old = self._buffer.get(raw_key)
-        if old is None:
-            heapq.heappush(self._heap, (value.time, raw_key))
-        else:
-            self.num_bytes -= old.size
-        size = len(raw_key) + len(raw_value)
-        self._buffer[raw_key] = _Entry(value.time, key, value, headers, size)
-        self.num_bytes += size
-
-    def process(self, record: Record[Any, Any]) -> None:
-        """Buffer the update, then emit what stream time (or the bound) releases."""
-        key, change, ts = record[0], record[1], record[2]
-        self.observed_stream_time = max(self.observed_stream_time, ts)
-        time = key.window.end if self.final_results else ts
-        raw_key: bytes = self.store.key_serde.serialize(self.store.topic, key)
-        held = self._buffer.get(raw_key)
-        if held is not None:
-            time = held.time  # an updated key keeps its place (non-resetting)
-        value = BufferValue(time, ts, Change(change[0], change[1]))
-        self._remember(key, value, record[3])
-        self.store.put(key, value)
-        self._enforce()
-
-    def _over_capacity(self) -> bool:
-        config = self.config
-        return len(self._buffer) > config.record_limit or self.num_bytes > config.byte_limit
-
-    def _enforce(self) -> None:
-        expiry = self.observed_stream_time - self.wait_ms
-        heap = self._heap
-        while heap and heap[0][0] <= expiry:
-            self._evict()
-        if not self._over_capacity():
-            return
-        if not self.config.emit_early:
-            raise StreamsError(
-                f"{self.name} buffer exceeded its max capacity. Currently "
-                f"[{len(self._buffer)}/{self.config.record_limit}] records and "
-                f"[{self.num_bytes}/{self.config.byte_limit}] bytes."
-            )
-        while heap and self._over_capacity():
-            self._evict()
-
-    def _evict(self) -> None:
-        _, raw_key = heapq.heappop(self._heap)
-        entry = self._buffer.pop(raw_key)
-        self.num_bytes -= entry.size
-        self.store.delete(entry.key)
-        change = entry.value.change
-        if change[0] is not None or not self.final_results:
-            out = _new(Record, (entry.key, change, entry.value.timestamp, entry.headers))
-            self.context.forward(out)
-
-
-def suppress(table: KTable[Any, Any], suppressed: Suppressed) -> KTable[Any, Any]:
-    """Record a suppress node under ``table`` (see :meth:`topology.dsl.ktable.KTable.suppress`)."""
-    from statestores.stores import Stores
-    from topology.dsl.ktable import KTable
-
+    Raises:
+        TopologyError: ``until_window_closes`` under a table that is not windowed.
+    """
     builder = table.builder
     names, graph = builder.names, builder.graph
     name = suppressed.name or names.new_processor_name(KTABLE_SUPPRESS)
-    grace = 0
-    if suppressed.final_results:
+    final, wait = suppressed.final_results, suppressed.time_limit_ms
+    if final:  # a window's final result waits for the window to close
         if table.window_grace_ms is None:
             raise TopologyError(
                 f"Processor {name}: suppress(until_window_closes) needs a windowed table; "
                 f"window close time is only defined for windowed computations, got "
                 f"{table.node}"
             )
-        grace = table.window_grace_ms
+        wait = table.window_grace_ms
     store = f"{suppressed.name}-store" if suppressed.name else names.new_store_name(KTABLE_SUPPRESS)
     config = suppressed.buffer_config
     graph.add_processor(
         ProcessorSpec(
             name=name,
-            supplier=lambda: SuppressProcessor(name, store, suppressed, grace),
+            supplier=lambda: SuppressProcessor(
+                name, store, final_results=final, wait_ms=wait, limits=config
+            ),
             parents=(table.node,),
         )
     )
@@ -320,7 +187,7 @@ def suppress(table: KTable[Any, Any], suppressed: Suppressed) -> KTable[Any, Any
     if suppressed.name is None:
         graph.note_generated(name, store)
     params = TableParams()
-    result: KTable[Any, Any] = KTable(builder, name, table.key_serde, table.value_serde, params)
+    result = builder.handles.table(name, table.key_serde, table.value_serde, params)
     result.window_grace_ms = table.window_grace_ms
 
     def enable() -> None:

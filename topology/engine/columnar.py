@@ -27,13 +27,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import wraps
 from itertools import accumulate, chain, repeat
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, overload
 
 from topology.api.record import Headers, Record
+from topology.engine.task_api import TaskView
 from topology.graph.graph import ProcessorSpec, SinkSpec
 
 if TYPE_CHECKING:
-    from topology.engine.task import StreamTask
     from topology.graph.topology import Topology
 
 _new = tuple.__new__
@@ -198,6 +198,21 @@ BatchForward = Callable[[Batch], None]
 ArrowEntry = Callable[[str, Any, Any, Sequence[int], Any, Any, Sequence[int] | None], bool]
 
 
+class InputColumns(NamedTuple):
+    """One topic-partition's records as columns, as a task is given them
+    (``StreamTask.process_columns``): keys and values Arrow binary columns or sequences of
+    bytes, timestamps and offsets int columns, ``headers`` None when no record has any.
+    Once deserialized, the same with keys and values as objects and ints as lists."""
+
+    topic: str
+    partition: int
+    keys: Any
+    values: Any
+    timestamps: Any
+    offsets: Any
+    headers: Sequence[Headers] | None
+
+
 class BatchInput:
     """The input rows of the batch being processed: what a node fed record by record
     reads as its record context."""
@@ -227,7 +242,7 @@ class BatchInput:
         return self._stream_times
 
 
-def record_entry(task: StreamTask, forward: Callable[[Record[Any, Any]], None]) -> BatchForward:
+def record_entry(task: TaskView, forward: Callable[[Record[Any, Any]], None]) -> BatchForward:
     """Feed a batch to ``forward`` (a node's per-record entry) record by record, each with
     the record context the record engine gives it."""
 

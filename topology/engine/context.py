@@ -14,10 +14,10 @@ from common.errors import StreamsError, TopologyError
 from statestores.api import ChangelogCollector, StateStore
 from topology.api.processor import PunctuationType, Punctuator
 from topology.api.record import Headers, Record
+from topology.engine.task_api import TaskView
 
 if TYPE_CHECKING:
     from topology.engine.columnar import Batch, BatchForward
-    from topology.engine.task import StreamTask
 
 Forward = Callable[[Record[Any, Any]], None]
 
@@ -59,7 +59,7 @@ class NodeContext:
 
     __slots__ = ("_batch_children", "_child_map", "_children", "_stores", "_task", "name")
 
-    def __init__(self, task: StreamTask, name: str, stores: frozenset[str]) -> None:
+    def __init__(self, task: TaskView, name: str, stores: frozenset[str]) -> None:
         self._task = task
         self.name = name
         self._stores = stores
@@ -163,7 +163,9 @@ class NodeContext:
         self, interval_ms: int, punctuation_type: PunctuationType, punctuator: Punctuator
     ) -> PunctuationSchedule:
         """Run ``punctuator`` every ``interval_ms`` of stream time or wall-clock time."""
-        return self._task.schedule(self.name, interval_ms, punctuation_type, punctuator)
+        return self._task.punctuations.schedule(
+            self.name, interval_ms, punctuation_type, punctuator
+        )
 
     def get_state_store(self, name: str) -> Any:
         """Return the store ``name``; raise TopologyError if it is not connected here."""
@@ -192,7 +194,7 @@ class FixedKeyNodeContext(NodeContext):
 
     __slots__ = ("key",)
 
-    def __init__(self, task: StreamTask, name: str, stores: frozenset[str]) -> None:
+    def __init__(self, task: TaskView, name: str, stores: frozenset[str]) -> None:
         super().__init__(task, name, stores)
         self.key: Any = None
 
@@ -206,7 +208,7 @@ class FixedKeyNodeContext(NodeContext):
 class TaskStoreContext:
     """The :class:`~statestores.api.StateStoreContext` of one task."""
 
-    def __init__(self, task: StreamTask, state_dir: str | None) -> None:
+    def __init__(self, task: TaskView, state_dir: str | None) -> None:
         self._task = task
         self._state_dir = state_dir
         self.registered: list[StateStore] = []

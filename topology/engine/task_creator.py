@@ -7,7 +7,8 @@ both build their tasks here, so the engine a test runs is the engine production 
 differs is only the services the runtime hands in (:class:`TaskServices`): where
 changelogs are read from, how a prepared batch left by a crash learns its transaction's
 outcome, where snapshots go. The test driver has none of them (its stores start empty and
-never restore).
+never restore). The creator also chooses, once, how its tasks' stores commit
+(:attr:`ActiveTaskCreator.task_commit`, see :mod:`topology.engine.task_commit`).
 
 Example:
     >>> creator = ActiveTaskCreator(topology, config)            # doctest: +SKIP
@@ -32,6 +33,7 @@ from statestores.protocols import (
 from statestores.state_manager import SNAPSHOT_INTERVAL_KEY, ProcessorStateManager
 from topology.engine.collector import CollectorChangelog, RecordCollector
 from topology.engine.task import StreamTask, config_dict
+from topology.engine.task_commit import TaskCommit, task_commit
 from topology.engine.task_metrics import RestoreStats
 from topology.graph.topology import Topology
 
@@ -87,6 +89,8 @@ class ActiveTaskCreator:
         if self.services.snapshot_interval is not None:
             app_config[SNAPSHOT_INTERVAL_KEY] = self.services.snapshot_interval
         self._app_config: Mapping[str, Any] = app_config
+        #: How the tasks' stores commit: chosen once, from the guarantee.
+        self.task_commit: TaskCommit = task_commit(config.eos_enabled)
 
     def create(
         self,
@@ -132,6 +136,7 @@ class ActiveTaskCreator:
                 services.restore_listener,
                 lambda: state_dir,
             ),
+            transactional=self.task_commit.transactional,
         )
         task = StreamTask(
             topology,

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow.compute as pc
+
 from common.metrics import RecordingLevel
 from statestores.bytes_layer import bottom
 
@@ -112,8 +114,6 @@ class TaskStats:
         """Record the end-to-end latency of records with ``timestamps`` (ms; a sequence
         or an Arrow array) reaching ``node`` at ``now_ms``."""
         if hasattr(timestamps, "to_numpy"):
-            import pyarrow.compute as pc
-
             n = len(timestamps)
             if not n:
                 return

@@ -8,7 +8,10 @@ changelog names stay the same when a named operator is added or renamed elsewher
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
+
+from common.errors import TopologyError
 
 SOURCE: Final = "KSTREAM-SOURCE-"
 SINK: Final = "KSTREAM-SINK-"
@@ -72,10 +75,14 @@ def is_generated(name: str) -> bool:
 
 def check_name(name: str, what: str) -> str:
     """Return ``name`` if it is a valid node or store name; raise TopologyError otherwise."""
-    from common.errors import TopologyError
-
     if not name or len(name) > 249 or re.fullmatch(r"[a-zA-Z0-9._-]+", name) is None:
         raise TopologyError(
             f"{what} name {name!r} is invalid: use 1 to 249 characters from [a-zA-Z0-9._-]"
         )
     return name
+
+
+def suffixed(name: str | None, suffix: str, generate: Callable[[], str]) -> str:
+    """Return ``name + suffix`` for a named operator, else a generated name (Kafka's
+    ``NamedInternal.suffixWithOrElseGet``: the counter advances only when generating)."""
+    return name + suffix if name is not None else generate()

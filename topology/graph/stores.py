@@ -18,6 +18,7 @@ from common.config import StreamsConfig
 from common.errors import SerializationError
 from common.serdes import LongSerde, Serde, deserialize_many, serde_from_name
 from statestores.api import StoreBuilder
+from statestores.stores import Stores
 from topology.api.record import Change, ValueAndTimestamp
 
 _TS = struct.Struct(">q")
@@ -103,8 +104,6 @@ class KeyValueStoreFactory:
 
     def builder(self, config: StreamsConfig) -> StoreBuilder:
         """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``."""
-        from statestores.stores import Stores
-
         key_serde = resolve_serde(self.key_serde, config.default_key_serde)
         value_serde = resolve_serde(self.value_serde, config.default_value_serde)
         if self.timestamped:
@@ -143,8 +142,6 @@ class WindowStoreFactory:
 
     def builder(self, config: StreamsConfig) -> StoreBuilder:
         """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``."""
-        from statestores.stores import Stores
-
         supplier = self.supplier
         if supplier is None:
             make = (
@@ -184,8 +181,6 @@ class SessionStoreFactory:
 
     def builder(self, config: StreamsConfig) -> StoreBuilder:
         """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``."""
-        from statestores.stores import Stores
-
         supplier = self.supplier
         if supplier is None:
             make = (

@@ -1,1 +1,2 @@
-"""The processors of the DSL operators: stateless, aggregates, joins."""
+"""The processors of the DSL operators: stateless, tables, aggregates, windows, suppression,
+joins."""

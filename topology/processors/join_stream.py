@@ -30,6 +30,7 @@ from common.config import StreamsConfig
 from common.errors import SerializationError
 from common.serdes import Serde
 from statestores.api import StoreBuilder
+from statestores.stores import Stores
 from topology.api.processor import Processor
 from topology.api.record import Record
 from topology.engine.columnar import Batch, rows_at
@@ -44,8 +45,6 @@ _MAX_TIME = (1 << 63) - 1
 
 
 def _store_supplier(config: StreamsConfig, supplier: Any, make: str, *args: Any) -> Any:
-    from statestores.stores import Stores
-
     if supplier is not None:
         return supplier
     kind = "in_memory" if config.default_dsl_store == "in_memory" else "persistent"
@@ -73,8 +72,6 @@ class JoinWindowStoreFactory:
 
     def builder(self, config: StreamsConfig) -> StoreBuilder:
         """Build through :class:`statestores.stores.Stores` (``default.dsl.store``)."""
-        from statestores.stores import Stores
-
         supplier = _store_supplier(
             config,
             self.supplier,
@@ -115,8 +112,6 @@ class OuterJoinStoreFactory:
 
     def builder(self, config: StreamsConfig) -> StoreBuilder:
         """Build an uncached key-value store with the join-side serdes."""
-        from statestores.stores import Stores
-
         persistent = self.persistent
         if persistent is None:
             persistent = config.default_dsl_store != "in_memory"

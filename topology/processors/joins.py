@@ -5,14 +5,17 @@ A value getter is Kafka's ``KTableValueGetter``: a join does not keep its own co
 table, it looks the key up through the table's view. A materialized table (a source table
 read by a join is materialized, as Kafka's ``KTableSource.materialize``) is read from its
 store; a table derived without a store (``filter``, ``map_values``, a join result) computes
-its value from its parent's getter on the fly. The join node is connected to every store
-the getter reads, which keeps it in the sub-topology that owns them.
+its value from its parent's getter on the fly (``KTable.value_getter`` picks the way). The
+join node is connected to every store the getter reads, which keeps it in the sub-topology
+that owns them.
 
-Module map of the joins phase: ``joins`` (this), ``join_methods`` (the ``join`` methods
-mixed into KStream and KTable), ``join_build`` (recording stream joins), ``join_stream``
-(stream-stream windowed join processors and stores), ``join_table`` (stream-table,
-stream-global-table and table-table joins), ``join_fk``, ``join_fk_wire`` and
-``join_fk_build`` (foreign-key table joins: processors, internal records, recording).
+Module map of the joins. Processors (``topology.processors``): ``joins`` (this),
+``join_stream`` (stream-stream windowed joins and their stores), ``join_table``
+(stream-table, stream-global-table and table-table joins), ``join_fk`` and ``join_fk_wire``
+(foreign-key table joins and their internal records). Recording (``topology.dsl``):
+``stream_joins`` and ``table_joins`` (the ``join`` methods mixed into KStream and KTable),
+``join_build`` (stream joins), ``join_table_build`` (table-table joins) and
+``join_fk_build`` (foreign-key joins).
 """
 
 from __future__ import annotations
@@ -20,14 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
-from common.errors import TopologyError
 from topology.api.record import ValueAndTimestamp
 from topology.engine.nodes import user_error
-
-if TYPE_CHECKING:
-    from topology.dsl.ktable import KTable
 
 JOINTHIS: Final = "KSTREAM-JOINTHIS-"
 JOINOTHER: Final = "KSTREAM-JOINOTHER-"
@@ -240,46 +239,3 @@ def get_many(getter: ValueGetter, keys: list[Any]) -> list[ValueAndTimestamp[Any
         found: list[ValueAndTimestamp[Any] | None] = many(keys)
         return found
     return [getter.get(key) for key in keys]
-
-
-def value_getter(table: KTable[Any, Any]) -> GetterSupplier:
-    """Return how to read ``table`` by key, materializing a source table if needed.
-
-    Raises:
-        TopologyError: the table can be read neither from a store nor through its parent
-            (fatal: materialize it with ``Materialized.as_``).
-    """
-    if table.params.store_name is None and table._materialize is not None:
-        table._materialize()
-    store = table.params.store_name
-    if store is not None:
-        return GetterSupplier((store,), lambda: StoreGetter(store))
-    if table._view is not None:
-        view: GetterSupplier = table._view()
-        return view
-    if table._derived_from is not None:
-        parent_table, make_operator = table._derived_from
-        parent = value_getter(parent_table)
-        return GetterSupplier(
-            parent.store_names, lambda: DerivedGetter(parent.make(), make_operator())
-        )
-    raise TopologyError(
-        f"Processor {table.node}: a join cannot read this table by key; materialize it "
-        "with Materialized.as_(...)"
-    )
-
-
-def suffixed(name: str | None, suffix: str, generate: Callable[[], str]) -> str:
-    """Return ``name + suffix`` for a named join, else a generated name (Kafka's
-    ``NamedInternal.suffixWithOrElseGet``: the counter advances only when generating)."""
-    return name + suffix if name is not None else generate()
-
-
-def copartition(node: str, *handles: Any) -> None:
-    """Require the source topics upstream of ``handles`` (streams or tables) to be
-    co-partitioned; :meth:`Topology.check_copartitioning` names ``node`` when they are not."""
-    graph = handles[0].builder.graph
-    sources: set[str] = set()
-    for handle in handles:
-        sources |= graph.source_nodes_of(handle.node)
-    graph.add_copartition_group(node, sources)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.serdes import Serdes
 from runtime.app.app import StreamsApp
 from runtime.app.topology_file import build_config
 from runtime.storage.producer import Producer
@@ -44,8 +45,6 @@ def slow_once(marker: str) -> Any:
 
 def killable_wordcount(example: Any, marker: str) -> Topology:
     """The word count, with :func:`slow_once` before the split."""
-    from common.serdes import Serdes
-
     builder = StreamsBuilder()
     (
         builder.stream(example.INPUT)

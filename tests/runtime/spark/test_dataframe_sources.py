@@ -3,18 +3,25 @@ does, replayed batches are skipped, and a DataFrame that cannot be a source says
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from common.errors import ConfigError, StreamsError
 from runtime.app.app import StreamsApp
+from runtime.spark.delta_table_source import delta_table_stream
+from runtime.spark.session import check_local_workers
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
+from streams import Serdes, StreamsBuilder
+from streams.cli import main
 from tests.runtime.spark.test_app import (
     load_example,
     output_counts,
@@ -185,14 +192,6 @@ def test_an_existing_delta_table_is_read_as_it_grows_each_row_once(
 ) -> None:
     """A Delta table of the user's own schema: key, value and timestamp columns named;
     what later versions add is read on the next run, nothing twice."""
-    import datetime
-
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
-    from runtime.spark.delta_table_source import delta_table_stream
-    from streams import Serdes, StreamsBuilder
-
     lake = str(tmp_path / "lake" / "orders")
 
     def orders(first: int, n: int) -> pa.Table:
@@ -239,8 +238,6 @@ def test_an_existing_delta_table_is_read_as_it_grows_each_row_once(
     assert run().ingests[0].records == 15
     write_deltalake(lake, orders(15, 6), mode="append")
     assert run().ingests[0].records == 6  # only what the new version added
-    from deltalake import DeltaTable
-
     rows = DeltaTable(f"{root}/tables/totals").to_pyarrow_table().to_pylist()
     expected: dict[str, float] = {}
     for i in range(21):
@@ -260,8 +257,6 @@ def test_streams_eos_run_reads_the_dataframes_a_topology_file_builds(
     spark: SparkSession, root: str, tmp_path: Path
 ) -> None:
     """A topology file's build_sources(spark) gives `streams-eos run` its DataFrames."""
-    from streams.cli import main
-
     files = tmp_path / "in"
     write_json(files, "a.json", [{"key": f"u{i % 3}", "value": "x"} for i in range(9)])
     topology_file = tmp_path / "job.py"
@@ -287,8 +282,6 @@ def build_sources(spark):
     args = ["run", str(topology_file), "--until-idle", "--root", root, "--verbose"]
     args += ["--config", f"state.dir={tmp_path / 'state'}", "--config", "commit.interval.ms=50"]
     assert main(args) == 0
-    from deltalake import DeltaTable
-
     rows = DeltaTable(f"{root}/tables/per-user").to_pyarrow_table().to_pylist()
     assert {r["key"]: r["value"] for r in rows} == {"u0": 3, "u1": 3, "u2": 3}
 
@@ -299,8 +292,6 @@ def test_a_local_session_whose_workers_lack_the_project_is_named_with_the_fix(
     """The user's own SparkSession runs `python3` from PATH as its workers unless told:
     when that Python lacks the project, start() says what to set instead of failing in a
     worker."""
-    from runtime.spark.session import check_local_workers
-
     check_local_workers(spark)  # the test session's workers run this interpreter
     other = tmp_path / "python3"
     other.write_text("#!/bin/sh\nexit 1\n")

@@ -83,39 +83,3 @@ def test_a_corrupted_sst_file_is_rebuilt_by_itself_with_exact_output(
         for key, value, _ in records:
             last[key.decode()] = int.from_bytes(value, "big", signed=True)
     assert last == dict(expected)
-
-
-def test_a_read_of_a_corrupt_block_is_known_as_corruption(tmp_path: Path) -> None:
-    """A read that meets a corrupt block while the task runs (RocksDB raises, whatever
-    wraps it) makes the task wipe its directory and the batch run again."""
-    from rocksdict import Options, Rdict
-
-    from common.errors import StreamsProcessingError
-    from runtime.tasks.manager import corruption_of
-
-    path = str(tmp_path / "db")
-    db = Rdict(path, Options(raw_mode=True))
-    for i in range(20_000):
-        db[f"k{i:06d}".encode()] = os.urandom(50)
-    db.flush()
-    db.close()
-    sst = next(Path(path).glob("*.sst"))
-    damage(sst)
-    db = Rdict(path, Options(raw_mode=True))
-    errors = []
-    for i in range(0, 20_000, 50):
-        try:
-            db.get(f"k{i:06d}".encode())
-        except Exception as exc:
-            errors.append(exc)
-    db.close()
-    assert errors, "no read met the damaged block"
-    try:
-        try:
-            raise errors[0]
-        except Exception as exc:
-            raise StreamsProcessingError("a processor failed") from exc
-    except StreamsProcessingError as wrapped:
-        found = corruption_of(wrapped)
-    assert found is not None and "block checksum mismatch" in found
-    assert corruption_of(ValueError("a user's bug")) is None

@@ -7,36 +7,28 @@ produce output. A table-table join has one processor per side: an update of one 
 the other side up through its value getter and emits a :class:`~topology.api.record.Change` of
 the joined value, timestamped ``max`` of both sides; a merge node (optionally materialized)
 joins both paths. Old values are computed only when downstream asked for them.
+
+The DSL records these nodes in :mod:`topology.dsl.join_build` (stream-table and
+stream-global-table) and :mod:`topology.dsl.join_table_build` (table-table).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from topology.api.options import Materialized
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
 from topology.engine.columnar import Batch
 from topology.engine.nodes import user_error
-from topology.graph.graph import ProcessorSpec
 from topology.processors.joins import (
-    KTABLE_JOINOTHER,
-    KTABLE_JOINTHIS,
-    KTABLE_MERGE,
     GetterSupplier,
     KeyedJoiner,
     ValueGetter,
     call_joiner,
-    copartition,
     get_many,
-    suffixed,
-    value_getter,
 )
 from topology.processors.proc_table import TableParams, TupleForwarder
-
-if TYPE_CHECKING:
-    from topology.dsl.ktable import KTable
 
 _new = tuple.__new__
 _UNKNOWN = -1
@@ -278,93 +270,3 @@ class TableJoinGetter:
         ts = max(_UNKNOWN if left is None else left[1], _UNKNOWN if right is None else right[1])
         value = self.joiner(None if left is None else left[0], None if right is None else right[0])
         return ValueAndTimestamp(value, ts)
-
-
-_MODES: dict[tuple[bool, bool], tuple[TableJoinMode, TableJoinMode]] = {
-    (False, False): ("inner", "inner"),
-    (True, False): ("left", "right"),
-    (True, True): ("outer", "outer"),
-}
-
-
-def table_table_join(
-    this: KTable[Any, Any],
-    other: KTable[Any, Any],
-    joiner: Callable[[Any, Any], Any],
-    materialized: Materialized | None,
-    named: str | None,
-    *,
-    left_outer: bool,
-    right_outer: bool,
-) -> KTable[Any, Any]:
-    """Record a table-table equi-join; return the joined table (the merge node)."""
-    from topology.dsl.ktable import KTable, store_factory
-
-    builder = this.builder
-    names, graph = builder.names, builder.graph
-    store = None
-    if materialized is not None:
-        store = materialized.store_name or names.new_store_name(KTABLE_MERGE)
-    merge = names.name_or_generate(named, KTABLE_MERGE)
-    if left_outer:
-        this.enable_send_old_values()
-    if right_outer:
-        other.enable_send_old_values()
-    this_mode, other_mode = _MODES[(left_outer, right_outer)]
-    this_name = suffixed(named, "-join-this", lambda: names.new_processor_name(KTABLE_JOINTHIS))
-    other_name = suffixed(named, "-join-other", lambda: names.new_processor_name(KTABLE_JOINOTHER))
-    this_getter, other_getter = value_getter(this), value_getter(other)
-    params = TableParams()
-    graph.add_processor(
-        ProcessorSpec(
-            name=this_name,
-            parents=(this.node,),
-            stores=other_getter.store_names,
-            supplier=lambda: TableTableJoinProcessor(
-                this_name, this_mode, True, other_getter, joiner, params
-            ),
-        )
-    )
-    graph.add_processor(
-        ProcessorSpec(
-            name=other_name,
-            parents=(other.node,),
-            stores=this_getter.store_names,
-            supplier=lambda: TableTableJoinProcessor(
-                other_name, other_mode, False, this_getter, joiner, params
-            ),
-        )
-    )
-    graph.add_processor(
-        ProcessorSpec(
-            name=merge,
-            parents=(this_name, other_name),
-            supplier=lambda: TableJoinMergeProcessor(params),
-        )
-    )
-    copartition(this_name, this, other)
-    mat = materialized or Materialized()
-    key_serde = mat.key_serde or this.key_serde
-    table: KTable[Any, Any] = KTable(builder, merge, key_serde, mat.value_serde, params)
-    if store is not None:
-        graph.add_store(store_factory(store, mat, key_serde, mat.value_serde), merge)
-        params.store_name = store
-        table.queryable_store_name = mat.store_name
-        if mat.store_name is None:
-            graph.note_generated(merge, store)
-
-    def enable_old() -> None:
-        params.send_old_values = True
-        this.enable_send_old_values()
-        other.enable_send_old_values()
-
-    def view() -> GetterSupplier:
-        stores = tuple(dict.fromkeys(this_getter.store_names + other_getter.store_names))
-        return GetterSupplier(
-            stores,
-            lambda: TableJoinGetter(this_mode, this_getter.make(), other_getter.make(), joiner),
-        )
-
-    table._enable_old = enable_old
-    table._view = view
-    return table

@@ -1,0 +1,282 @@
+"""Processors of KStream aggregations: ``aggregate``, ``reduce`` and ``count`` (an
+aggregate of ``agg + 1`` from 0, with its own batch and Arrow paths), as Kafka's
+``KStreamAggregate`` and ``KStreamReduce``; see :mod:`topology.processors.proc_aggregate`
+for what they share."""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Callable
+from itertools import islice
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from common.columns import column_decodes, deserialize_column
+from common.errors import SerializationError
+from topology.api.record import Change, ValueAndTimestamp
+from topology.engine.columnar import Batch
+from topology.engine.nodes import user_error
+from topology.processors.proc_aggregate import (
+    MISSING,
+    Aggregating,
+    AnyRecord,
+    count_add,
+    count_init,
+    get_many,
+    put_many,
+)
+from topology.processors.proc_table import TableParams
+
+
+class StreamAggregateProcessor(Aggregating):
+    """``agg = aggregator(key, value, agg or initializer())``; null keys and values are
+    dropped, as Kafka's ``KStreamAggregate``."""
+
+    def __init__(
+        self,
+        name: str,
+        params: TableParams,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        super().__init__(name, params)
+        self.initializer = initializer
+        self.aggregator = aggregator
+
+    def process(self, record: AnyRecord) -> None:
+        """Fold the record into its key's aggregate."""
+        key, value, ts = record[0], record[1], record[2]
+        if key is None or value is None:
+            self.dropped += 1
+            return
+        stored = self.store.get(key)
+        fn: Any = self.initializer
+        try:
+            if stored is None:
+                old = self.initializer()
+            else:
+                old, ts = stored[0], max(ts, stored[1])
+            fn = self.aggregator
+            new = self.aggregator(key, value, old)
+        except Exception as exc:
+            raise user_error(self.name, fn, exc) from exc
+        self.emit(key, new, None if stored is None else old, ts, record)
+
+    def scan(
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool, nulls: bool
+    ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
+        """``aggregator(key, value, agg or initializer())`` per record, stamped with the
+        later timestamp."""
+        store, send_old = self.store, self.params.send_old_values
+        init, aggregator = self.initializer, self.aggregator
+        aggs: dict[Any, Any] = {}
+        stamps: dict[Any, int] = {}
+        out: list[int] = []
+        changes: list[Any] = []
+        out_ts: list[int] = []
+        get = aggs.get
+        fn: Any = aggregator
+        try:
+            for i, key, value, t in zip(range(len(ks)), ks, vs, ts, strict=True):
+                if key is None or value is None:
+                    continue
+                current = get(key, MISSING)
+                if current is MISSING:
+                    stored = store.get(key)
+                    if stored is not None:
+                        current, stamps[key] = stored[0], stored[1]
+                    else:
+                        current = None
+                if current is None:  # none yet (or deleted): start from the initializer
+                    fn = init
+                    old, stamp = init(), t
+                    fn = aggregator
+                    new = aggregator(key, value, old)
+                    old = None
+                else:
+                    stamp = stamps[key]
+                    if t > stamp:  # noqa: PLR1730 - no call per record
+                        stamp = t
+                    old = current
+                    new = aggregator(key, value, current)
+                aggs[key] = new
+                stamps[key] = stamp
+                if not cached:
+                    out.append(i)
+                    changes.append(Change(new, old if send_old else None))
+                    out_ts.append(stamp)
+        except Exception as exc:
+            raise user_error(self.name, fn, exc) from exc
+        return aggs, stamps, out, changes, out_ts
+
+    def process_batch(self, batch: Batch) -> None:
+        """Fold the batch per key."""
+        self.fold(batch)
+
+
+class StreamCountProcessor(StreamAggregateProcessor):
+    """``count()``: an aggregate of ``agg + 1`` from 0. With a cache a batch is counted per
+    key at once (the count of its records, the latest of their timestamps), as the record
+    engine's cache would forward it: one update per key at the flush."""
+
+    def __init__(self, name: str, params: TableParams) -> None:
+        super().__init__(name, params, count_init, count_add)
+
+    def scan(
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool, nulls: bool
+    ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
+        """Count per key (every update, one by one, without a cache or with nulls)."""
+        if not cached or nulls:
+            return super().scan(ks, vs, ts, cached, nulls)
+        counts = Counter(ks)
+        if all(map(operator.le, ts, islice(ts, 1, None))):  # in time order: the last is latest
+            latest = dict(zip(ks, ts, strict=True))
+        else:
+            latest = {}
+            for key, t in zip(ks, ts, strict=True):
+                if t > latest.get(key, t - 1):
+                    latest[key] = t
+        aggs: dict[Any, Any] = {}
+        stamps: dict[Any, int] = {}
+        distinct = list(counts)
+        for key, stored in zip(distinct, get_many(self.store, distinct), strict=True):
+            n, t = counts[key], latest[key]
+            if stored is None:
+                aggs[key], stamps[key] = n, t
+            else:
+                aggs[key], stamps[key] = stored[0] + n, max(stored[1], t)
+        return aggs, stamps, [], [], []
+
+    def process_arrow(  # noqa: PLR0917 - a source's raw columns
+        self,
+        topic: str,
+        keys: Any,
+        values: Any,
+        timestamps: Any,
+        key_serde: Any,
+        value_serde: Any,
+        weights: Any = None,
+    ) -> bool:
+        """Count a source's raw columns inside Arrow, with a cache (one update per key at
+        the flush, as the record engine's cache forwards): records grouped by their key's
+        bytes, only distinct keys deserialized, values never (only their nullness counts;
+        they are checked to deserialize); a row counts ``weights[i]`` records when given
+        (combined records). Return False, having done nothing, without a cache or when a
+        key or value would not deserialize (the usual path reports it)."""
+        if not self.forwarder.buffered or not column_decodes(value_serde, values):
+            return False
+        n = len(keys)
+        table = pa.table(
+            {
+                "k": keys,
+                "t": timestamps,
+                "i": np.arange(n, dtype=np.int64),
+                "w": np.ones(n, np.int64) if weights is None else np.asarray(weights, np.int64),
+            }
+        )
+        if keys.null_count or values.null_count:
+            table = table.filter(pc.and_(pc.is_valid(keys), pc.is_valid(values)))
+        groups = table.group_by("k", use_threads=False).aggregate(
+            [("i", "max"), ("w", "sum"), ("t", "max")]
+        )
+        groups = groups.sort_by("i_max")  # a key's last record: the cache's dirty order
+        try:
+            decoded = deserialize_column(key_serde, topic, groups.column("k"))
+        except SerializationError:
+            return False
+        self.dropped += n - len(table)  # (a combined record has no null key or value)
+        last_ts = pc.take(table.column("t"), pc.index_in(groups.column("i_max"), table.column("i")))
+        counts = groups.column("w_sum").to_pylist()
+        if any(key is None for key in decoded):  # a serde reading these bytes as no key
+            kept = [i for i, key in enumerate(decoded) if key is not None]
+            self.dropped += sum(counts) - sum(counts[i] for i in kept)
+            groups, decoded = groups.take(kept), [decoded[i] for i in kept]
+            last_ts = last_ts.take(kept)
+            counts = groups.column("w_sum").to_pylist()
+        writes = []
+        for n_key, t_key, stored in zip(
+            counts,
+            groups.column("t_max").to_pylist(),
+            get_many(self.store, decoded),
+            strict=True,
+        ):
+            if stored is not None:
+                n_key += stored[0]  # noqa: PLW2901 - the new count
+                t_key = max(stored[1], t_key)  # noqa: PLW2901 - its timestamp
+            writes.append(ValueAndTimestamp(n_key, t_key))
+        put_many(self.store, self.context.set_timestamp, decoded, writes, last_ts.to_pylist())
+        return True
+
+
+class StreamReduceProcessor(Aggregating):
+    """``agg = reducer(agg, value)``, the first value as is; null keys and values are
+    dropped, as Kafka's ``KStreamReduce``."""
+
+    def __init__(self, name: str, params: TableParams, reducer: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name, params)
+        self.reducer = reducer
+
+    def process(self, record: AnyRecord) -> None:
+        """Fold the record into its key's aggregate."""
+        key, value, ts = record[0], record[1], record[2]
+        if key is None or value is None:
+            self.dropped += 1
+            return
+        stored = self.store.get(key)
+        if stored is None:
+            self.emit(key, value, None, ts, record)
+            return
+        try:
+            new = self.reducer(stored[0], value)
+        except Exception as exc:
+            raise user_error(self.name, self.reducer, exc) from exc
+        self.emit(key, new, stored[0], max(ts, stored[1]), record)
+
+    def scan(
+        self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool, nulls: bool
+    ) -> tuple[dict[Any, Any], dict[Any, int], list[int], list[Any], list[int]]:
+        """``reducer(agg, value)`` per record, the first value as is, stamped with the
+        later timestamp. (The loop is :meth:`StreamAggregateProcessor.scan`'s with its own
+        step written in: a call per record is what these loops save.)"""
+        store, send_old, reducer = self.store, self.params.send_old_values, self.reducer
+        aggs: dict[Any, Any] = {}
+        stamps: dict[Any, int] = {}
+        out: list[int] = []
+        changes: list[Any] = []
+        out_ts: list[int] = []
+        get = aggs.get
+        try:
+            for i, key, value, t in zip(range(len(ks)), ks, vs, ts, strict=True):
+                if key is None or value is None:
+                    continue
+                current = get(key, MISSING)
+                if current is MISSING:
+                    stored = store.get(key)
+                    if stored is not None:
+                        current, stamps[key] = stored[0], stored[1]
+                    else:
+                        current = None
+                if current is None:  # the first value as is
+                    new, stamp = value, t
+                else:
+                    stamp = stamps[key]
+                    if t > stamp:  # noqa: PLR1730 - no call per record
+                        stamp = t
+                    new = reducer(current, value)
+                aggs[key] = new
+                stamps[key] = stamp
+                if not cached:
+                    out.append(i)
+                    changes.append(Change(new, current if send_old else None))
+                    out_ts.append(stamp)
+        except Exception as exc:
+            raise user_error(self.name, reducer, exc) from exc
+        return aggs, stamps, out, changes, out_ts
+
+    def process_batch(self, batch: Batch) -> None:
+        """Fold the batch per key."""
+        self.fold(batch)
