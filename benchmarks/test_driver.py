@@ -31,10 +31,13 @@ from streams.serdes import Serdes
 from streams.testing import TopologyTestDriver
 from topology import Materialized, Produced, StreamsBuilder, TimeWindows, Topology
 from topology.engine.task import StreamTask
+from topology.engine.task_commit import AtLeastOnceTaskCommit
 
 S, L = Serdes.String(), Serdes.Long()
 #: Lines of each warm-up run.
 WARM_UP = 2_000
+#: How the tasks run here commit: as the at_least_once runtime does.
+COMMIT = AtLeastOnceTaskCommit()
 CONFIG = {
     "application.id": "bench",
     "default.key.serde": "string",
@@ -162,10 +165,12 @@ def through_tasks(
         up.process_columns(
             "lines", 0, [None] * n, chunk, list(range(lo, lo + n)), list(range(lo, lo + n))
         )
-        up.commit()
+        up.prepare_commit()
+        COMMIT.end_batch(up, None, worked=True)
         keys, values, ts, hs = up_out.take()
         down.process_columns(up_out.topic, 0, keys, values, ts, list(range(len(ts))), hs)
-        down.commit()
+        down.prepare_commit()
+        COMMIT.end_batch(down, None, worked=True)
         down_out.take()
     elapsed = time.perf_counter() - start
     up.close()

@@ -170,11 +170,11 @@ class TopologyTestDriver:
         transaction, which then commits (nothing outside the driver can abort it)."""
         task.prepare_commit()
         commit = self._creator.task_commit
+        if not commit.transactional:
+            commit.end_batch(task, None, worked=True)
+            return
         self._transactions += 1
-        transaction = (self._transactional_id, self._transactions)
-        prepared = commit.end_batch(
-            task, transaction if commit.transactional else None, worked=True
-        )
+        prepared = commit.end_batch(task, (self._transactional_id, self._transactions), worked=True)
         if prepared is not None:
             commit.settle(task, prepared, committed=True)
 

@@ -42,13 +42,6 @@ class ColumnarProcessing(RecordProcessing):
         #: columns whole).
         self._kids = tuple(task.topology.children.get(source.name, ()))
 
-    def process_columns(self, columns: InputColumns) -> int:
-        """Hand the raw columns to a count that takes them whole, else deserialize them
-        in bulk and run them as batches; return the count."""
-        if self._arrow_child is not None and self.process_arrow(columns):
-            return len(columns.timestamps)
-        return super().process_columns(columns)
-
     def process_arrow(self, columns: InputColumns, weights: Sequence[int] | None = None) -> bool:
         """Hand the raw Arrow columns to the source's only child (a node that takes them
         whole, :func:`~topology.engine.columnar.arrow_entry`) when nothing cuts the batch:

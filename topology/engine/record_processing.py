@@ -40,6 +40,8 @@ class RecordProcessing:
         self.punctuations: PunctuationQueue = task.punctuations
         self._extractor = source.extractor
         self._children = source.children
+        #: A node that takes the source's raw Arrow columns whole (columnar only).
+        self._arrow_child: Any = None
         #: The highest timestamp extracted per topic-partition (what a timestamp
         #: extractor gets as partition time).
         self._partition_time: dict[tuple[str, int], int] = {}
@@ -73,9 +75,12 @@ class RecordProcessing:
         task.consumed_offsets[(topic, partition)] = offset + 1
 
     def process_columns(self, columns: InputColumns) -> int:
-        """Deserialize the columns in bulk and run their records (when a record cannot be
-        deserialized, every record goes one at a time through the task's ``process``,
-        whose handler decides about the bad ones); return the count."""
+        """Hand the raw columns to a node that takes them whole, when there is one (see
+        :meth:`process_arrow`); else deserialize them in bulk and run their records (when
+        a record cannot be deserialized, every record goes one at a time through the
+        task's ``process``, whose handler decides about the bad ones). Return the count."""
+        if self._arrow_child is not None and self.process_arrow(columns):
+            return len(columns.timestamps)
         task, source = self.task, self.source
         topic, partition, keys, values, timestamps, offsets, headers = columns
         timestamps, offsets = int_list(timestamps), int_list(offsets)

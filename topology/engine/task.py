@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from common.config import StreamsConfig
@@ -48,9 +48,9 @@ from common.errors import StreamsError, TopologyError
 from common.metrics import RecordingLevel
 from statestores.api import ChangelogCollector, StateStore, StateStoreContext
 from statestores.state_manager import ProcessorStateManager
-from topology.api.record import Headers, InputRecord
+from topology.api.record import Headers
 from topology.engine.collector import CollectorChangelog, RecordCollector
-from topology.engine.columnar import BatchInput, InputColumns
+from topology.engine.columnar import BatchInput
 from topology.engine.context import ManagedTaskStoreContext, PunctuationSchedule, TaskStoreContext
 from topology.engine.nodes import SourceRuntime, user_error
 from topology.engine.punctuation import PunctuationQueue
@@ -188,9 +188,21 @@ class StreamTask:
         #: Whether a columnar sink combines a cached count's repartition records (the
         #: runtime counts them before its next commit; see :mod:`topology.engine.combine`).
         self.combine_repartitions = combine_repartitions
-        #: The processing entry points (``process``, ``process_batch``,
-        #: ``process_columns``), chosen once (see :func:`task_input`).
+        #: The processing entry points, chosen once (see :func:`task_input`), bound here
+        #: (the hot path pays no delegation).
         self.input: TaskInput = task_input(self)
+        #: ``process(topic, key, value, timestamp, headers=(), offset=-1,
+        #: partition=None)``: one raw record to completion (all nodes downstream).
+        self.process = self.input.process
+        #: ``process_batch(records)``: raw records in order (any topics of this task);
+        #: returns how many.
+        self.process_batch = self.input.process_batch
+        #: ``process_columns(topic, partition, keys, values, timestamps, offsets,
+        #: headers=None)``: one topic-partition's records as columns (Arrow columns, or
+        #: sequences: bytes for keys and values, ints for timestamps and offsets),
+        #: deserialized in bulk, the cyclic garbage collector paused meanwhile; returns
+        #: the count.
+        self.process_columns = self.input.process_columns
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -272,44 +284,6 @@ class StreamTask:
             topic in self.topology.changelog_topics(app).values()
         )
 
-    def process(  # noqa: PLR0917 - the per-record entry point
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Headers = (),
-        offset: int = -1,
-        partition: int | None = None,
-    ) -> None:
-        """Process one raw input record to completion (all nodes downstream)."""
-        self.input.process(topic, key, value, timestamp, headers, offset, partition)
-
-    def process_batch(self, records: Iterable[InputRecord]) -> int:
-        """Process raw records in order (any topics of this task); return how many."""
-        return self.input.process_batch(records)
-
-    def process_columns(  # noqa: PLR0917 - columns in record order
-        self,
-        topic: str,
-        partition: int,
-        keys: Any,
-        values: Any,
-        timestamps: Any,
-        offsets: Any,
-        headers: Sequence[Headers] | None = None,
-    ) -> int:
-        """Process one topic-partition's records given as columns (Arrow columns, or
-        sequences: bytes for keys and values, ints for timestamps and offsets); keys and
-        values are deserialized in bulk. Return the count. The cyclic garbage collector
-        waits meanwhile (:func:`~topology.engine.columnar.collection_paused`).
-
-        The call is measured as a whole: the task's ``process`` figures (records, time),
-        the source node's end-to-end latency, and on DEBUG its records."""
-        return self.input.process_columns(
-            _new(InputColumns, (topic, partition, keys, values, timestamps, offsets, headers))
-        )
-
     # -- punctuation --------------------------------------------------------------------
 
     def next_wall_clock_punctuation(self) -> int | None:
@@ -373,10 +347,6 @@ class StreamTask:
     def post_commit(self) -> None:
         """Clear the commit request after a successful commit."""
         self.commit_requested = False
-
-
-#: A tuple type's instance without its Python-level ``__new__`` (the columns' call path).
-_new = tuple.__new__
 
 
 def _now_ms() -> int:

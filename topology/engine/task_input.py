@@ -19,8 +19,8 @@ record or columnar, chosen when the task is wired, :mod:`topology.engine.wiring`
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from common.errors import CombinedRecordsLateError
 from topology.api.record import Headers, InputRecord
@@ -33,6 +33,9 @@ from topology.engine.combine import (
     windowed_topics,
 )
 from topology.engine.task_metrics import NODE, PROCESS
+
+#: A tuple type's instance without its Python-level ``__new__`` (the columns' call path).
+_new = tuple.__new__
 
 if TYPE_CHECKING:
     from topology.engine.record_processing import RecordProcessing
@@ -101,10 +104,20 @@ class TaskInput:
         return count
 
     @paused_collection
-    def process_columns(self, columns: InputColumns) -> int:
+    def process_columns(  # noqa: PLR0917 - columns in record order
+        self,
+        topic: str,
+        partition: int,
+        keys: Any,
+        values: Any,
+        timestamps: Any,
+        offsets: Any,
+        headers: Sequence[Headers] | None = None,
+    ) -> int:
         """Process one topic-partition's records given as columns; return the count.
         Measured as a whole: the task's ``process`` figures (records, time), the source
         node's end-to-end latency, and on DEBUG its records."""
+        columns = _new(InputColumns, (topic, partition, keys, values, timestamps, offsets, headers))
         task = self._task
         processing = task.processing_for(columns.topic)
         task.now_ms = now = task.wall_clock_ms()
@@ -112,7 +125,11 @@ class TaskInput:
         start = time.perf_counter_ns()
         count = 0
         try:
-            count = self.columns(processing, columns)
+            # a combined record's weight travels in its headers: none, nothing combined
+            if columns.headers is None:
+                count = processing.process_columns(columns)
+            else:
+                count = self.columns(processing, columns)
         finally:
             self._measuring = False
             # combined records count as the records they stand for
