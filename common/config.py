@@ -69,10 +69,13 @@ _DEPRECATED: Final = {
     "exactly_once": ("exactly_once", "exactly_once_v2"),
     "exactly_once_beta": ("exactly_once_v2", "exactly_once_v2"),
 }
-# Kafka 4.0 (KIP-1056) dropped the "default." prefix of these keys; the old names still work.
+# Deprecated key -> its new name; the old names still work, the new one wins when both are
+# set. Kafka 4.0 (KIP-1056) dropped the "default." prefix of the handlers' keys; Kafka 3.4
+# (KIP-770) renamed cache.max.bytes.buffering.
 _DEPRECATED_KEYS: Final = {
     "default.deserialization.exception.handler": "deserialization.exception.handler",
     "default.production.exception.handler": "production.exception.handler",
+    "cache.max.bytes.buffering": "statestore.cache.max.bytes",
 }
 
 

@@ -168,8 +168,13 @@ class ConfigKeys(BaseModel):
     default_timestamp_extractor: str = _key(
         "default.timestamp.extractor", _EXTRACTORS, default="fail_on_invalid", min_length=1
     )
-    cache_max_bytes_buffering: Int = _key(
-        "cache.max.bytes.buffering", "an integer >= 0 (0 disables caching)", default=10485760, ge=0
+    # Kafka's statestore.cache.max.bytes (KIP-770; cache.max.bytes.buffering is its
+    # deprecated name): 0 strips the caching layer from every store, as Kafka does
+    statestore_cache_max_bytes: Int = _key(
+        "statestore.cache.max.bytes",
+        "an integer >= 0 (0 disables caching)",
+        default=10485760,
+        ge=0,
     )
     # 100 batches: a snapshot every ~10-30 s of processing while input waits (a batch is a
     # transaction under exactly-once; at_least_once runs batches back to back too), so a

@@ -1,7 +1,7 @@
 """The caching layer: deduplicate writes between commits, forward them on flush or eviction.
 
 Kafka's ``CachingKeyValueStore`` over its ``ThreadCache``: reads and writes hit an LRU
-cache of at most ``cache.max.bytes.buffering`` bytes; a key written many times between two
+cache of at most ``statestore.cache.max.bytes`` bytes; a key written many times between two
 commits reaches the changelog and the inner store once. When the cache is flushed (at
 commit) or evicts a dirty entry, the entry is written below and handed to the flush
 listener as ``(key, new value, old value, timestamp)`` — how the DSL forwards aggregates
@@ -15,7 +15,8 @@ cache keeps many clean entries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from statestores.api import StateStoreContext
 from statestores.bytes_layer import (
@@ -27,9 +28,20 @@ from statestores.bytes_layer import (
 from statestores.merge import merge_sorted
 from statestores.sorted_keys import SortedKeys
 
-CACHE_MAX_BYTES_KEY = "cache.max.bytes.buffering"
+CACHE_MAX_BYTES_KEY = "statestore.cache.max.bytes"
+#: The deprecated name of :data:`CACHE_MAX_BYTES_KEY` (KIP-770).
+DEPRECATED_CACHE_MAX_BYTES_KEY = "cache.max.bytes.buffering"
 DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
 _ENTRY_OVERHEAD = 64  # approximate bytes of bookkeeping per cached entry
+
+
+def cache_max_bytes(app_config: Mapping[str, Any]) -> int:
+    """Return the cache size ``app_config`` sets: ``statestore.cache.max.bytes``, else its
+    deprecated name ``cache.max.bytes.buffering``, else the default (Kafka's precedence)."""
+    for key in (CACHE_MAX_BYTES_KEY, DEPRECATED_CACHE_MAX_BYTES_KEY):
+        if key in app_config:
+            return int(app_config[key])
+    return DEFAULT_CACHE_MAX_BYTES
 
 
 class _Entry:
@@ -60,9 +72,9 @@ class CachingBytesStore(WrappingBytesStore):
         self._timestamp: Callable[[], int] = lambda: 0
 
     def init(self, context: StateStoreContext) -> None:
-        """Open the inner store; size the cache from ``cache.max.bytes.buffering``."""
+        """Open the inner store; size the cache from ``statestore.cache.max.bytes``."""
         super().init(context)
-        self._max_bytes = int(context.app_config.get(CACHE_MAX_BYTES_KEY, DEFAULT_CACHE_MAX_BYTES))
+        self._max_bytes = cache_max_bytes(context.app_config)
         self._timestamp = context.timestamp
 
     def set_flush_listener(

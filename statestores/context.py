@@ -33,7 +33,7 @@ class StandaloneContext:
         task_id: the task id, ``<sub-topology>_<partition>``.
         partition: the task's partition.
         state_dir: the task directory, or None (persistent stores then use a temporary one).
-        app_config: configuration keys (``cache.max.bytes.buffering``, ...).
+        app_config: configuration keys (``statestore.cache.max.bytes``, ...).
         changelog: where changes go, or None.
         record_timestamp: what :meth:`timestamp` returns.
     """

@@ -17,7 +17,7 @@
 This module holds the runs and their kills; the setup before them, the commit counts
 during them and the comparison after them are :mod:`streams.crash.workspace`'s.
 
-The runs get ``cache.max.bytes.buffering=0`` (every update is forwarded, as the driver
+The runs get ``statestore.cache.max.bytes=0`` (every update is forwarded, as the driver
 forwards it) and, unless given, ``commit.interval.ms=100`` and ``max.poll.records=10``, so
 that there are many transactions to kill. Records without a timestamp get consecutive
 timestamps from a fixed base, the same in the reference and the real runs.

@@ -86,7 +86,7 @@ class Workspace:
             "processing.guarantee": guarantee,
             "topics.root": self.root,
             "state.dir": self.state_dir,
-            "cache.max.bytes.buffering": "0",
+            "statestore.cache.max.bytes": "0",
         }
         self.module = load_topology_file(self.file)
         self.records = list(inputs) + (generated(self.module, generate) if generate else [])

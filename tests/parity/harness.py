@@ -19,7 +19,7 @@ give a :class:`Snapshot`:
 :func:`assert_same` raises ``AssertionError`` with a readable diff. The driver's run is
 the reference: nothing is hard-coded.
 
-Both runs disable record caches (``cache.max.bytes.buffering=0``): the driver commits after
+Both runs disable record caches (``statestore.cache.max.bytes=0``): the driver commits after
 every record, Spark after every batch, so with a cache Spark would rightly forward fewer
 updates. Inputs use one partition per topic, so the per-partition order is the driver's.
 
@@ -64,7 +64,7 @@ BASE_CONFIG: dict[str, Any] = {
     "application.id": APP_ID,
     "default.key.serde": "string",
     "default.value.serde": "string",
-    "cache.max.bytes.buffering": 0,
+    "statestore.cache.max.bytes": 0,
     "default.dsl.store": "rocksDB",
 }
 

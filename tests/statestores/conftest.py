@@ -26,5 +26,5 @@ def context(tmp_path: Path, collector: RecordingCollector) -> Iterator[Standalon
     yield StandaloneContext(
         state_dir=str(tmp_path / "task"),
         changelog=collector,
-        app_config={"cache.max.bytes.buffering": 10 * 1024 * 1024},
+        app_config={"statestore.cache.max.bytes": 10 * 1024 * 1024},
     )

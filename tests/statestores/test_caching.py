@@ -64,7 +64,7 @@ class CountingStore:
 def _cache(max_bytes: int = 10 * 1024 * 1024) -> tuple[CachingBytesStore, CountingStore]:
     inner = CountingStore()
     cache = CachingBytesStore(inner)
-    cache.init(StandaloneContext(app_config={"cache.max.bytes.buffering": max_bytes}))
+    cache.init(StandaloneContext(app_config={"statestore.cache.max.bytes": max_bytes}))
     return cache, inner
 
 

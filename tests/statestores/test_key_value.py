@@ -156,7 +156,9 @@ def test_cache_deduplicates_and_forwards_on_flush(
 def test_cache_evicts_dirty_entries_past_its_size(persistent: bool, tmp_path: object) -> None:
     collector = RecordingCollector()
     context = StandaloneContext(
-        state_dir=str(tmp_path), changelog=collector, app_config={"cache.max.bytes.buffering": 2000}
+        state_dir=str(tmp_path),
+        changelog=collector,
+        app_config={"statestore.cache.max.bytes": 2000},
     )
     store = kv_store(persistent, context, caching=True)
     forwarded: list[object] = []
@@ -207,7 +209,7 @@ def test_get_many_and_put_many_are_get_and_put_one_by_one(
         context = StandaloneContext(
             state_dir=str(tmp_path / str(batched)),
             changelog=collector,
-            app_config={"cache.max.bytes.buffering": 10 * 1024 * 1024},
+            app_config={"statestore.cache.max.bytes": 10 * 1024 * 1024},
         )
         store = kv_store(persistent, context, caching=caching)
         forwarded: list[tuple[object, ...]] = []

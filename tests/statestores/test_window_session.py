@@ -168,7 +168,7 @@ def test_many_puts_and_fetches_at_once_equal_one_by_one(
             StandaloneContext(
                 state_dir=str(tmp_path / name),
                 changelog=log,
-                app_config={"cache.max.bytes.buffering": 10 * 1024 * 1024},
+                app_config={"statestore.cache.max.bytes": 10 * 1024 * 1024},
             ),
             retention=5000,
             size=1000,

@@ -93,7 +93,7 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "default.dsl.store": "rocksDB",
         "processing.engine": "columnar",
         "default.timestamp.extractor": "fail_on_invalid",
-        "cache.max.bytes.buffering": "10485760",
+        "statestore.cache.max.bytes": "10485760",
         "statestore.snapshot.interval": "100",
         "statestore.verify.on.open": "true",
         "checkpoint.location": "",

@@ -409,7 +409,7 @@ def test_both_engines_give_the_same_records_and_stores(name: str, caching: bool,
         TOPOLOGIES[name](b, mat if caching else mat.with_caching_disabled())
         return b.build()
 
-    config = {} if caching else {"cache.max.bytes.buffering": 0}
+    config = {} if caching else {"statestore.cache.max.bytes": 0}
     batches = random_batches(seed, ["in", "other"])
     record = run(build(), batches, "record", config)
     for arrow in (False, True):

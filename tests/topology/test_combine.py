@@ -88,7 +88,7 @@ def config(**extra: Any) -> StreamsConfig:
 def test_only_a_cached_counts_own_repartition_topic_is_combined() -> None:
     assert combined_topics(word_count(), config()) == {REPARTITION}
     assert combinable_topics(word_count(), "cmb") == {REPARTITION}
-    assert combined_topics(word_count(), config(**{"cache.max.bytes.buffering": 0})) == set()
+    assert combined_topics(word_count(), config(**{"statestore.cache.max.bytes": 0})) == set()
     uncached = word_count(Materialized.as_("counts").with_caching_disabled())
     assert combined_topics(uncached, config()) == set()
     assert combinable_topics(uncached, "cmb") == {REPARTITION}  # its records are read so

@@ -130,7 +130,7 @@ def test_the_word_count_runs_columnar_its_count_on_raw_columns() -> None:
     assert "      KSTREAM-SINK-0000000004: batch, combined per key on Spark\n" not in text
     assert "counts-store-repartition-sink: batch, combined per key on Spark\n" in text
     assert "      KSTREAM-AGGREGATE-0000000003: raw Arrow columns\n" in text
-    uncached = {**CONFIG, "cache.max.bytes.buffering": 0}
+    uncached = {**CONFIG, "statestore.cache.max.bytes": 0}
     assert "combined" not in str(describe_processing(word_count(), uncached))
 
 

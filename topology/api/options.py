@@ -270,10 +270,17 @@ class Joined:
         key_serde: Serde[Any] | None,
         value_serde: Serde[Any] | None,
         other_value_serde: Serde[Any] | None,
+        name: str | None = None,
+        grace_ms: int | None = None,
     ) -> Joined:
-        """Join with these serdes."""
+        """Join with these serdes (and, as Kafka's ``Joined.with``, optionally a name and
+        a grace period for a versioned table)."""
         return cls(
-            key_serde=key_serde, value_serde=value_serde, other_value_serde=other_value_serde
+            key_serde=key_serde,
+            value_serde=value_serde,
+            other_value_serde=other_value_serde,
+            name=name,
+            grace_ms=grace_ms,
         )
 
     @classmethod

@@ -15,7 +15,7 @@ from common.errors import TopologyError
 from topology.api.options import Joined, StreamJoined
 from topology.dsl.repartition import copartition, create_repartitioned_source
 from topology.graph.graph import ProcessorSpec
-from topology.graph.naming import MERGE, suffixed
+from topology.graph.naming import FILTER, MERGE, SINK, SOURCE, suffixed
 from topology.processors.join_stream import (
     JoinWindowProcessor,
     JoinWindowStoreFactory,
@@ -55,10 +55,20 @@ def _repartitioned(
         return stream
     key_serde = key_serde or stream.key_serde
     value_serde = value_serde or stream.value_serde
-    source = create_repartitioned_source(
-        stream.builder, stream.node, prefix, key_serde, value_serde, user_named=user_named
-    )
-    return stream.builder.handles.stream(source, key_serde, value_serde, repartition_required=False)
+    builder = stream.builder
+    if prefix == stream.node and stream.join_repartition is not None:
+        # joined again under its own name: the same repartition topic, read by the same
+        # source; the names advance all the same, as Kafka's do (topology compatibility)
+        for kind in (SINK, FILTER, SOURCE):
+            builder.names.new_processor_name(kind)
+        source = stream.join_repartition
+    else:
+        source = create_repartitioned_source(
+            builder, stream.node, prefix, key_serde, value_serde, user_named=user_named
+        )
+        if prefix == stream.node:
+            stream.join_repartition = source
+    return builder.handles.stream(source, key_serde, value_serde, repartition_required=False)
 
 
 def _check_supplier(supplier: Any, windows: JoinWindows) -> None:
@@ -92,10 +102,8 @@ class _StreamJoinNames:
     ) -> _StreamJoinNames:
         this_suffix = "-outer-this-join" if right_outer else "-this-join"
         other_suffix = "-outer-other-join" if left_outer else "-other-join"
-        this_windowed = suffixed(name, "-this-windowed", lambda: names.new_processor_name(WINDOWED))
-        other_windowed = suffixed(
-            name, "-other-windowed", lambda: names.new_processor_name(WINDOWED)
-        )
+        this_windowed = names.suffixed_or_generate(name, "-this-windowed", WINDOWED)
+        other_windowed = names.suffixed_or_generate(name, "-other-windowed", WINDOWED)
         this_generated = names.new_processor_name(OUTERTHIS if right_outer else JOINTHIS)
         other_generated = names.new_processor_name(OUTEROTHER if left_outer else JOINOTHER)
         return cls(
@@ -105,7 +113,7 @@ class _StreamJoinNames:
             other_generated,
             this_generated if name is None else name + this_suffix,
             other_generated if name is None else name + other_suffix,
-            suffixed(name, "-merge", lambda: names.new_processor_name(MERGE)),
+            names.suffixed_or_generate(name, "-merge", MERGE),
             this_suffix,
             other_suffix,
         )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from topology.api.options import Materialized
 from topology.dsl.materialize import store_factory
 from topology.graph.graph import ProcessorSpec, RepartitionTopicSpec, SinkSpec, SourceSpec
-from topology.graph.naming import SINK, SOURCE, suffixed
+from topology.graph.naming import SINK, SOURCE
 from topology.graph.stores import KeyValueStoreFactory
 from topology.processors.join_fk import (
     FK_JOIN_OUTPUT,
@@ -83,7 +83,7 @@ def foreign_key_join(  # noqa: PLR0917 - Kafka's join has this many parts
     this.enable_send_old_values()
 
     def name(suffix: str, prefix: str) -> str:
-        return suffixed(named, suffix, lambda: names.new_processor_name(prefix))
+        return names.suffixed_or_generate(named, suffix, prefix)
 
     sub_topic = name("-subscription-registration", SUBSCRIPTION_REGISTRATION) + "-topic"
     serdes = FkSerdes(this.key_serde, other.key_serde, this.value_serde, other.value_serde)

@@ -13,7 +13,6 @@ from topology.api.options import Materialized
 from topology.dsl.materialize import store_factory
 from topology.dsl.repartition import copartition
 from topology.graph.graph import ProcessorSpec
-from topology.graph.naming import suffixed
 from topology.processors.join_table import (
     TableJoinGetter,
     TableJoinMergeProcessor,
@@ -60,8 +59,8 @@ def table_table_join(
     if right_outer:
         other.enable_send_old_values()
     this_mode, other_mode = _MODES[(left_outer, right_outer)]
-    this_name = suffixed(named, "-join-this", lambda: names.new_processor_name(KTABLE_JOINTHIS))
-    other_name = suffixed(named, "-join-other", lambda: names.new_processor_name(KTABLE_JOINOTHER))
+    this_name = names.suffixed_or_generate(named, "-join-this", KTABLE_JOINTHIS)
+    other_name = names.suffixed_or_generate(named, "-join-other", KTABLE_JOINOTHER)
     this_getter, other_getter = this.value_getter(), other.value_getter()
     params = TableParams()
     graph.add_processor(

@@ -66,6 +66,10 @@ class KStream(StreamJoins, Generic[K, V]):
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.repartition_required = repartition_required
+        #: The source reading this stream's repartition topic for joins, once a join
+        #: created it under the stream's own (generated) name: later joins read it too
+        #: (Kafka's ``KStreamImpl.repartitionNode``).
+        self.join_repartition: str | None = None
 
     def __repr__(self) -> str:
         return f"KStream({self.node})"

@@ -68,6 +68,9 @@ class KTable(TableJoins, Generic[K, V]):
         self.params = params
         self.queryable_store_name: str | None = params.store_name
         self._enable_old: Callable[[], object] = self._send_old_from_store
+        #: Kafka's ``enableSendingOldValues(false)``: old values without forcing a store
+        #: (a source table that is not materialized says no).
+        self._try_old: Callable[[], bool] = self._old_values_forced
         #: The grace a windowed table's windows close after (``None``: not windowed);
         #: ``suppress(until_window_closes)`` waits this long past a window's end.
         self.window_grace_ms: int | None = None
@@ -82,6 +85,10 @@ class KTable(TableJoins, Generic[K, V]):
 
     def _send_old_from_store(self) -> None:
         self.params.send_old_values = True
+
+    def _old_values_forced(self) -> bool:
+        self._enable_old()
+        return True
 
     def enable_send_old_values(self) -> None:
         """Make this node (and what it needs upstream) forward old values too."""
@@ -102,7 +109,13 @@ class KTable(TableJoins, Generic[K, V]):
             materialize()
             params.send_old_values = True
 
-        self._enable_old, self._materialize = enable_old, materialize
+        def old_if_stored() -> bool:
+            if params.store_name is None:
+                return False
+            params.send_old_values = True
+            return True
+
+        self._enable_old, self._materialize, self._try_old = enable_old, materialize, old_if_stored
         if named:
             materialize()
             self.queryable_store_name = factory.name
@@ -141,7 +154,12 @@ class KTable(TableJoins, Generic[K, V]):
         named: Named | str | None,
         make: Callable[[str, TableParams], Processor[Any, Any, Any, Any]],
         value_serde: Serde[Any] | None,
+        *,
+        old_when_stored: bool = False,
     ) -> KTable[Any, Any]:
+        """Record a derived table (filter, map_values). ``old_when_stored``: take old values
+        from upstream already when it has a store (Kafka's ``KTableFilter`` does, so that
+        a filtered-out key that never existed forwards no tombstone)."""
 
         names, graph = self.builder.names, self.builder.graph
         store = None
@@ -149,6 +167,8 @@ class KTable(TableJoins, Generic[K, V]):
             store = materialized.store_name or names.new_store_name(prefix)
         name = names.name_or_generate(name_of(named), prefix)
         params = TableParams()
+        if old_when_stored:
+            params.send_old_values = self._try_old()
         graph.add_processor(
             ProcessorSpec(name=name, supplier=lambda: make(name, params), parents=(self.node,))
         )
@@ -165,7 +185,12 @@ class KTable(TableJoins, Generic[K, V]):
                 params.send_old_values = True
                 parent.enable_send_old_values()
 
-            table._enable_old = enable
+            def try_old() -> bool:
+                if parent._try_old():
+                    params.send_old_values = True
+                return params.send_old_values
+
+            table._enable_old, table._try_old = enable, try_old
             table._derived_from = (self, lambda: make(name, params))
         return table
 
@@ -188,6 +213,7 @@ class KTable(TableJoins, Generic[K, V]):
             named,
             lambda n, p: TableFilterProcessor(n, predicate, p, False),
             self.value_serde,
+            old_when_stored=True,
         )
 
     def filter_not(
@@ -208,6 +234,7 @@ class KTable(TableJoins, Generic[K, V]):
             named,
             lambda n, p: TableFilterProcessor(n, predicate, p, True),
             self.value_serde,
+            old_when_stored=True,
         )
 
     def map_values(

@@ -150,7 +150,7 @@ def windowed_combined_topics(topology: Topology, config: StreamsConfig) -> dict[
 def _cached_readers(
     topology: Topology, config: StreamsConfig, combiner: str
 ) -> dict[str, ProcessorSpec]:
-    if config.cache_max_bytes_buffering <= 0:
+    if config.statestore_cache_max_bytes <= 0:
         return {}
     if type(extractor_from_name(config.default_timestamp_extractor)) is not FailOnInvalidTimestamp:
         return {}

@@ -183,6 +183,12 @@ class NodeContext:
         """Ask the task to commit soon."""
         self._task.commit_requested = True
 
+    def input_offset(self, row: int) -> int | None:
+        """The offset of input row ``row`` of the batch being processed (a batch's
+        ``rows``), or of the record being processed outside a batch."""
+        given = self._task.batch_input
+        return self._task.current_offset if given is None else given.offsets[row]
+
     def record_dropped(self) -> None:
         """Count a record this node dropped (a null key, a late record for a closed
         window) in the task's ``dropped_records`` (Kafka's ``dropped-records`` sensor)."""

@@ -1,8 +1,9 @@
 """Kafka's ``TopologyDescription`` text, exactly.
 
 Within a sub-topology nodes are ordered as Kafka orders them: by the size of the sub-graph
-they root (descending; a node reachable along two paths counts twice), then by name; the
-``-->``/``<--`` lists use the same order, and ``none`` when empty. The first
+they root (descending; a node reachable along two paths counts twice), then by name. The
+``-->``/``<--`` lists are in the order Kafka's own walk leaves them in
+(:mod:`topology.graph.java_order`), ``none`` when empty. The first
 ``Sub-topology`` line is indented three spaces and the others two, as Kafka prints them.
 """
 
@@ -13,6 +14,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from topology.graph.graph import ProcessorSpec, SinkSpec, SourceSpec
+from topology.graph.java_order import neighbour_orders
 
 if TYPE_CHECKING:  # annotations only: the topology imports this module
     from topology.graph.topology import SubTopology, Topology
@@ -88,25 +90,26 @@ def _detail(topology: Topology, name: str) -> tuple[str, str]:
 def _describe_group(topology: Topology, sub: SubTopology) -> SubtopologyDescription:
     members = set(sub.nodes)
     children = {n: tuple(c for c in topology.children[n] if c in members) for n in sub.nodes}
-    parents: dict[str, list[str]] = {n: [] for n in sub.nodes}
-    for name, kids in children.items():
-        for kid in kids:
-            parents[kid].append(name)
 
     @cache
     def size(name: str) -> int:
         return 1 + sum(size(kid) for kid in children[name])
 
-    def order(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(sorted(names, key=lambda n: (-size(n), n)))
-
+    parents = {n: _parents(topology, n) for n in sub.nodes}
+    successors, predecessors = neighbour_orders(sub.nodes, parents)
     nodes = []
-    for name in order(sub.nodes):
+    for name in sorted(sub.nodes, key=lambda n: (-size(n), n)):
         kind, detail = _detail(topology, name)
         nodes.append(
-            NodeDescription(kind, name, detail, order(children[name]), order(parents[name]))
+            NodeDescription(kind, name, detail, tuple(successors[name]), tuple(predecessors[name]))
         )
     return SubtopologyDescription(sub.id, tuple(nodes), sub.is_global)
+
+
+def _parents(topology: Topology, name: str) -> tuple[str, ...]:
+    """The parents ``name`` was added with, in their order (none for a source)."""
+    spec = topology.nodes[name]
+    return () if isinstance(spec, SourceSpec) else tuple(spec.parents)
 
 
 def describe(topology: Topology) -> TopologyDescription:

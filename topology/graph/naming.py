@@ -63,9 +63,19 @@ class NameProvider:
         """Return ``prefix`` + ``STATE-STORE-`` + the next index."""
         return self.new_processor_name(prefix + STATE_STORE)
 
+    def suffixed_or_generate(self, name: str | None, suffix: str, prefix: str) -> str:
+        """Return ``name + suffix`` for a named operator, else a generated name; the
+        counter advances either way (Kafka's ``NamedInternal.suffixWithOrElseGet`` with a
+        name provider)."""
+        generated = self.new_processor_name(prefix)
+        return name + suffix if name is not None else generated
+
     def name_or_generate(self, name: str | None, prefix: str) -> str:
-        """Return ``name`` if given, else a generated one (the counter advances only then)."""
-        return name if name is not None else self.new_processor_name(prefix)
+        """Return ``name`` if given, else a generated one. The counter advances either
+        way, as Kafka's ``NamedInternal.orElseGenerateWithPrefix`` burns an index for a
+        named operation too (so naming one operation keeps the others' generated names)."""
+        generated = self.new_processor_name(prefix)
+        return name if name is not None else generated
 
 
 def is_generated(name: str) -> bool:
@@ -83,6 +93,8 @@ def check_name(name: str, what: str) -> str:
 
 
 def suffixed(name: str | None, suffix: str, generate: Callable[[], str]) -> str:
-    """Return ``name + suffix`` for a named operator, else a generated name (Kafka's
-    ``NamedInternal.suffixWithOrElseGet``: the counter advances only when generating)."""
+    """Return ``name + suffix`` for a named operator, else ``generate()`` (Kafka's
+    ``NamedInternal.suffixWithOrElseGet`` with a value for the unnamed case: nothing is
+    generated for a named one; with a name provider see
+    :meth:`NameProvider.suffixed_or_generate`)."""
     return name + suffix if name is not None else generate()

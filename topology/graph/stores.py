@@ -3,7 +3,10 @@ internal serdes of the DSL's stores and repartition topics.
 
 A :class:`StoreFactory` is resolved against the configuration when a task starts (Kafka's
 ``StoreFactory``): a DSL store without a supplier becomes RocksDB or in-memory according to
-``default.dsl.store``; a user :class:`~statestores.api.StoreBuilder` is used as given.
+``default.dsl.store``; a user :class:`~statestores.api.StoreBuilder` is used as given. A
+cache size of 0 (``statestore.cache.max.bytes``) strips the caching layer from every store,
+the user's too, as Kafka's ``InternalTopologyBuilder.rewriteTopology``: records go straight
+through the store and its forwarder.
 The windows phase adds window and session factories beside :class:`KeyValueStoreFactory`.
 """
 
@@ -66,7 +69,10 @@ class BuilderStoreFactory:
         return self.store_builder.logging_enabled
 
     def builder(self, config: StreamsConfig) -> StoreBuilder:
-        """Return the user's builder unchanged."""
+        """Return the user's builder, without its caching layer when the cache size is 0."""
+        uncached = getattr(self.store_builder, "with_caching_disabled", None)
+        if uncached is not None and not _caching(config, enabled=True):
+            return uncached()  # type: ignore[no-any-return]
         return self.store_builder
 
 
@@ -115,7 +121,7 @@ class KeyValueStoreFactory:
             else:
                 supplier = Stores.persistent_key_value_store(self.name)
         builder: Any = Stores.key_value_store_builder(supplier, key_serde, value_serde)
-        return _configure(builder, self.caching_enabled, self.logging_enabled, self.logging_config)
+        return _configure(builder, config, self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,7 +164,7 @@ class WindowStoreFactory:
             resolve_serde(self.key_serde, config.default_key_serde),
             ValueAndTimestampSerde(value_serde),
         )
-        return _configure(builder, self.caching_enabled, self.logging_enabled, self.logging_config)
+        return _configure(builder, config, self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,15 +200,20 @@ class SessionStoreFactory:
             resolve_serde(self.key_serde, config.default_key_serde),
             resolve_serde(self.value_serde, config.default_value_serde),
         )
-        return _configure(builder, self.caching_enabled, self.logging_enabled, self.logging_config)
+        return _configure(builder, config, self)
 
 
-def _configure(
-    builder: Any, caching: bool, logging: bool, logging_config: Mapping[str, str]
-) -> StoreBuilder:
+def _caching(config: StreamsConfig, *, enabled: bool) -> bool:
+    """Whether a store caches: asked for, and a cache size above 0 (Kafka: 0 is no cache)."""
+    return enabled and config.statestore_cache_max_bytes > 0
+
+
+def _configure(builder: Any, config: StreamsConfig, factory: Any) -> StoreBuilder:
+    """Give ``builder`` the DSL ``factory``'s caching (under ``config``) and logging."""
+    caching = _caching(config, enabled=factory.caching_enabled)
     builder = builder.with_caching_enabled() if caching else builder.with_caching_disabled()
-    if logging:
-        return builder.with_logging_enabled(dict(logging_config))  # type: ignore[no-any-return]
+    if factory.logging_enabled:
+        return builder.with_logging_enabled(dict(factory.logging_config))  # type: ignore[no-any-return]
     return builder.with_logging_disabled()  # type: ignore[no-any-return]
 
 

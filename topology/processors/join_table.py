@@ -14,12 +14,14 @@ stream-global-table) and :mod:`topology.dsl.join_table_build` (table-table).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
 from topology.engine.columnar import Batch
+from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 from topology.processors.joins import (
     GetterSupplier,
@@ -30,6 +32,7 @@ from topology.processors.joins import (
 )
 from topology.processors.proc_table import TableParams, TupleForwarder
 
+_LOG = logging.getLogger(__name__)
 _new = tuple.__new__
 _UNKNOWN = -1
 #: Which join a table-table side runs: ``right`` is the right side of a left join.
@@ -69,7 +72,7 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
 
     def init(self, context: Any) -> None:
         """Open the table's stores."""
-        self.context = context
+        self.context: NodeContext = context
         self.getter.init(context)
 
     def _map(self, key: Any, value: Any) -> Any:
@@ -86,13 +89,27 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
         table_key = self._map(key, value)
         kept = self.left and key is None and value is not None  # KIP-962
         if not kept and (table_key is None or value is None):
-            self.dropped += 1
+            self._skip(self.context.offset)
             return
         found = None if table_key is None else self.getter.get(table_key)
         other = None if found is None else found[0]
         if self.left or other is not None:
             joined = call_joiner(self.name, self.fn, self.joiner, key, value, other)
             self.context.forward(_new(Record, (key, joined, record[2], record[3])))
+
+    def _skip(self, offset: int | None) -> None:
+        """Drop a record with a null value or join key: counted in the task's
+        ``dropped-records`` and logged, as Kafka's ``KStreamKTableJoinProcessor`` does."""
+        self.dropped += 1
+        context = self.context
+        context.record_dropped()
+        _LOG.warning(
+            "Skipping record due to null join key or value. topic=[%s] partition=[%s] "
+            "offset=[%s]",
+            context.topic,
+            context.partition,
+            offset,
+        )
 
     def process_batch(self, batch: Batch) -> None:
         """Join a batch of stream records: the table read once for the batch's distinct
@@ -123,7 +140,7 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
         for i, (key, value, table_key) in enumerate(zip(ks, vs, table_keys, strict=True)):
             kept = left and key is None and value is not None  # KIP-962
             if not kept and (table_key is None or value is None):
-                self.dropped += 1
+                self._skip(self.context.input_offset(batch.rows[i]))
                 continue
             if table_key is None:
                 hit = None

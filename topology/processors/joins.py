@@ -7,7 +7,11 @@ read by a join is materialized, as Kafka's ``KTableSource.materialize``) is read
 store; a table derived without a store (``filter``, ``map_values``, a join result) computes
 its value from its parent's getter on the fly (``KTable.value_getter`` picks the way). The
 join node is connected to every store the getter reads, which keeps it in the sub-topology
-that owns them.
+that owns them. A windowed aggregation's table (keys ``Windowed[K]``) is read from its
+window or session store by key and window (the ``view()`` of Kafka's
+``KStreamWindowAggregate``, ``KStreamSlidingWindowAggregate`` and
+``KStreamSessionWindowAggregate``): :class:`StoreGetter` picks the read by the store's kind
+once, when it opens the store.
 
 Module map of the joins. Processors (``topology.processors``): ``joins`` (this),
 ``join_stream`` (stream-stream windowed joins and their stores), ``join_table``
@@ -25,6 +29,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
+from statestores.api import Windowed
+from statestores.session import MeteredSessionStore
+from statestores.window import MeteredWindowStore
 from topology.api.record import ValueAndTimestamp
 from topology.engine.nodes import user_error
 
@@ -173,15 +180,42 @@ class GetterSupplier:
 
 
 class StoreGetter:
-    """Read a materialized table's store (local or global)."""
+    """Read a materialized table's store (local or global): a key-value store by key, a
+    windowed aggregation's window or session store by ``Windowed`` key."""
 
     def __init__(self, store_name: str) -> None:
         self.store_name = store_name
         self.store: Any = None
+        #: How the store is read, chosen by its kind when it is opened (``init``).
+        self.reader: ValueGetter
 
     def init(self, context: Any) -> None:
-        """Look the store up."""
+        """Look the store up and choose how to read it."""
         self.store = context.get_state_store(self.store_name)
+        if isinstance(self.store, MeteredWindowStore):
+            self.reader = WindowStoreReader(self.store)
+        elif isinstance(self.store, MeteredSessionStore):
+            self.reader = SessionStoreReader(self.store)
+        else:
+            self.reader = KeyValueReader(self.store)
+
+    def get(self, key: Any) -> ValueAndTimestamp[Any] | None:
+        """Return the stored value and timestamp."""
+        return self.reader.get(key)
+
+    def get_many(self, keys: list[Any]) -> list[ValueAndTimestamp[Any] | None]:
+        """Return each key's stored value and timestamp, read at once where the store can."""
+        return get_many(self.reader, keys)
+
+
+class KeyValueReader:
+    """Read a key-value store (a table's, or a global table's) by key."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def init(self, context: Any) -> None:
+        """Nothing to open: the store is open."""
 
     def get(self, key: Any) -> ValueAndTimestamp[Any] | None:
         """Return the stored value and timestamp."""
@@ -189,12 +223,54 @@ class StoreGetter:
         return found
 
     def get_many(self, keys: list[Any]) -> list[ValueAndTimestamp[Any] | None]:
-        """Return each key's stored value and timestamp, read at once where the store can."""
+        """Each key's stored value and timestamp, read at once where the store can."""
         many = getattr(self.store, "get_many", None)
         if many is None:
             return [self.store.get(key) for key in keys]
         found: list[ValueAndTimestamp[Any] | None] = many(keys)
         return found
+
+
+class WindowStoreReader:
+    """Read a time or sliding windowed aggregation's window store by ``Windowed`` key: the
+    aggregate and timestamp of the key in the window starting at the key's window start
+    (Kafka's ``KStreamWindowAggregateValueGetter``: ``fetch(key, window.start)``)."""
+
+    def __init__(self, store: MeteredWindowStore[Any, Any]) -> None:
+        self.store = store
+
+    def init(self, context: Any) -> None:
+        """Nothing to open: the store is open."""
+
+    def get(self, key: Windowed[Any]) -> ValueAndTimestamp[Any] | None:
+        """Return the aggregate and timestamp of ``key.key`` in ``key.window``, or None."""
+        found: ValueAndTimestamp[Any] | None = self.store.fetch_value(key.key, key.window.start)
+        return found
+
+    def get_many(self, keys: list[Windowed[Any]]) -> list[ValueAndTimestamp[Any] | None]:
+        """:meth:`get` of each key, read from the store at once."""
+        found: list[ValueAndTimestamp[Any] | None] = self.store.fetch_values(
+            [k.key for k in keys], [k.window.start for k in keys]
+        )
+        return found
+
+
+class SessionStoreReader:
+    """Read a session aggregation's session store by ``Windowed`` key: the aggregate of
+    exactly that session, timestamped with the session's end (Kafka's
+    ``KTableSessionWindowValueGetter``: ``fetchSession(key, start, end)``)."""
+
+    def __init__(self, store: MeteredSessionStore[Any, Any]) -> None:
+        self.store = store
+
+    def init(self, context: Any) -> None:
+        """Nothing to open: the store is open."""
+
+    def get(self, key: Windowed[Any]) -> ValueAndTimestamp[Any] | None:
+        """Return the aggregate of the session ``key`` and its end, or None."""
+        window = key.window
+        value = self.store.fetch_session(key.key, window.start, window.end)
+        return None if value is None else ValueAndTimestamp(value, window.end)
 
 
 class DerivedGetter:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from statestores.caching import CACHE_MAX_BYTES_KEY, DEFAULT_CACHE_MAX_BYTES
+from statestores.caching import cache_max_bytes
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
 from topology.engine.columnar import Batch, rows_at
@@ -42,10 +42,7 @@ class TupleForwarder:
         self.send_old_values = send_old_values
         self.cached = bool(store.set_flush_listener(self._on_flush, self._on_flush_batch))
         #: Whether updates wait in the cache (one of size 0 forwards each write at once).
-        self.buffered = (
-            self.cached
-            and int(context.app_config.get(CACHE_MAX_BYTES_KEY, DEFAULT_CACHE_MAX_BYTES)) > 0
-        )
+        self.buffered = self.cached and cache_max_bytes(context.app_config) > 0
         #: While set, what the cache hands on is not forwarded (a batch node forwarded it).
         self.muted = False
 
@@ -130,7 +127,7 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
         """Update the store and forward the change."""
         key, value, ts = record[0], record[1], record[2]
         if key is None:
-            self.dropped += 1
+            self._skip_null_key(self.context.offset)
             return
         store = self.store
         if store is None:
@@ -143,12 +140,28 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
         old_value = old[0] if old is not None and self.params.send_old_values else None
         self.forwarder.maybe_forward(_new(Record, (key, Change(value, old_value), ts, record[3])))
 
+    def _skip_null_key(self, offset: int | None) -> None:
+        """Drop a record with a null key: counted in the task's ``dropped-records`` and
+        logged, as Kafka's ``KTableSource`` does."""
+        self.dropped += 1
+        context = self.context
+        context.record_dropped()
+        _LOG.warning(
+            "Skipping record due to null key. topic=[%s] partition=[%s] offset=[%s]",
+            context.topic,
+            context.partition,
+            offset,
+        )
+
     def process_batch(self, batch: Batch) -> None:
         """Apply a batch of updates: each distinct key read once and written once (in the
         order of its last update), every update forwarded in order without a cache."""
         ks, vs, ts = batch.keys, batch.values, batch.timestamps
         keep = [i for i in range(len(ks)) if ks[i] is not None]
-        self.dropped += len(ks) - len(keep)
+        if len(keep) < len(ks):
+            for i in range(len(ks)):
+                if ks[i] is None:
+                    self._skip_null_key(self.context.input_offset(batch.rows[i]))
         if self.store is None:
             part = batch if len(keep) == len(ks) else batch.take(keep)
             self.context.forward_batch(part.with_values([Change(v, None) for v in part.values]))

@@ -23,7 +23,7 @@ CONFIG = {
     "processing.guarantee": "exactly_once_v2",
     "default.key.serde": "string",
     "default.value.serde": "string",
-    "cache.max.bytes.buffering": 0,
+    "statestore.cache.max.bytes": 0,
 }
 START_MS = 1_735_722_000_000
 

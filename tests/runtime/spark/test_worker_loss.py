@@ -188,7 +188,7 @@ def test_a_task_host_lost_between_the_levels_of_a_foreign_key_join_costs_a_retri
     for i, (topic, key, value) in enumerate(inputs):
         producer.send(topic, key.encode(), value.encode(), timestamp=1000 + i)
     producer.flush()
-    config = loss_config("fk-host-loss", root, tmp_path, **{"cache.max.bytes.buffering": 0})
+    config = loss_config("fk-host-loss", root, tmp_path, **{"statestore.cache.max.bytes": 0})
     killed: list[int] = []
 
     def kill_left_host() -> None:
