@@ -109,10 +109,12 @@ class MeteredSessionStore(MeteredStore, Generic[K, V]):
         size = 8 + len(raw_key) + _SUFFIX
         segments, topic = self._segments, self.topic
         vde = self.value_serde.deserialize
-        low = max(earliest_end, segments.min_live_time())
+        # the segments still live from ``earliest_end`` on, and in them every session
+        # ending at or after it: a session past retention in a segment not yet dropped is
+        # found, as Kafka's session stores find it (their key range is not cut at retention)
         for segment in segments.live_segments(earliest_end, _FAR, reverse=reverse):
             prefix = segments.prefix(segment) + raw_key
-            lo = prefix + encode_time(low)
+            lo = prefix + encode_time(earliest_end)
             hi = prefix + b"\xff" * _SUFFIX
             for entry, value in self.wrapped.items(lo, hi, reverse=reverse):
                 if len(entry) != size:

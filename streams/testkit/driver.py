@@ -1,9 +1,13 @@
 """``TopologyTestDriver``: run a topology record by record, without Spark or storage.
 
-As Kafka's driver: every piped record is processed to completion, then the task commits
-(caches flush, so aggregates are forwarded), then what the record produced to repartition
-or source topics is piped back in, in order, depth first. Wall-clock punctuators run on
-:meth:`TopologyTestDriver.advance_wall_clock_time`.
+As Kafka's driver: a piped record is queued and processed, then its task commits (caches
+flush, so aggregates are forwarded); everything it produced is recorded in its output
+topics, and what went to repartition, subscription or source topics is queued behind it;
+queued records are then processed one at a time, each followed by a commit, the next taken
+from the topic whose head record has the earliest timestamp (breadth first: a record's
+outputs all precede those of the records it sent back in). With ``max.task.idle.ms`` > 0 a
+drained input holds processing back until the mocked wall clock passes the idle time.
+Wall-clock punctuators run on :meth:`TopologyTestDriver.advance_wall_clock_time`.
 
 The driver runs one :class:`topology.engine.task.StreamTask` per sub-topology (task ids ``0_0``,
 ``1_0``, ...; every topic has one partition unless ``partitions`` says otherwise), built by
@@ -28,11 +32,13 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -45,19 +51,20 @@ from common.metrics import MetricsSnapshot
 from common.serdes import Serde
 from runtime.metrics import StreamsMetrics, store_scopes
 from statestores.api import StateStore
-from streams.testkit.stores import KeyValueStoreFacade
+from streams.testkit.stores import KeyValueStoreFacade, WindowStoreFacade
 from streams.testkit.topics import (
     CapturedRecord,
     EmptyTopicError,
     HeaderList,
+    RecordQueues,
     TestInputTopic,
     TestOutputTopic,
     TestRecord,
 )
 from topology.engine.task import StreamTask
 from topology.engine.task_creator import ActiveTaskCreator
-from topology.graph.graph import SinkSpec
-from topology.graph.stores import KeyValueStoreFactory
+from topology.graph.graph import SinkSpec, SourceSpec
+from topology.graph.stores import KeyValueStoreFactory, WindowStoreFactory
 from topology.graph.topology import Topology
 
 #: The testing API (``streams.testing``): the driver, its topics, records and stores.
@@ -125,6 +132,8 @@ class TopologyTestDriver:
         self._state_dir = tempfile.mkdtemp(prefix="topology-test-driver-")
         self._outputs: dict[str, deque[CapturedRecord]] = {}
         self._captured: list[tuple[str, CapturedRecord]] = []
+        #: The records waiting to be processed (Kafka's task queues).
+        self._pending = RecordQueues(self.config.max_task_idle_ms)
         self._offsets: dict[str, int] = {}
         self._routes: dict[str, StreamTask | None] = {}
         # the engine production runs: tasks and their ProcessorStateManager built by the
@@ -140,6 +149,20 @@ class TopologyTestDriver:
         ]
         global_stores = {n: s for t in self._global_tasks for n, s in t.stores.items()}
         self._tasks = [self._task(sub.id, global_stores) for sub in topology.task_subtopologies()]
+        # the inputs of Kafka's one task: every topic the non-global sub-topologies read,
+        # each pattern of a pattern source standing for the topics it matches
+        self._inputs = {
+            t
+            for s in topology.task_subtopologies()
+            for t in topology.source_topics(s.id, self.application_id)
+        }
+        self._patterns = [
+            spec.pattern.pattern
+            for sub in topology.task_subtopologies()
+            for spec in (topology.nodes[n] for n in sub.sources)
+            if isinstance(spec, SourceSpec) and spec.pattern is not None
+        ]
+        self._queue_keys: dict[str, str] = {}
         self._metrics = StreamsMetrics(
             self.config, self.application_id, store_scopes(topology, self.config)
         )
@@ -221,42 +244,94 @@ class TopologyTestDriver:
         timestamp: int,
         headers: HeaderList = (),
     ) -> None:
-        """Process one serialized record of ``topic`` to completion."""
+        """Pipe one serialized record of ``topic`` and process it, and all it leads to,
+        to completion (Kafka's ``pipeRecord``): a global topic's record updates its
+        global store at once; any other is queued, then every queued record is processed."""
         self._check_open()
         task = self._route(topic)
         if task is None:
             raise StreamsError(f"Unknown topic: {topic}; no source of the topology reads it")
-        offset = self._offsets.get(topic, 0)
-        self._offsets[topic] = offset + 1
+        record = CapturedRecord(key, value, timestamp, tuple(headers), None)
+        if task in self._global_tasks:
+            self._process(task, topic, record)
+            return
+        self._enqueue(topic, record)
+        self._complete_all_processable_work()
+
+    def _enqueue(self, topic: str, record: CapturedRecord) -> None:
+        """Queue ``record`` of ``topic`` behind the input's earlier records: the topic's
+        queue, or the pattern's for a topic a pattern source reads (as Kafka's driver, one
+        queue, and one offset sequence, per pattern)."""
+        key = self._queue_keys.get(topic)
+        if key is None:
+            key = topic
+            if topic not in self._inputs:
+                key = next((p for p in self._patterns if re.fullmatch(p, topic)), topic)
+            self._queue_keys[topic] = key
+        self._pending.add(key, topic, replace(record, partition=None))
+
+    def _complete_all_processable_work(self) -> None:
+        """Capture what was produced, then process the queued records one at a time, each
+        followed by a commit and the capture of what it produced (Kafka's
+        ``completeAllProcessableWork``): a record's outputs are all recorded before the
+        records it sent to internal or source topics are processed, in order (breadth
+        first), the next record taken from the queue with the earliest head timestamp."""
+        self._capture()
+        inputs = (*self._inputs, *self._patterns)
+        while self._pending.ready(self.wall_clock_ms, inputs):
+            taken = self._pending.poll()
+            assert taken is not None
+            topic, record = taken
+            task = self._route(topic)
+            assert task is not None
+            self._process(task, topic, record)
+            self._capture()
+
+    def _process(self, task: StreamTask, topic: str, record: CapturedRecord) -> None:
+        """Process one record in ``task``, then commit the task."""
+        offset_key = self._queue_keys.get(topic, topic)
+        offset = self._offsets.get(offset_key, 0)
+        self._offsets[offset_key] = offset + 1
+        key, value, timestamp, headers = record.key, record.value, record.timestamp, record.headers
         try:
             if task.columnar:  # a batch of one: the columnar engine's path
-                hs = [tuple(headers)] if headers else None
+                hs = [headers] if headers else None
                 task.process_columns(topic, 0, [key], [value], [timestamp], [offset], hs)
             else:
-                task.process(topic, key, value, timestamp, tuple(headers), offset, 0)
+                task.process(topic, key, value, timestamp, headers, offset, 0)
             self._commit(task)
         except BaseException:
             # as an aborted transaction: what the failed record produced (dead letters
             # included) is never read
             self._captured.clear()
             raise
-        self._capture()
 
     def _capture(self) -> None:
-        captured, self._captured = self._captured, []
-        for topic, raw in captured:
-            self._outputs.setdefault(topic, deque()).append(raw)
-            if self._route(topic) is not None:
-                self.pipe_raw(topic, raw.key, raw.value, raw.timestamp, raw.headers)
+        """Record every produced record in its output topic, in the order produced; queue
+        those of topics the topology reads (repartition, subscription, source topics) to
+        be processed, and apply those of global topics at once (Kafka's
+        ``captureOutputsAndReEnqueueInternalResults``)."""
+        while self._captured:
+            captured, self._captured = self._captured, []
+            for topic, raw in captured:
+                self._outputs.setdefault(topic, deque()).append(raw)
+                task = self._route(topic)
+                if task is None:
+                    continue
+                if task in self._global_tasks:
+                    self._process(task, topic, raw)
+                else:
+                    self._enqueue(topic, raw)
 
     def advance_wall_clock_time(self, advance_ms: int) -> None:
-        """Move the mocked wall clock forward and run the punctuators that fall due."""
+        """Move the mocked wall clock forward, run the punctuators that fall due and commit,
+        then process what they produced (Kafka's ``advanceWallClockTime``)."""
         self._check_open()
         self.wall_clock_ms += advance_ms
         for task in (*self._global_tasks, *self._tasks):
             task.punctuate_wall_clock(self.wall_clock_ms)
             self._commit(task)
-            self._capture()
+        self._complete_all_processable_work()
 
     def create_input_topic(
         self,
@@ -371,7 +446,14 @@ class TopologyTestDriver:
         return self._store_of_kind(name, "key_value")
 
     def get_window_store(self, name: str) -> Any:
-        """Return the window store ``name``, or None."""
+        """Return the window store ``name`` with plain values (a DSL store's
+        ``ValueAndTimestamp`` unwrapped), or None if it is not a window store."""
+        store = self._store_of_kind(name, "window")
+        dsl = isinstance(self.topology.stores.get(name), WindowStoreFactory)
+        return WindowStoreFacade(store) if store is not None and dsl else store
+
+    def get_timestamped_window_store(self, name: str) -> Any:
+        """Return the window store ``name`` with ``ValueAndTimestamp`` values."""
         return self._store_of_kind(name, "window")
 
     def get_session_store(self, name: str) -> Any:

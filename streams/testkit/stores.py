@@ -1,4 +1,5 @@
-"""The state stores a :class:`~streams.testkit.driver.TopologyTestDriver` hands a test."""
+"""The state stores a :class:`~streams.testkit.driver.TopologyTestDriver` hands a test: a DSL
+store seen with plain values, as Kafka's ``KeyValueStoreFacade`` and ``WindowStoreFacade``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from topology.api.record import ValueAndTimestamp
+
+
+def _plain(found: Any) -> Any:
+    """A stored ``ValueAndTimestamp``'s value (None for none)."""
+    return None if found is None else found[0]
 
 
 class KeyValueStoreFacade:
@@ -22,8 +28,7 @@ class KeyValueStoreFacade:
 
     def get(self, key: Any) -> Any:
         """Return the value of ``key`` (None if absent)."""
-        found = self.inner.get(key)
-        return None if found is None else found[0]
+        return _plain(self.inner.get(key))
 
     def put(self, key: Any, value: Any) -> None:
         """Write ``value`` (None deletes)."""
@@ -31,8 +36,7 @@ class KeyValueStoreFacade:
 
     def delete(self, key: Any) -> Any:
         """Delete ``key``; return its old value."""
-        found = self.inner.delete(key)
-        return None if found is None else found[0]
+        return _plain(self.inner.delete(key))
 
     def _unwrap(self, items: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
         return ((k, v[0]) for k, v in items)
@@ -48,3 +52,57 @@ class KeyValueStoreFacade:
     def approximate_num_entries(self) -> int:
         """About how many entries the store holds."""
         return int(self.inner.approximate_num_entries())
+
+
+class WindowStoreFacade:
+    """A DSL window store seen with plain values (Kafka's ``WindowStoreFacade``): reads
+    unwrap ``ValueAndTimestamp``, writes wrap with the window's start as timestamp."""
+
+    def __init__(self, store: Any) -> None:
+        self.inner = store
+
+    @property
+    def name(self) -> str:
+        """The store name."""
+        return str(self.inner.name)
+
+    def put(self, key: Any, value: Any, window_start: int) -> None:
+        """Write ``value`` (None deletes) for the window of ``key`` starting at
+        ``window_start``."""
+        wrapped = None if value is None else ValueAndTimestamp(value, window_start)
+        self.inner.put(key, wrapped, window_start)
+
+    def fetch_value(self, key: Any, window_start: int) -> Any:
+        """The value of ``key``'s window starting at ``window_start`` (None if absent)."""
+        return _plain(self.inner.fetch_value(key, window_start))
+
+    def fetch(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
+        """``key``'s windows starting in ``[time_from, time_to]``: (start, value)."""
+        return ((start, found[0]) for start, found in self.inner.fetch(key, time_from, time_to))
+
+    def backward_fetch(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
+        """:meth:`fetch`, latest window first."""
+        found = self.inner.backward_fetch(key, time_from, time_to)
+        return ((start, value[0]) for start, value in found)
+
+    def fetch_range(
+        self, key_from: Any, key_to: Any, time_from: int, time_to: int
+    ) -> Iterator[tuple[Any, Any]]:
+        """Windows of keys in ``[key_from, key_to]`` starting in ``[time_from, time_to]``."""
+        return self._unwrap(self.inner.fetch_range(key_from, key_to, time_from, time_to))
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Any, Any]]:
+        """Every window starting in ``[time_from, time_to]``."""
+        return self._unwrap(self.inner.fetch_all(time_from, time_to))
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        """Every live window."""
+        return self._unwrap(self.inner.all())
+
+    def backward_all(self) -> Iterator[tuple[Any, Any]]:
+        """Every live window, in reverse."""
+        return self._unwrap(self.inner.backward_all())
+
+    @staticmethod
+    def _unwrap(items: Iterator[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+        return ((windowed, found[0]) for windowed, found in items)

@@ -5,6 +5,7 @@ in through a :class:`TestInputTopic` and read back from a :class:`TestOutputTopi
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -180,3 +181,96 @@ class TestOutputTopic(Generic[K, V]):
     def get_queue_size(self) -> int:
         """Return how many records are left to read."""
         return len(self.driver.output_queue(self.topic))
+
+
+class RecordQueues:
+    """The records waiting to be processed, as Kafka's ``PartitionGroup`` holds them: one
+    FIFO queue per input (a topic, or a pattern for every topic it matches), the next
+    record taken from the queue whose head record has the smallest timestamp (the queues
+    kept in a binary heap ordered as Java's ``PriorityQueue``, so equal timestamps are
+    taken in Kafka's order).
+
+    Args:
+        idle_ms: ``max.task.idle.ms``: how long a drained input holds processing back
+            (``-1``: never; ``0``, the default: not at all, its records are all known).
+    """
+
+    __slots__ = ("_deadlines", "_heap", "_idle_ms", "_queues")
+
+    def __init__(self, idle_ms: int = 0) -> None:
+        self._idle_ms = idle_ms
+        self._queues: dict[str, deque[tuple[str, CapturedRecord]]] = {}
+        self._heap: list[tuple[int, str]] = []  # (head timestamp, input) of non-empty queues
+        self._deadlines: dict[str, int] = {}  # when a drained input stops holding back
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    def add(self, queue_key: str, topic: str, record: CapturedRecord) -> None:
+        """Append ``record`` of ``topic`` to the queue of input ``queue_key``."""
+        queue = self._queues.setdefault(queue_key, deque())
+        queue.append((topic, record))
+        if len(queue) == 1:
+            self._offer((record.timestamp, queue_key))
+
+    def ready(self, now_ms: int, inputs: Iterable[str]) -> bool:
+        """Whether the next record may be processed at wall-clock ``now_ms`` (Kafka's
+        ``PartitionGroup.readyToProcess``, every input's lag known to be 0): each drained
+        one of ``inputs`` holds processing back until ``max.task.idle.ms`` after it was
+        first seen drained."""
+        if not self._heap:
+            return False
+        if self._idle_ms < 0:
+            return True
+        for key in inputs:
+            if self._queues.get(key):
+                self._deadlines.pop(key, None)
+            elif now_ms < self._deadlines.setdefault(key, now_ms + self._idle_ms):
+                return False
+        return True
+
+    def poll(self) -> tuple[str, CapturedRecord] | None:
+        """Take the head of the queue with the smallest head timestamp (None: all empty);
+        return its topic and the record."""
+        heap = self._heap
+        if not heap:
+            return None
+        _, key = heap[0]
+        last = heap.pop()
+        if heap:
+            self._sift_down(0, last)
+        queue = self._queues[key]
+        taken = queue.popleft()
+        if queue:
+            self._offer((queue[0][1].timestamp, key))
+        return taken
+
+    def _offer(self, item: tuple[int, str]) -> None:
+        # Java's PriorityQueue.siftUp: move up while strictly smaller than the parent
+        heap = self._heap
+        heap.append(item)
+        k = len(heap) - 1
+        while k > 0:
+            parent = (k - 1) >> 1
+            if item[0] >= heap[parent][0]:
+                break
+            heap[k] = heap[parent]
+            k = parent
+        heap[k] = item
+
+    def _sift_down(self, k: int, item: tuple[int, str]) -> None:
+        # Java's PriorityQueue.siftDown: the smaller child (the left one on a tie) moves up
+        # while strictly smaller than ``item``
+        heap = self._heap
+        n = len(heap)
+        half = n >> 1
+        while k < half:
+            child = 2 * k + 1
+            right = child + 1
+            if right < n and heap[child][0] > heap[right][0]:
+                child = right
+            if item[0] <= heap[child][0]:
+                break
+            heap[k] = heap[child]
+            k = child
+        heap[k] = item

@@ -149,7 +149,37 @@ IN_MEMORY = Case(
     check=lambda s: max(s.values("counts", _long)) == 4,
 )
 
-CASES = [STREAM_AGGREGATES, GROUP_BY_NEW_KEY, EXPLICIT_REPARTITION, TABLE_AGGREGATE, IN_MEMORY]
+
+def _to_table() -> Topology:
+    b = StreamsBuilder()
+    latest = (
+        b.stream("in")
+        .map(lambda k, v: (v.split(":")[0], v))
+        .to_table(materialized=Materialized.as_("latest"))
+    )
+    latest.to_stream().to("out")
+    latest.filter(lambda k, v: int(v.split(":")[1]) % 2 == 0).to_stream().to("even")
+    return b.build()
+
+
+TO_TABLE = Case(
+    name="stream-to-table-rekeyed",
+    build=_to_table,
+    inputs=[rec("in", f"k{i}", f"{'pq'[i % 2]}{i % 3}:{i}", 10 + i) for i in range(10)],
+    outputs=("out", "even"),
+    max_poll_records=3,
+    check=lambda s: s.count("out") == 10 and s.count("even") >= 5,
+)
+
+
+CASES = [
+    STREAM_AGGREGATES,
+    GROUP_BY_NEW_KEY,
+    EXPLICIT_REPARTITION,
+    TABLE_AGGREGATE,
+    IN_MEMORY,
+    TO_TABLE,
+]
 
 
 @pytest.mark.parametrize("case", [c.param() for c in CASES])

@@ -85,7 +85,7 @@ def test_hopping_aggregate_matches_kafka(drive: Any, caching: bool) -> None:
         ("[B@0/10]", "0+2+2+2+1+2+3", 9),
         ("[B@5/15]", "0+2+2+2+2+3", 13),
     ]
-    store = d.get_window_store("topic1-Canonized")
+    store = d.get_timestamped_window_store("topic1-Canonized")
     assert list(store.fetch("B", 0, 10)) == [
         (0, ("0+2+2+2+1+2+3", 9)),
         (5, ("0+2+2+2+2+3", 13)),

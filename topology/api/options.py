@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, Self
 
+from common.errors import TopologyError
 from common.serdes import Serde
 from topology.api.timestamps import TimestampExtractor
 
@@ -351,3 +352,62 @@ class StreamJoined:
     def with_logging_disabled(self) -> Self:
         """Return a copy without changelogs for the join stores."""
         return replace(self, logging_enabled=False, logging_config={})
+
+
+def _kafka_string(item: Any) -> str:
+    """``item`` as Java's ``String.format("%s")`` shows it (``null`` for None)."""
+    return "null" if item is None else str(item)
+
+
+def _key_comma_value(key: Any, value: Any) -> str:
+    """Kafka's default line of a printed record: ``key, value``."""
+    return f"{_kafka_string(key)}, {_kafka_string(value)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Printed:
+    """Where and how ``KStream.print`` writes each record: ``[label]: <mapper(key, value)>``
+    per line (Kafka's ``Printed``), to standard output or to a file. The label defaults to
+    the printed stream's node name, the mapper to ``key, value``.
+
+    Example:
+        >>> stream.print(Printed.to_sys_out().with_label("orders"))  # doctest: +SKIP
+    """
+
+    path: str | None = None
+    label: str | None = None
+    mapper: Callable[[Any, Any], str] = _key_comma_value
+    name: str | None = None
+
+    @classmethod
+    def to_sys_out(cls) -> Printed:
+        """Print to standard output (of each process running the stream's tasks)."""
+        return cls()
+
+    @classmethod
+    def to_file(cls, path: str) -> Printed:
+        """Print to the file ``path`` (emptied now; each task appends to it).
+
+        Raises:
+            TopologyError: ``path`` is blank or cannot be written.
+        """
+        if not path or not path.strip():
+            raise TopologyError("Printed.to_file: the file path can't be an empty string")
+        try:
+            with open(path, "w", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise TopologyError(f"Unable to write stream to file at [{path}] {exc}") from exc
+        return cls(path=path)
+
+    def with_label(self, label: str) -> Self:
+        """Return a copy printing ``[label]`` before each record."""
+        return replace(self, label=label)
+
+    def with_key_value_mapper(self, mapper: Callable[[Any, Any], str]) -> Self:
+        """Return a copy printing ``mapper(key, value)`` for each record."""
+        return replace(self, mapper=mapper)
+
+    def with_name(self, name: str) -> Self:
+        """Return a copy naming the printing processor."""
+        return replace(self, name=name)

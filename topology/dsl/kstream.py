@@ -8,12 +8,21 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from common.delta_rows import RowColumns, RowKeySerde, RowValueSerde, sink_topic
 from common.serdes import Serde
-from topology.api.options import Grouped, Named, Produced, Repartitioned, name_of
+from topology.api.options import (
+    Grouped,
+    Materialized,
+    Named,
+    Printed,
+    Produced,
+    Repartitioned,
+    name_of,
+)
 from topology.api.processor import Processor, ProcessorSupplier
 from topology.dsl.branch import BranchedKStream
 from topology.dsl.grouped import KGroupedStream
 from topology.dsl.repartition import create_repartitioned_source
 from topology.dsl.stream_joins import StreamJoins
+from topology.dsl.stream_tables import record_print, record_to_table
 from topology.graph.graph import ProcessorSpec, SinkSpec, TopicNameExtractor
 from topology.graph.naming import (
     FILTER,
@@ -43,6 +52,7 @@ from topology.processors.proc_stream import (
 
 if TYPE_CHECKING:
     from topology.dsl.builder import StreamsBuilder
+    from topology.dsl.ktable import KTable
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -254,6 +264,28 @@ class KStream(StreamJoins, Generic[K, V]):
             value_serde=None,
             repartition=False,
         )
+
+    def print(self, printed: Printed) -> None:
+        """Print each record as ``[label]: key, value`` (Kafka's ``KStream.print``; see
+        :class:`~topology.api.options.Printed`), a terminal operation.
+
+        Example:
+            >>> stream.print(Printed.to_sys_out().with_label("orders"))  # doctest: +SKIP
+        """
+        record_print(self, printed)
+
+    def to_table(
+        self, *, named: Named | str | None = None, materialized: Materialized | None = None
+    ) -> KTable[K, V]:
+        """Read this stream as a changelog (Kafka's ``KStream.toTable``, KIP-523): the
+        latest value per key, ``None`` deletes; through a repartition topic first when
+        the key was changed. Stored (queryable) when ``materialized`` names a store, or
+        once a downstream operator needs it.
+
+        Example:
+            >>> stream.to_table(materialized=Materialized.as_("latest"))  # doctest: +SKIP
+        """
+        return record_to_table(self, name_of(named), materialized)
 
     def split(self, *, named: Named | str | None = None) -> BranchedKStream[K, V]:
         """Split into branches by predicates: ``split().branch(p, Branched.as_("a"))

@@ -23,7 +23,12 @@ from statestores.stores import Stores
 from topology.api.windows import Duration, to_ms
 from topology.graph.graph import ProcessorSpec
 from topology.graph.stores import KeyValueStoreFactory
-from topology.processors.proc_suppress import BufferValueSerde, SuppressProcessor
+from topology.processors.joins import GetterSupplier
+from topology.processors.proc_suppress import (
+    BufferValueSerde,
+    SuppressedGetter,
+    SuppressProcessor,
+)
 from topology.processors.proc_table import TableParams
 
 if TYPE_CHECKING:
@@ -195,4 +200,18 @@ def suppress_table(table: KTable[Any, Any], suppressed: Suppressed) -> KTable[An
         table.enable_send_old_values()
 
     result._enable_old = enable
+    # the buffer keeps each key's prior value (its old value when first buffered): the
+    # parent sends old values, as Kafka's KTableSuppressProcessorSupplier asks of it
+    table.enable_send_old_values()
+    result._view = lambda: _suppressed_view(table, store)
     return result
+
+
+def _suppressed_view(table: KTable[Any, Any], store: str) -> GetterSupplier:
+    """How a join reads the suppressed table (Kafka's ``KTableSuppressProcessorSupplier``
+    ``view()``): the buffer first, then ``table``; connected to the buffer's store and to
+    those the parent's getter reads."""
+    parent = table.value_getter()
+    return GetterSupplier(
+        (store, *parent.store_names), lambda: SuppressedGetter(store, parent.make())
+    )

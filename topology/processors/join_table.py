@@ -104,8 +104,7 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
         context = self.context
         context.record_dropped()
         _LOG.warning(
-            "Skipping record due to null join key or value. topic=[%s] partition=[%s] "
-            "offset=[%s]",
+            "Skipping record due to null join key or value. topic=[%s] partition=[%s] offset=[%s]",
             context.topic,
             context.partition,
             offset,

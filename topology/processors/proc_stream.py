@@ -10,7 +10,7 @@ import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, repeat
-from typing import Any
+from typing import Any, TextIO
 
 from topology.api.processor import Processor
 from topology.api.record import Record
@@ -320,3 +320,37 @@ def _expansions(results: Iterable[Iterable[Any]]) -> list[list[Any]]:
     """Each record's expansion as a list, taken in record order (a generator runs before
     the next record's function is called, as record by record)."""
     return [r if type(r) is list else list(r) for r in results]
+
+
+class PrintProcessor(Processor[Any, Any, Any, Any]):
+    """Write ``[label]: <mapper(key, value)>`` per record (Kafka's ``KStreamPrint``), to
+    standard output (flushed per line) or appended to a file (flushed at close)."""
+
+    def __init__(self, name: str, label: str, mapper: Callable[[Any, Any], str], path: str | None):
+        self.name = name
+        self.label = label
+        self.mapper = mapper
+        self.path = path
+        self._file: TextIO | None = None
+
+    def init(self, context: Any) -> None:
+        """Open the file to append to, if printing to one."""
+        if self.path is not None:
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def process(self, record: AnyRecord) -> None:
+        """Print the record."""
+        try:
+            line = f"[{self.label}]: {self.mapper(record[0], record[1])}"
+        except Exception as exc:
+            raise user_error(self.name, self.mapper, exc, "key-value mapper") from exc
+        if self._file is None:
+            print(line, flush=True)
+        else:
+            self._file.write(line + "\n")
+
+    def close(self) -> None:
+        """Close the file (its lines are written)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -12,9 +12,16 @@ updates in a buffer and emits them later; ``KTable.suppress`` records it
 Both are driven by stream time only (no wall-clock punctuation). A key keeps its place in
 the buffer when updated (Kafka's non-resetting semantics). When the buffer exceeds its
 bound it either emits its oldest entries early or stops the application with
-:class:`~common.errors.StreamsError`. The buffer is kept in memory and mirrored into an
-in-memory key-value store (changelogged unless logging is disabled), from which it is
-rebuilt when the task starts.
+:class:`~common.errors.StreamsError`. A buffered update's size counts as Kafka's
+``InMemoryTimeOrderedKeyValueChangeBuffer`` counts it: buffer time, key, prior, old and new
+values (serialized), and the record context (timestamp, offset, partition, topic,
+headers). The buffer is kept in memory and mirrored into an in-memory key-value store
+(changelogged unless logging is disabled), from which it is rebuilt when the task starts.
+
+A join reads the suppressed table through :class:`SuppressedGetter` (the ``view()`` of
+Kafka's ``KTableSuppressProcessorSupplier``): a buffered key reads as its *prior* value,
+the value the table had before its first buffered update, which is what downstream has
+seen; any other key reads through the upstream table.
 """
 
 from __future__ import annotations
@@ -26,10 +33,14 @@ from typing import Any, NamedTuple, Protocol
 from common.errors import SerializationError, StreamsError
 from common.serdes import Serde
 from topology.api.processor import Processor
-from topology.api.record import Change, Headers, Record
+from topology.api.record import Change, Headers, Record, ValueAndTimestamp
 from topology.graph.stores import ChangeSerde
 
 _TIMES = struct.Struct(">qq")
+_LEN = struct.Struct(">i")
+#: The fixed part of a buffered update's size: buffer time, and the record context's
+#: timestamp, offset and partition (Kafka's ``computeRecordSize``).
+_FIXED_SIZE = 8 + 8 + 8 + 4
 _new = tuple.__new__
 
 
@@ -53,16 +64,39 @@ class BufferLimits(Protocol):
 
 
 class BufferValue(NamedTuple):
-    """One buffered update: its buffer time, the update's timestamp and the change."""
+    """One buffered update: its buffer time, the update's timestamp, the change, the key's
+    prior value (its old value when first buffered) and the record's topic and headers."""
 
     time: int
     timestamp: int
     change: Change[Any]
+    prior: Any = None
+    topic: str | None = None
+    headers: Headers = ()
+
+
+def _pack(data: bytes | None) -> bytes:
+    return _LEN.pack(-1) if data is None else _LEN.pack(len(data)) + data
+
+
+def _unpack(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    (size,) = _LEN.unpack_from(data, pos)
+    pos += _LEN.size
+    if size < 0:
+        return None, pos
+    return data[pos : pos + size], pos + size
+
+
+def _chars(text: str) -> int:
+    """The length of ``text`` in Java chars (UTF-16 code units)."""
+    return len(text.encode("utf-16-le")) // 2
 
 
 class BufferValueSerde:
     """Serialise a :class:`BufferValue`: buffer time and timestamp (8 bytes each,
-    big-endian), then the change (:class:`~topology.graph.stores.ChangeSerde`)."""
+    big-endian), the topic, the headers (a count, then each key and value), the prior
+    value (each a 4-byte length, -1 for none, then the bytes), then the change
+    (:class:`~topology.graph.stores.ChangeSerde`)."""
 
     __slots__ = ("change_serde", "inner")
 
@@ -79,7 +113,14 @@ class BufferValueSerde:
         if data is None:
             return None
         change = self.change_serde.serialize(topic, data[2]) or b""
-        return _TIMES.pack(data[0], data[1]) + change
+        parts = [_TIMES.pack(data[0], data[1]), _pack(_encoded(data.topic))]
+        parts.append(_LEN.pack(len(data.headers)))
+        for name, header in data.headers:
+            parts += (_pack(name.encode()), _pack(header))
+        prior = data.prior
+        assert self.inner is not None
+        parts.append(_pack(None if prior is None else self.inner.serialize(topic, prior)))
+        return b"".join(parts) + change
 
     def deserialize(self, topic: str, data: bytes | None) -> BufferValue | None:
         """Return the buffered update."""
@@ -88,15 +129,30 @@ class BufferValueSerde:
         if len(data) < 16:
             raise SerializationError(f"a suppress buffer value needs 16+ bytes, got {len(data)}")
         time, ts = _TIMES.unpack_from(data)
-        change = self.change_serde.deserialize(topic, data[16:])
-        return BufferValue(time, ts, change or Change(None, None))
+        raw_topic, pos = _unpack(data, _TIMES.size)
+        (count,) = _LEN.unpack_from(data, pos)
+        pos += _LEN.size
+        headers: list[tuple[str, bytes | None]] = []
+        for _ in range(count):
+            name, pos = _unpack(data, pos)
+            header, pos = _unpack(data, pos)
+            headers.append(((name or b"").decode(), header))
+        raw_prior, pos = _unpack(data, pos)
+        assert self.inner is not None
+        prior = None if raw_prior is None else self.inner.deserialize(topic, raw_prior)
+        change = self.change_serde.deserialize(topic, data[pos:]) or Change(None, None)
+        context_topic = None if raw_topic is None else raw_topic.decode()
+        return BufferValue(time, ts, change, prior, context_topic, tuple(headers))
+
+
+def _encoded(text: str | None) -> bytes | None:
+    return None if text is None else text.encode()
 
 
 class _Entry(NamedTuple):
     time: int
     key: Any
     value: BufferValue
-    headers: Headers
     size: int
 
 
@@ -131,20 +187,35 @@ class SuppressProcessor(Processor[Any, Any, Any, Any]):
         self.context = context
         self.store: Any = context.get_state_store(self.store_name)
         for key, value in self.store.all():
-            self._remember(key, value, ())
+            self._remember(key, value)
 
-    def _remember(self, key: Any, value: BufferValue, headers: Headers) -> None:
+    def _remember(self, key: Any, value: BufferValue) -> None:
         store = self.store
         raw_key: bytes = store.key_serde.serialize(store.topic, key)
-        raw_value: bytes = store.value_serde.serialize(store.topic, value)
         old = self._buffer.get(raw_key)
         if old is None:
             heapq.heappush(self._heap, (value.time, raw_key))
         else:
             self.num_bytes -= old.size
-        size = len(raw_key) + len(raw_value)
-        self._buffer[raw_key] = _Entry(value.time, key, value, headers, size)
+        size = self._size(raw_key, value)
+        self._buffer[raw_key] = _Entry(value.time, key, value, size)
         self.num_bytes += size
+
+    def _size(self, raw_key: bytes, value: BufferValue) -> int:
+        """The size Kafka counts for a buffered update (``computeRecordSize``): buffer
+        time, key, prior value, old value unless equal to the prior one, new value, and
+        the record context (timestamp, offset, partition, topic, header keys and values)."""
+        inner, topic = self.store.value_serde.inner, self.store.topic
+        new, old = value.change[0], value.change[1]
+        raw = [None if v is None else inner.serialize(topic, v) for v in (value.prior, old, new)]
+        size = _FIXED_SIZE + len(raw_key) + len(raw[0] or b"") + len(raw[2] or b"")
+        if raw[1] is not None and raw[1] != raw[0]:
+            size += len(raw[1])
+        if value.topic is not None:
+            size += _chars(value.topic)
+        for name, header in value.headers:
+            size += _chars(name) + (0 if header is None else len(header))
+        return size
 
     def process(self, record: Record[Any, Any]) -> None:
         """Buffer the update, then emit what stream time (or the bound) releases."""
@@ -153,10 +224,13 @@ class SuppressProcessor(Processor[Any, Any, Any, Any]):
         time = key.window.end if self.final_results else ts
         raw_key: bytes = self.store.key_serde.serialize(self.store.topic, key)
         held = self._buffer.get(raw_key)
+        prior = change[1]  # what downstream saw before the key's first buffered update
         if held is not None:
             time = held.time  # an updated key keeps its place (non-resetting)
-        value = BufferValue(time, ts, Change(change[0], change[1]))
-        self._remember(key, value, record[3])
+            prior = held.value.prior
+        topic = self.context.topic
+        value = BufferValue(time, ts, Change(change[0], change[1]), prior, topic, record[3])
+        self._remember(key, value)
         self.store.put(key, value)
         self._enforce()
 
@@ -187,5 +261,36 @@ class SuppressProcessor(Processor[Any, Any, Any, Any]):
         self.store.delete(entry.key)
         change = entry.value.change
         if change[0] is not None or not self.final_results:
-            out = _new(Record, (entry.key, change, entry.value.timestamp, entry.headers))
+            out = _new(Record, (entry.key, change, entry.value.timestamp, entry.value.headers))
             self.context.forward(out)
+
+
+class SuppressedGetter:
+    """Read a suppressed table by key (the ``view()`` of Kafka's
+    ``KTableSuppressProcessorSupplier``): a buffered key reads as its prior value (timestamp
+    unknown, -1; none when the key had no value before), any other key through ``parent``,
+    the upstream table's getter.
+
+    Args:
+        store_name: the store mirroring the suppress buffer.
+        parent: the upstream table's value getter.
+    """
+
+    def __init__(self, store_name: str, parent: Any) -> None:
+        self.store_name = store_name
+        self.parent = parent
+        self.store: Any = None
+
+    def init(self, context: Any) -> None:
+        """Open the parent's stores and the buffer's (the suppress processor owns it)."""
+        self.parent.init(context)
+        self.store = context.get_state_store(self.store_name)
+
+    def get(self, key: Any) -> ValueAndTimestamp[Any] | None:
+        """Return the key's prior value if it is buffered, else the upstream value."""
+        buffered: BufferValue | None = self.store.get(key)
+        if buffered is None:
+            found: ValueAndTimestamp[Any] | None = self.parent.get(key)
+            return found
+        prior = buffered.prior
+        return None if prior is None else ValueAndTimestamp(prior, -1)

@@ -1,0 +1,303 @@
+"""Kafka's ``KTableKTableForeignKeyJoinIntegrationTest``: foreign-key table joins through the
+driver, inner and left, with the result materialized (queryable store ``store``) or not,
+and re-joined with the left table or not.
+
+Left values are ``"<value>|<foreign key>"``; the joiner writes ``(left,right)`` and the
+re-joiner ``rejoin(joined,left)``, ``null`` for a missing side. Kafka's other parameters are
+not rewritten: ``topology.optimization`` (this project has no optimizer) and versioned
+tables (no versioned stores here): the cases run are Kafka's unversioned ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.conformance.conftest import S
+from topology import Consumed, Materialized, StreamsBuilder
+
+LEFT_TABLE, RIGHT_TABLE = "left_table", "right_table"
+OUTPUT, REJOIN_OUTPUT = "output-topic", "rejoin-output-topic"
+BASE = 1_700_000_000_000  # Kafka's MockTime start: any base timestamp
+
+CASES = [
+    pytest.param((left_join, materialized, rejoin), id=f"{kind}-{mat}-{rj}")
+    for left_join, kind in ((True, "left"), (False, "inner"))
+    for materialized, mat in ((True, "materialized"), (False, "unmaterialized"))
+    for rejoin, rj in ((True, "rejoin"), (False, "no-rejoin"))
+]
+LEFT_CASES = [pytest.param(*p.values[0][1:], id=str(p.id)[5:]) for p in CASES[:4]]
+
+
+def _java(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+def _fk(value: str) -> str | None:
+    return value.split("|")[1]
+
+
+def _topology(
+    *,
+    left_join: bool,
+    materialized: bool,
+    rejoin: bool,
+    extractor: Callable[[str], str | None] = _fk,
+) -> Any:
+    b = StreamsBuilder()
+    left = b.table(LEFT_TABLE, Consumed.with_(S, S))
+    right = b.table(RIGHT_TABLE, Consumed.with_(S, S))
+    # the cache would hide some of the needless tombstones the scenarios look at
+    main = (
+        Materialized.as_("store").with_value_serde(S)
+        if materialized
+        else Materialized.with_(None, S)
+    ).with_caching_disabled()
+    kind = "left_join" if left_join else "join"
+    joined = getattr(left, kind)(
+        right, extractor, lambda lv, rv: f"({_java(lv)},{_java(rv)})", main
+    )
+    joined.to_stream().to(OUTPUT)
+    if rejoin:
+        again = (
+            Materialized.as_("store-rejoin").with_value_serde(S).with_caching_disabled()
+            if materialized
+            else Materialized.with_(None, S)
+        )
+        rejoined = getattr(joined, kind)(
+            left, lambda jv, lv: f"rejoin({_java(jv)},{_java(lv)})", again
+        )
+        rejoined.to_stream().to(REJOIN_OUTPUT)
+    return b.build()
+
+
+class _Run:
+    """A driver over the scenario's topology (see :func:`_topology`), with its topics."""
+
+    def __init__(
+        self,
+        drive: Any,
+        left_join: bool,
+        materialized: bool,
+        rejoin: bool,
+        extractor: Callable[[str], str | None] = _fk,
+    ) -> None:
+        self.left_join, self.materialized, self.rejoin = left_join, materialized, rejoin
+        topology = _topology(
+            left_join=left_join, materialized=materialized, rejoin=rejoin, extractor=extractor
+        )
+        self.d = drive(topology)
+        self.left = self.d.create_input_topic(LEFT_TABLE, S, S)
+        self.right = self.d.create_input_topic(RIGHT_TABLE, S, S)
+        self.out = self.d.create_output_topic(OUTPUT, S, S)
+        self.rejoined = self.d.create_output_topic(REJOIN_OUTPUT, S, S)
+
+    def output(self) -> dict[str, str | None]:
+        out: dict[str, str | None] = self.out.read_key_values_to_map()
+        return out
+
+    def check(self, output: dict[str, Any], stored: dict[str, Any] | None = None) -> None:
+        """Assert the output (as a map, the last value per key) and, when materialized,
+        the store (``stored``, default: the output)."""
+        assert self.output() == output
+        if self.materialized:
+            store = self.d.get_key_value_store("store")
+            assert dict(store.all()) == (output if stored is None else stored)
+
+
+@pytest.fixture(params=CASES)
+def r(request: pytest.FixtureRequest, drive: Any) -> _Run:
+    """A run of one of Kafka's unversioned cases (left join, materialized, re-joined)."""
+    return _Run(drive, *request.param)
+
+
+def test_do_join_from_left_then_delete_left_entity(r: _Run) -> None:
+    """KTableKTableForeignKeyJoinIntegrationTest.doJoinFromLeftThenDeleteLeftEntity"""
+    r.right.pipe_input("rhs1", "rhsValue1", BASE)
+    r.right.pipe_input("rhs2", "rhsValue2", BASE + 1)
+    r.right.pipe_input("rhs3", "rhsValue3", BASE + 2)  # never referenced
+    r.check({})
+    assert r.rejoined.read_key_values_to_map() == {}
+    r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE + 3)
+    r.left.pipe_input("lhs2", "lhsValue2|rhs2", BASE + 4)
+    joined = {"lhs1": "(lhsValue1|rhs1,rhsValue1)", "lhs2": "(lhsValue2|rhs2,rhsValue2)"}
+    r.check(joined)
+    if r.rejoin:
+        assert r.rejoined.read_key_values_to_map() == {
+            "lhs1": "rejoin((lhsValue1|rhs1,rhsValue1),lhsValue1|rhs1)",
+            "lhs2": "rejoin((lhsValue2|rhs2,rhsValue2),lhsValue2|rhs2)",
+        }
+    r.left.pipe_input("lhs3", "lhsValue3|rhs1", BASE + 5)  # another reference to rhs1
+    r.check(
+        {"lhs3": "(lhsValue3|rhs1,rhsValue1)"}, {**joined, "lhs3": "(lhsValue3|rhs1,rhsValue1)"}
+    )
+    if r.rejoin:
+        assert r.rejoined.read_key_values_to_map() == {
+            "lhs3": "rejoin((lhsValue3|rhs1,rhsValue1),lhsValue3|rhs1)"
+        }
+    # deleting a left row propagates one deletion; the re-join ends with it too (its
+    # re-join of the old result comes first, the deletion after)
+    r.left.pipe_input("lhs1", None, BASE + 6)
+    rest = {"lhs2": "(lhsValue2|rhs2,rhsValue2)", "lhs3": "(lhsValue3|rhs1,rhsValue1)"}
+    r.check({"lhs1": None}, rest)
+    if r.rejoin:
+        assert r.rejoined.read_key_values_to_map() == {"lhs1": None}
+
+
+def test_do_join_from_right_then_delete_right_entity(r: _Run) -> None:
+    """KTableKTableForeignKeyJoinIntegrationTest.doJoinFromRightThenDeleteRightEntity"""
+    r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE)
+    r.left.pipe_input("lhs2", "lhsValue2|rhs2", BASE + 1)
+    r.left.pipe_input("lhs3", "lhsValue3|rhs1", BASE + 2)
+    unmatched = {
+        "lhs1": "(lhsValue1|rhs1,null)",
+        "lhs2": "(lhsValue2|rhs2,null)",
+        "lhs3": "(lhsValue3|rhs1,null)",
+    }
+    r.check(unmatched if r.left_join else {})
+    r.right.pipe_input("rhs1", "rhsValue1", BASE + 3)
+    rhs1 = {"lhs1": "(lhsValue1|rhs1,rhsValue1)", "lhs3": "(lhsValue3|rhs1,rhsValue1)"}
+    r.check(rhs1, {**unmatched, **rhs1} if r.left_join else rhs1)
+    r.right.pipe_input("rhs2", "rhsValue2", BASE + 4)
+    full = {**rhs1, "lhs2": "(lhsValue2|rhs2,rhsValue2)"}
+    r.check({"lhs2": "(lhsValue2|rhs2,rhsValue2)"}, full)
+    r.right.pipe_input("rhs3", "rhsValue3", BASE + 5)  # never referenced
+    r.check({}, full)
+    # deleting the right row updates every left row that references it
+    r.right.pipe_input("rhs1", None, BASE + 6)
+    if r.left_join:
+        gone = {"lhs1": "(lhsValue1|rhs1,null)", "lhs3": "(lhsValue3|rhs1,null)"}
+        r.check(gone, {**gone, "lhs2": "(lhsValue2|rhs2,rhsValue2)"})
+    else:
+        r.check({"lhs1": None, "lhs3": None}, {"lhs2": "(lhsValue2|rhs2,rhsValue2)"})
+
+
+def test_should_emit_tombstone_when_deleting_non_joining_records(r: _Run) -> None:
+    """KTableKTableForeignKeyJoinIntegrationTest.shouldEmitTombstoneWhenDeletingNonJoiningRecords"""
+    r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE)
+    r.check({"lhs1": "(lhsValue1|rhs1,null)"} if r.left_join else {})
+    # an inner join cannot know whether it emitted a result: the tombstone is needless
+    # there, necessary for the left join
+    r.left.pipe_input("lhs1", None, BASE + 1)
+    r.check({"lhs1": None}, {})
+    r.left.pipe_input("lhs1", None, BASE + 2)  # deleting a missing row: nothing
+    r.check({})
+
+
+def test_should_not_emit_tombstones_when_deleting_non_existing_records(r: _Run) -> None:
+    """KTableKTableForeignKeyJoinIntegrationTest.shouldNotEmitTombstonesWhenDeletingNonExistingRecords"""
+    r.left.pipe_input("lhs1", None, BASE)
+    r.check({})
+
+
+def test_join_should_produce_nulls_when_value_has_non_matching_foreign_key(r: _Run) -> None:
+    """KTableKTableForeignKeyJoinIntegrationTest.joinShouldProduceNullsWhenValueHasNonMatchingForeignKey"""
+
+    def unmatched(value: str) -> None:
+        half = f"({value},null)"
+        r.check({"lhs1": half if r.left_join else None}, {"lhs1": half} if r.left_join else {})
+
+    r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE)
+    half = {"lhs1": "(lhsValue1|rhs1,null)"}
+    r.check(half if r.left_join else {})
+    # moving to another missing foreign key: a needless tombstone (inner), an update (left)
+    r.left.pipe_input("lhs1", "lhsValue1|rhs2", BASE + 1)
+    unmatched("lhsValue1|rhs2")
+    r.left.pipe_input("lhs1", "lhsValue1|rhs3", BASE + 2)
+    unmatched("lhsValue1|rhs3")
+    # rhs1 is no longer referenced: no change
+    r.right.pipe_input("rhs1", "rhsValue1", BASE + 3)
+    r.check({}, {"lhs1": "(lhsValue1|rhs3,null)"} if r.left_join else {})
+    r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE + 4)  # to an existing foreign key
+    r.check({"lhs1": "(lhsValue1|rhs1,rhsValue1)"})
+    r.left.pipe_input("lhs1", "lhsValue1|rhs2", BASE + 5)  # and away again
+    unmatched("lhsValue1|rhs2")
+
+
+def test_should_unsubscribe_old_foreign_key_if_left_side_is_updated(r: _Run) -> None:
+    """KTableKTableForeignKeyJoinIntegrationTest.shouldUnsubscribeOldForeignKeyIfLeftSideIsUpdated"""
+    r.right.pipe_input("rhs1", "rhsValue1", BASE)
+    r.right.pipe_input("rhs2", "rhsValue2", BASE + 1)
+    r.check({})
+    r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE + 2)
+    r.check({"lhs1": "(lhsValue1|rhs1,rhsValue1)"})
+    r.left.pipe_input("lhs1", "lhsValue1|rhs2", BASE + 3)  # the foreign key changes
+    r.check({"lhs1": "(lhsValue1|rhs2,rhsValue2)"})
+    r.right.pipe_input("rhs1", "rhsValue1Delta", BASE + 4)  # the old foreign key: nothing
+    r.check({}, {"lhs1": "(lhsValue1|rhs2,rhsValue2)"})
+
+
+@pytest.mark.parametrize(("materialized", "rejoin"), LEFT_CASES)
+def test_should_emit_record_on_null_foreign_key_for_left_joins(
+    drive: Any, materialized: bool, rejoin: bool
+) -> None:
+    """KTableKTableForeignKeyJoinIntegrationTest.shouldEmitRecordOnNullForeignKeyForLeftJoins"""
+    r = _Run(drive, True, materialized, rejoin, lambda v: None)
+    r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE)
+    r.check({"lhs1": "(lhsValue1|rhs1,null)"})
+
+
+@pytest.mark.parametrize(("materialized", "rejoin"), LEFT_CASES)
+def test_should_emit_record_when_old_and_new_fk_differ(
+    drive: Any, materialized: bool, rejoin: bool
+) -> None:
+    """KTableKTableForeignKeyJoinIntegrationTest.shouldEmitRecordWhenOldAndNewFkDiffer"""
+
+    def extractor(value: str) -> str | None:
+        fk = value.split("|")[1]
+        return None if fk == "returnNull" else fk
+
+    r = _Run(drive, True, materialized, rejoin, extractor)
+    [subscriptions] = [n for n in r.d.get_all_state_stores() if "SUBSCRIPTION-STATE-STORE" in n]
+    store = r.d.get_key_value_store(subscriptions)
+    r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE)
+    r.check({"lhs1": "(lhsValue1|rhs1,null)"})
+    assert store.get(("rhs1", "lhs1")) is not None
+    r.left.pipe_input("lhs1", "lhsValue1|returnNull", BASE)  # the new foreign key is null
+    r.check({"lhs1": "(lhsValue1|returnNull,null)"})
+    assert store.get(("rhs1", "lhs1")) is None  # the old subscription is gone
+
+
+@pytest.mark.parametrize(("left_join", "materialized"), [p.values[0][:2] for p in CASES[::2]])
+def test_should_ignore_out_of_order_records_iff_versioned(
+    drive: Any, left_join: bool, materialized: bool
+) -> None:
+    """KTableKTableForeignKeyJoinIntegrationTest.shouldIgnoreOutOfOrderRecordsIffVersioned
+    (unversioned tables: out-of-order records are applied)"""
+    r = _Run(drive, left_join, materialized, False)
+    r.right.pipe_input("rhs1", "rhsValue1", BASE + 4)
+    r.check({})
+    r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE + 3)
+    r.left.pipe_input("lhs2", "lhsValue2|rhs1", BASE + 5)
+    r.check({"lhs1": "(lhsValue1|rhs1,rhsValue1)", "lhs2": "(lhsValue2|rhs1,rhsValue1)"})
+    r.left.pipe_input("lhs2", None, BASE + 6)
+    r.check({"lhs2": None}, {"lhs1": "(lhsValue1|rhs1,rhsValue1)"})
+    r.left.pipe_input("lhs1", "lhsValue1_ooo|rhs1", BASE + 2)
+    r.left.pipe_input("lhs2", "lhsValue2_ooo|rhs1", BASE + 2)
+    r.check({"lhs1": "(lhsValue1_ooo|rhs1,rhsValue1)", "lhs2": "(lhsValue2_ooo|rhs1,rhsValue1)"})
+    r.left.pipe_input("lhs1", None, BASE + 2)
+    r.check({"lhs1": None}, {"lhs2": "(lhsValue2_ooo|rhs1,rhsValue1)"})
+    r.left.pipe_input("lhs1", "lhsValue1_new|rhs1", BASE + 8)
+    r.left.pipe_input("lhs2", "lhsValue2_new|rhs1", BASE + 8)
+    r.check({"lhs1": "(lhsValue1_new|rhs1,rhsValue1)", "lhs2": "(lhsValue2_new|rhs1,rhsValue1)"})
+    r.right.pipe_input("rhs1", "rhsValue1_ooo", BASE + 1)
+    r.check(
+        {
+            "lhs1": "(lhsValue1_new|rhs1,rhsValue1_ooo)",
+            "lhs2": "(lhsValue2_new|rhs1,rhsValue1_ooo)",
+        }
+    )
+    r.right.pipe_input("rhs1", None, BASE + 1)
+    if left_join:
+        r.check({"lhs1": "(lhsValue1_new|rhs1,null)", "lhs2": "(lhsValue2_new|rhs1,null)"})
+    else:
+        r.check({"lhs1": None, "lhs2": None}, {})
+    r.right.pipe_input("rhs1", "rhsValue1_new", BASE + 6)
+    r.check(
+        {
+            "lhs1": "(lhsValue1_new|rhs1,rhsValue1_new)",
+            "lhs2": "(lhsValue2_new|rhs1,rhsValue1_new)",
+        }
+    )
