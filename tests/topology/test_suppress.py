@@ -1,5 +1,5 @@
-"""``KTable.suppress`` through the TopologyTestDriver; the expected outputs are Kafka's
-(``SuppressScenarioTest``)."""
+"""``KTable.suppress`` through the TopologyTestDriver: what Kafka's ``SuppressScenarioTest``
+leaves out (its scenarios are in :mod:`tests.conformance.test_suppress_scenario`)."""
 
 from __future__ import annotations
 
@@ -10,75 +10,12 @@ import pytest
 from common.errors import StreamsError, TopologyError
 from tests.topology.conftest import L, S
 from topology import Consumed, Grouped, Materialized, Produced, StreamsBuilder
-from topology.api.windows import SessionWindows, TimeWindows
 from topology.dsl.suppress import BufferConfig, Suppressed
 
 
 def _records(d: Any, topic: str) -> list[tuple[Any, Any, int]]:
     records = d.create_output_topic(topic, S, L).read_records_to_list()
     return [(r.key, r.value, r.timestamp) for r in records]
-
-
-def test_final_results_for_time_windows(drive: Any) -> None:
-    b = StreamsBuilder()
-    counts = (
-        b.stream("input", Consumed.with_(S, S))
-        .group_by(lambda k, v: k, Grouped.with_(S, S))
-        .windowed_by(TimeWindows.of_size_and_grace(2, 1))
-        .count(Materialized.as_("counts").with_caching_disabled())
-    )
-    (
-        counts.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-        .to_stream()
-        .map(lambda k, v: (str(k), v))
-        .to("output-suppressed", Produced.with_(S, L))
-    )
-    counts.to_stream().map(lambda k, v: (str(k), v)).to("output-raw", Produced.with_(S, L))
-    d = drive(b.build())
-    i = d.create_input_topic("input", S, S)
-    for ts in (0, 1, 2, 1, 0, 5, 0):  # the last is past the grace period: dropped
-        i.pipe_input("k1", "v1", ts)
-    assert _records(d, "output-raw") == [
-        ("[k1@0/2]", 1, 0),
-        ("[k1@0/2]", 2, 1),
-        ("[k1@2/4]", 1, 2),
-        ("[k1@0/2]", 3, 1),
-        ("[k1@0/2]", 4, 1),
-        ("[k1@4/6]", 1, 5),
-    ]
-    assert _records(d, "output-suppressed") == [("[k1@0/2]", 4, 1), ("[k1@2/4]", 1, 2)]
-
-
-def test_final_results_for_session_windows(drive: Any) -> None:
-    b = StreamsBuilder()
-    counts = (
-        b.stream("input", Consumed.with_(S, S))
-        .group_by(lambda k, v: k, Grouped.with_(S, S))
-        .windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(5))
-        .count(Materialized.as_("counts").with_caching_disabled())
-    )
-    (
-        counts.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-        .to_stream()
-        .map(lambda k, v: (str(k), v))
-        .to("output-suppressed", Produced.with_(S, L))
-    )
-    counts.to_stream().map(lambda k, v: (str(k), v)).to("output-raw", Produced.with_(S, L))
-    d = drive(b.build())
-    i = d.create_input_topic("input", S, S)
-    for key, ts in [("k1", 0), ("k1", 5), ("k1", 1), ("k2", 11), ("k1", 5), ("k1", 30)]:
-        i.pipe_input(key, "v1", ts)
-    assert _records(d, "output-raw") == [
-        ("[k1@0/0]", 1, 0),
-        ("[k1@0/0]", None, 0),
-        ("[k1@0/5]", 2, 5),
-        ("[k1@0/5]", None, 5),
-        ("[k1@0/5]", 3, 5),
-        ("[k2@11/11]", 1, 11),
-        ("[k1@30/30]", 1, 30),
-    ]
-    assert _records(d, "output-suppressed") == [("[k1@0/5]", 3, 5), ("[k2@11/11]", 1, 11)]
-    assert d.metrics().total("dropped-records-total") == 1
 
 
 def _table_counts(suppressed: Suppressed) -> StreamsBuilder:
