@@ -38,7 +38,6 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -268,7 +267,11 @@ class TopologyTestDriver:
             if topic not in self._inputs:
                 key = next((p for p in self._patterns if re.fullmatch(p, topic)), topic)
             self._queue_keys[topic] = key
-        self._pending.add(key, topic, replace(record, partition=None))
+        if record.partition is not None:  # queued as input, not where a sink put it
+            record = CapturedRecord(
+                record.key, record.value, record.timestamp, record.headers, None
+            )
+        self._pending.add(key, topic, record)
 
     def _complete_all_processable_work(self) -> None:
         """Capture what was produced, then process the queued records one at a time, each

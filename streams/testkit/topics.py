@@ -220,7 +220,7 @@ class RecordQueues:
         first seen drained."""
         if not self._heap:
             return False
-        if self._idle_ms < 0:
+        if self._idle_ms <= 0:  # never held back, or a drained input's deadline is now
             return True
         for key in inputs:
             if self._queues.get(key):

@@ -21,7 +21,13 @@ from topology.dsl.materialize import store_factory
 from topology.dsl.suppress import Suppressed, suppress_table
 from topology.dsl.table_joins import TableJoins
 from topology.graph.graph import ProcessorSpec
-from topology.graph.naming import KTABLE_FILTER, KTABLE_MAPVALUES, KTABLE_SELECT, KTABLE_TOSTREAM
+from topology.graph.naming import (
+    KTABLE_FILTER,
+    KTABLE_MAPVALUES,
+    KTABLE_SELECT,
+    KTABLE_TOSTREAM,
+    KTABLE_TRANSFORMVALUES,
+)
 from topology.graph.stores import KeyValueStoreFactory
 from topology.processors.joins import DerivedGetter, GetterSupplier, StoreGetter
 from topology.processors.proc_table import (
@@ -30,6 +36,7 @@ from topology.processors.proc_table import (
     TableParams,
     TableRepartitionMapProcessor,
     TableToStreamProcessor,
+    TableTransformValuesProcessor,
 )
 
 if TYPE_CHECKING:
@@ -156,6 +163,7 @@ class KTable(TableJoins, Generic[K, V]):
         value_serde: Serde[Any] | None,
         *,
         old_when_stored: bool = False,
+        stores: tuple[str, ...] = (),
     ) -> KTable[Any, Any]:
         """Record a derived table (filter, map_values). ``old_when_stored``: take old values
         from upstream already when it has a store (Kafka's ``KTableFilter`` does, so that
@@ -170,7 +178,12 @@ class KTable(TableJoins, Generic[K, V]):
         if old_when_stored:
             params.send_old_values = self._try_old()
         graph.add_processor(
-            ProcessorSpec(name=name, supplier=lambda: make(name, params), parents=(self.node,))
+            ProcessorSpec(
+                name=name,
+                supplier=lambda: make(name, params),
+                parents=(self.node,),
+                stores=stores,
+            )
         )
         table: KTable[Any, Any] = KTable(self.builder, name, self.key_serde, value_serde, params)
         table.window_grace_ms = self.window_grace_ms
@@ -258,6 +271,31 @@ class KTable(TableJoins, Generic[K, V]):
             named,
             lambda n, p: TableMapValuesProcessor(n, mapper, p, with_key),
             serde,
+        )
+
+    def transform_values(
+        self,
+        supplier: Callable[[], Any],
+        materialized: Materialized | None = None,
+        *store_names: str,
+        named: Named | str | None = None,
+    ) -> KTable[K, Any]:
+        """Transform each value with a transformer from ``supplier()`` (Kafka's
+        ``KTable.transformValues``): an object with ``init(context)``, ``transform(key,
+        value)`` (called for deletions too, with ``None``) and ``close()``, which may use
+        the stores ``store_names`` (added with ``StreamsBuilder.add_state_store``).
+
+        Example:
+            >>> table.transform_values(Exclaim, None, "counts")  # doctest: +SKIP
+        """
+        serde = materialized.value_serde if materialized is not None else None
+        return self._transform(
+            KTABLE_TRANSFORMVALUES,
+            materialized,
+            named,
+            lambda n, p: TableTransformValuesProcessor(n, supplier, p),
+            serde,
+            stores=tuple(store_names),
         )
 
     def to_delta(self, table: str, mode: str = "upsert", *, named: str | None = None) -> None:

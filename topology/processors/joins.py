@@ -282,8 +282,10 @@ class DerivedGetter:
         self.operator = operator
 
     def init(self, context: Any) -> None:
-        """Open the parent's stores."""
+        """Open the parent's stores; initialise the operator with ``context`` (a
+        ``transform_values`` transformer needs its stores)."""
         self.parent.init(context)
+        self.operator.init(context)
 
     def get(self, key: Any) -> ValueAndTimestamp[Any] | None:
         """Return ``compute`` of the parent's value, keeping its timestamp."""

@@ -275,6 +275,41 @@ class TableMapValuesProcessor(_TableTransform):
         return self.fn(key, value) if self.with_key else self.fn(value)
 
 
+class TableTransformValuesProcessor(_TableTransform):
+    """Transform each value with a user's transformer (Kafka's ``KTableTransformValues``):
+    ``supplier()`` makes one per processor, initialised with the node's context (the
+    stores connected to it); ``transform(key, value)`` sees deletions too (``None``)."""
+
+    def __init__(self, name: str, supplier: Callable[[], Any], params: TableParams) -> None:
+        super().__init__(name, supplier, params)
+        self.transformer: Any = None
+
+    def init(self, context: Any) -> None:
+        """Open the store when materialized; make and initialise the transformer."""
+        super().init(context)
+        self.transformer = self.fn()
+        if self.transformer is None:
+            raise user_error(
+                self.name,
+                self.fn,
+                TypeError("the supplier returned None; return a new transformer each call"),
+                "transformer supplier",
+            )
+        init = getattr(self.transformer, "init", None)
+        if init is not None:
+            init(context)
+
+    def compute(self, key: Any, value: Any) -> Any:
+        """Return ``transform(key, value)``."""
+        return self.transformer.transform(key, value)
+
+    def close(self) -> None:
+        """Close the transformer."""
+        close = getattr(self.transformer, "close", None)
+        if close is not None:
+            close()
+
+
 class TableToStreamProcessor(Processor[Any, Any, Any, Any]):
     """Forward each update's new value as a stream record (a deletion as ``None``)."""
 
