@@ -42,6 +42,7 @@ _EXPORTS = {
     "Consumed": "topology.api.options",
     "Produced": "topology.api.options",
     "Printed": "topology.api.options",
+    "ForeignKeyExtractor": "topology.api.options",
     "Grouped": "topology.api.options",
     "Materialized": "topology.api.options",
     "Named": "topology.api.options",
@@ -91,6 +92,7 @@ __all__ = [
     "ConsumerRecord",
     "FailOnInvalidTimestamp",
     "FixedKeyProcessor",
+    "ForeignKeyExtractor",
     "GlobalKTable",
     "Grouped",
     "InvalidTimestampError",
@@ -172,6 +174,7 @@ if TYPE_CHECKING:
     from streams.testkit.topics import TestInputTopic, TestOutputTopic, TestRecord
     from topology.api.options import (
         Consumed,
+        ForeignKeyExtractor,
         Grouped,
         Joined,
         Materialized,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from statestores.api import Window, Windowed
 from topology.api.options import (
     Consumed,
+    ForeignKeyExtractor,
     Grouped,
     Joined,
     Materialized,
@@ -62,6 +63,7 @@ __all__ = [
     "Consumed",
     "FailOnInvalidTimestamp",
     "FixedKeyProcessor",
+    "ForeignKeyExtractor",
     "GlobalKTable",
     "Grouped",
     "JoinWindows",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conformance.conftest import S
-from topology import Consumed, Materialized, StreamsBuilder
+from topology import Consumed, ForeignKeyExtractor, Materialized, StreamsBuilder
 
 LEFT_TABLE, RIGHT_TABLE = "left_table", "right_table"
 OUTPUT, REJOIN_OUTPUT = "output-topic", "rejoin-output-topic"
@@ -44,7 +44,7 @@ def _topology(
     left_join: bool,
     materialized: bool,
     rejoin: bool,
-    extractor: Callable[[str], str | None] = _fk,
+    extractor: Callable[[str], str | None] | ForeignKeyExtractor = _fk,
 ) -> Any:
     b = StreamsBuilder()
     left = b.table(LEFT_TABLE, Consumed.with_(S, S))
@@ -82,7 +82,7 @@ class _Run:
         left_join: bool,
         materialized: bool,
         rejoin: bool,
-        extractor: Callable[[str], str | None] = _fk,
+        extractor: Callable[[str], str | None] | ForeignKeyExtractor = _fk,
     ) -> None:
         self.left_join, self.materialized, self.rejoin = left_join, materialized, rejoin
         topology = _topology(
@@ -107,10 +107,26 @@ class _Run:
             assert dict(store.all()) == (output if stored is None else stored)
 
 
-@pytest.fixture(params=CASES)
+#: The foreign key read from the value alone, or through a ``ForeignKeyExtractor`` given
+#: the key too (KIP-1104): the same results either way.
+EXTRACTORS = {
+    "function": _fk,
+    "bi-function": ForeignKeyExtractor.from_bi_function(lambda key, value: _fk(value)),
+}
+
+
+@pytest.fixture(
+    params=[
+        pytest.param((*case.values[0], kind), id=f"{case.id}-{kind}")
+        for case in CASES
+        for kind in EXTRACTORS
+    ]
+)
 def r(request: pytest.FixtureRequest, drive: Any) -> _Run:
-    """A run of one of Kafka's unversioned cases (left join, materialized, re-joined)."""
-    return _Run(drive, *request.param)
+    """A run of one of Kafka's unversioned cases (left join, materialized, re-joined), with
+    the foreign key extracted from the value, or from the key and the value."""
+    *case, kind = request.param
+    return _Run(drive, *case, extractor=EXTRACTORS[kind])
 
 
 def test_do_join_from_left_then_delete_left_entity(r: _Run) -> None:
@@ -301,3 +317,16 @@ def test_should_ignore_out_of_order_records_iff_versioned(
             "lhs2": "(lhsValue2_new|rhs1,rhsValue1_new)",
         }
     )
+
+
+def test_a_foreign_key_extractor_may_read_the_key(drive: Any) -> None:
+    """KIP-1104 (``ForeignKeyExtractor.fromBiFunction``): the foreign key computed from the
+    left row's key; a row whose extractor returns None joins nothing (inner join)."""
+    extractor = ForeignKeyExtractor.from_bi_function(
+        lambda key, value: None if value == "skip" else "rhs" + key[-1]
+    )
+    r = _Run(drive, False, True, False, extractor=extractor)
+    r.right.pipe_input("rhs1", "rhsValue1", BASE)
+    r.left.pipe_input("lhs1", "any", BASE + 1)
+    r.left.pipe_input("lhs2", "skip", BASE + 2)
+    r.check({"lhs1": "(any,rhsValue1)"})

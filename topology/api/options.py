@@ -411,3 +411,33 @@ class Printed:
     def with_name(self, name: str) -> Self:
         """Return a copy naming the printing processor."""
         return replace(self, name=name)
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignKeyExtractor:
+    """How a foreign-key join finds the other table's key in a row of this one (Kafka's
+    ``ForeignKeyExtractor``, KIP-1104): from the value alone, or from the key and the value.
+    A plain function given to ``KTable.join`` is :meth:`from_function`.
+
+    Example:
+        >>> orders.join(  # doctest: +SKIP
+        ...     customers, ForeignKeyExtractor.from_bi_function(lambda k, v: k.split("-")[0]), merge
+        ... )
+    """
+
+    fn: Callable[..., Any]
+    with_key: bool = False
+
+    @classmethod
+    def from_function(cls, fn: Callable[[Any], Any]) -> ForeignKeyExtractor:
+        """Extract the foreign key from the value: ``fn(value)``."""
+        return cls(fn, False)
+
+    @classmethod
+    def from_bi_function(cls, fn: Callable[[Any, Any], Any]) -> ForeignKeyExtractor:
+        """Extract the foreign key from the key and the value: ``fn(key, value)``."""
+        return cls(fn, True)
+
+    def extract(self, key: Any, value: Any) -> Any:
+        """The foreign key of the row ``(key, value)``."""
+        return self.fn(key, value) if self.with_key else self.fn(value)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from topology.api.options import Materialized
+from topology.api.options import ForeignKeyExtractor, Materialized
 from topology.dsl.materialize import store_factory
 from topology.graph.graph import ProcessorSpec, RepartitionTopicSpec, SinkSpec, SourceSpec
 from topology.graph.naming import SINK, SOURCE
@@ -69,7 +69,7 @@ def _internal_topic(
 def foreign_key_join(  # noqa: PLR0917 - Kafka's join has this many parts
     this: KTable[Any, Any],
     other: KTable[Any, Any],
-    extractor: Callable[[Any], Any],
+    extractor: Callable[[Any], Any] | ForeignKeyExtractor,
     joiner: Callable[[Any, Any], Any],
     materialized: Materialized | None,
     named: str | None,

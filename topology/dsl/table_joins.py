@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, overload
 
 from common.errors import TopologyError
-from topology.api.options import Materialized, Named, name_of
+from topology.api.options import ForeignKeyExtractor, Materialized, Named, name_of
 from topology.dsl.join_fk_build import foreign_key_join
 from topology.dsl.join_table_build import table_table_join
 
@@ -40,7 +40,7 @@ class TableJoins:
     def join(
         self,
         other: KTable[Any, Any],
-        foreign_key_extractor: Callable[[Any], Any],
+        foreign_key_extractor: Callable[[Any], Any] | ForeignKeyExtractor,
         joiner: Callable[[Any, Any], Any],
         materialized: Materialized | None = None,
         /,
@@ -51,7 +51,7 @@ class TableJoins:
     def join(
         self,
         other: KTable[Any, Any],
-        arg1: Callable[..., Any],
+        arg1: Callable[..., Any] | ForeignKeyExtractor,
         arg2: Any = None,
         arg3: Any = None,
         /,
@@ -59,8 +59,10 @@ class TableJoins:
         named: Named | str | None = None,
     ) -> KTable[Any, Any]:
         """Inner-join with a table on the key, or, given a ``foreign_key_extractor``, on
-        ``foreign_key_extractor(value)`` = the other table's key (KIP-213). Updates of
-        either side produce updates of the result; ``None`` results are deletions.
+        ``foreign_key_extractor(value)`` = the other table's key (KIP-213; a
+        :class:`~topology.api.options.ForeignKeyExtractor` may read the key too,
+        KIP-1104). Updates of either side produce updates of the result; ``None``
+        results are deletions.
 
         Example:
             >>> users.join(regions, lambda u, r: (u, r), Materialized.as_("j"))  # doctest: +SKIP
@@ -83,7 +85,7 @@ class TableJoins:
     def left_join(
         self,
         other: KTable[Any, Any],
-        foreign_key_extractor: Callable[[Any], Any],
+        foreign_key_extractor: Callable[[Any], Any] | ForeignKeyExtractor,
         joiner: Callable[[Any, Any], Any],
         materialized: Materialized | None = None,
         /,
@@ -94,7 +96,7 @@ class TableJoins:
     def left_join(
         self,
         other: KTable[Any, Any],
-        arg1: Callable[..., Any],
+        arg1: Callable[..., Any] | ForeignKeyExtractor,
         arg2: Any = None,
         arg3: Any = None,
         /,
@@ -128,7 +130,7 @@ class TableJoins:
     def _table_join(  # noqa: PLR0917 - the dispatch of the two overloads
         self,
         other: KTable[Any, Any],
-        arg1: Callable[..., Any],
+        arg1: Callable[..., Any] | ForeignKeyExtractor,
         arg2: Any,
         arg3: Any,
         outer: tuple[bool, bool],
@@ -139,6 +141,11 @@ class TableJoins:
             raise TopologyError(f"Processor {self.node}: a table joins a KTable, got {other!r}")
         if callable(arg2):
             return foreign_key_join(this, other, arg1, arg2, arg3, name_of(named), left=outer[0])
+        if isinstance(arg1, ForeignKeyExtractor):
+            raise TopologyError(
+                f"Processor {self.node}: a foreign-key join takes a joiner after its "
+                f"ForeignKeyExtractor, got {arg2!r}"
+            )
         return table_table_join(
             this, other, arg1, arg2, name_of(named), left_outer=outer[0], right_outer=outer[1]
         )

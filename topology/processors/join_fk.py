@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from topology.api.options import ForeignKeyExtractor
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
 from topology.engine.nodes import user_error
@@ -78,17 +79,26 @@ class SubscriptionSendProcessor(_FkProcessor):
     """
 
     def __init__(
-        self, name: str, serdes: FkSerdes, extractor: Callable[[Any], Any], left: bool
+        self,
+        name: str,
+        serdes: FkSerdes,
+        extractor: Callable[[Any], Any] | ForeignKeyExtractor,
+        left: bool,
     ) -> None:
         super().__init__(name, serdes)
-        self.extractor = extractor
+        self.extractor = (
+            extractor
+            if isinstance(extractor, ForeignKeyExtractor)
+            else ForeignKeyExtractor.from_function(extractor)
+        )
         self.left = left
 
-    def _fk(self, value: Any) -> Any:
+    def _fk(self, key: Any, value: Any) -> Any:
         try:
-            return self.extractor(value)
+            return self.extractor.extract(key, value)
         except Exception as exc:
-            raise user_error(self.name, self.extractor, exc, "foreign key extractor") from exc
+            fn = self.extractor.fn
+            raise user_error(self.name, fn, exc, "foreign key extractor") from exc
 
     def process(self, record: Record[Any, Any]) -> None:
         """Send the subscriptions of this change (see the class docstring)."""
@@ -98,14 +108,14 @@ class SubscriptionSendProcessor(_FkProcessor):
         def send(fk: Any, instruction: Instruction) -> None:
             self._emit(record, fk, Subscription(value_hash, instruction, key))
 
-        old_fk = None if old is None else self._fk(old)
+        old_fk = None if old is None else self._fk(key, old)
         if new is None:  # the left row is deleted
             if old_fk is not None:
                 send(old_fk, _I.DELETE_KEY_AND_PROPAGATE)
             elif self.left and old is not None:
                 send(None, _I.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE)
             return
-        new_fk = self._fk(new)
+        new_fk = self._fk(key, new)
         fk_bytes = self.serdes.fk_bytes
         if old_fk is not None and fk_bytes(new_fk) != fk_bytes(old_fk):
             if new_fk is None and not self.left:  # the row leaves an inner join's result
