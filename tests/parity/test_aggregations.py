@@ -172,6 +172,41 @@ TO_TABLE = Case(
 )
 
 
+class _Stamp:
+    """A transformer that appends the key and how many values it has transformed."""
+
+    def init(self, context: Any) -> None:
+        self.seen = 0
+
+    def transform(self, key: str, value: str | None) -> str:
+        self.seen += 1
+        return f"{key}={value}#{self.seen}" if value is not None else f"{key}=deleted"
+
+    def close(self) -> None:
+        pass
+
+
+def _transform_values() -> Topology:
+    b = StreamsBuilder()
+    (
+        b.table("in", materialized=Materialized.as_("source"))
+        .transform_values(_Stamp, Materialized.as_("stamped"))
+        .to_stream()
+        .to("out")
+    )
+    return b.build()
+
+
+TRANSFORM_VALUES = Case(
+    name="table-transform-values",
+    build=_transform_values,
+    inputs=[rec("in", f"k{i % 4}", None if i % 5 == 4 else f"v{i}", 10 + i) for i in range(12)],
+    outputs=("out",),
+    max_poll_records=3,
+    check=lambda s: s.count("out") == 12,
+)
+
+
 CASES = [
     STREAM_AGGREGATES,
     GROUP_BY_NEW_KEY,
@@ -179,6 +214,7 @@ CASES = [
     TABLE_AGGREGATE,
     IN_MEMORY,
     TO_TABLE,
+    TRANSFORM_VALUES,
 ]
 
 

@@ -7,10 +7,11 @@ cannot change a result (:func:`~topology.engine.columnar.columnar_source`); belo
 source, each node takes the batch whole when it has a batch path (the stateless DSL
 operators, the stream and windowed aggregations, table sources, a sink of one topic with
 the default partitioner, stream-table and inner stream-stream joins), and is fed the batch
-record by record otherwise (a Processor-API node, a session or sliding window, an outer
-join, ``suppress``). A source whose only child is a count or a windowed count hands
-it the raw Arrow columns. A sink writing a count's repartition topic combines each batch
-per key, a windowed count's per key and window set (inside a batch that shuffles it).
+record by record otherwise (a Processor-API node, a ``transform_values`` transformer, which
+reads its record's context, a session or sliding window, an outer join, ``suppress``). A
+source whose only child is a count or a windowed count hands it the raw Arrow columns. A
+sink writing a count's repartition topic combines each batch per key, a windowed count's
+per key and window set (inside a batch that shuffles it).
 """
 
 from __future__ import annotations

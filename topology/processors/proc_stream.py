@@ -7,6 +7,7 @@ function, and forwards through the pre-bound children of its context.
 from __future__ import annotations
 
 import operator
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, repeat
@@ -340,14 +341,25 @@ class PrintProcessor(Processor[Any, Any, Any, Any]):
 
     def process(self, record: AnyRecord) -> None:
         """Print the record."""
+        self._write([self._line(record[0], record[1])])
+
+    def process_batch(self, batch: Batch) -> None:
+        """Print the batch's records, in order, in one write."""
+        line = self._line
+        self._write([line(k, v) for k, v in zip(batch.keys, batch.values, strict=True)])
+
+    def _line(self, key: Any, value: Any) -> str:
         try:
-            line = f"[{self.label}]: {self.mapper(record[0], record[1])}"
+            return f"[{self.label}]: {self.mapper(key, value)}\n"
         except Exception as exc:
             raise user_error(self.name, self.mapper, exc, "key-value mapper") from exc
+
+    def _write(self, lines: list[str]) -> None:
         if self._file is None:
-            print(line, flush=True)
+            sys.stdout.write("".join(lines))
+            sys.stdout.flush()
         else:
-            self._file.write(line + "\n")
+            self._file.write("".join(lines))
 
     def close(self) -> None:
         """Close the file (its lines are written)."""
