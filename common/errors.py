@@ -77,6 +77,19 @@ class SerializationError(StreamsError):
         self.offset = offset
 
 
+class InvalidRecordError(StreamsError, ValueError):
+    """A producer refused one record on ``send``: a field cannot be stored (a timestamp that
+    is not a non-negative int, a header that is not a ``(str, bytes)`` pair, a record larger
+    than ``max_request_size``). The message names the topic and the field. Only that record is
+    refused: the records sent before it stay buffered. Fix the record and send it again."""
+
+    def __init__(self, reason: str, *, topic: str, field: str) -> None:
+        super().__init__(f"{reason} (topic={topic} field={field})")
+        self.reason = reason
+        self.topic = topic
+        self.field = field
+
+
 class StorageError(StreamsError):
     """The topic storage (Delta log, parquet files, filesystem) failed or holds something
     this library cannot interpret. Nothing committed is lost; the message says what was

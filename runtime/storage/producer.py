@@ -22,6 +22,7 @@ from common.errors import CommitOutcomeUnknownError, StreamsError
 from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import ROW_GROUP_SIZE, StagedFile, TopicCommitter, write_file
 from runtime.storage.fs import StorageRoot
+from runtime.storage.record_checks import MAX_REQUEST_SIZE, check_batch, check_record
 from runtime.storage.records import AppendResult, Headers
 from runtime.storage.topics import TopicAdmin
 
@@ -38,6 +39,8 @@ class Producer:
         buffer_memory: buffered bytes of a topic that trigger an automatic flush.
         delivery_timeout_ms: how long a flush keeps retrying lost compare-and-swaps.
         compression: parquet codec of data files (``snappy``, ``zstd``, ``lz4``, ``none``).
+        max_request_size: the largest record ``send`` accepts, in bytes (Kafka's
+            ``max.request.size``, 1 MiB by default).
 
     Not thread-safe: use one producer per thread.
 
@@ -54,12 +57,14 @@ class Producer:
         buffer_memory: int = 32 * 1024 * 1024,
         delivery_timeout_ms: int = 120_000,
         compression: str = "snappy",
+        max_request_size: int = MAX_REQUEST_SIZE,
     ) -> None:
         self.admin = root if isinstance(root, TopicAdmin) else TopicAdmin(root)
         self.root: StorageRoot = self.admin.root
         self.buffer_memory = buffer_memory
         self.delivery_timeout_ms = delivery_timeout_ms
         self.compression = compression
+        self.max_request_size = max_request_size
         self.accumulator = RecordAccumulator(self.admin, batch_size=batch_size)
         self._committers: dict[str, TopicCommitter] = {}
         self.metrics = {"records": 0, "commits": 0, "commit_conflicts": 0, "files": 0}
@@ -76,11 +81,17 @@ class Producer:
     ) -> None:
         """Buffer one record for ``topic``; it is committed by the next ``flush()``.
 
+        A record with a bad field is refused here, alone: the records sent before it stay
+        buffered for the next ``flush()``.
+
         Raises:
             SerializationError: key or value is not bytes (serialize first).
+            InvalidRecordError: the timestamp is not an int in 0 .. 2**63 - 1, a header is
+                not a ``(str, bytes | None)`` pair, or the record exceeds ``max_request_size``.
             InvalidPartitionsError: ``partition`` is not a partition of the topic.
             UnknownTopicError: the topic does not exist.
         """
+        check_record(topic, key, value, timestamp, headers, max_request_size=self.max_request_size)
         size = self.accumulator.append(
             topic, key, value, timestamp=timestamp, headers=headers, partition=partition
         )
@@ -102,6 +113,7 @@ class Producer:
         ``keys`` may be None (all keyless); ``timestamps`` one value or one per record
         (default: now); ``partitions`` one per record (-1 = let the partitioner choose).
         """
+        check_batch(topic, timestamps, headers)
         size = self.accumulator.append_batch(
             topic, keys, values, timestamps=timestamps, partitions=partitions, headers=headers
         )

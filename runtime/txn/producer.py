@@ -47,6 +47,7 @@ from runtime.storage.accumulator import RecordAccumulator
 from runtime.storage.committer import StagedFile, write_file
 from runtime.storage.delta_sink import prepare, sink_table
 from runtime.storage.fs import StorageRoot
+from runtime.storage.record_checks import MAX_REQUEST_SIZE, check_batch, check_record
 from runtime.storage.records import Headers
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
@@ -79,6 +80,8 @@ class TransactionalProducer:
         transaction_timeout_ms: an Ongoing transaction older than this is aborted.
         transaction_max_timeout_ms: the coordinator's cap on the timeout.
         buffer_memory: buffered bytes per topic that are staged before the commit.
+        max_request_size: the largest record ``send`` accepts, in bytes (Kafka's
+            ``max.request.size``, 1 MiB by default).
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class TransactionalProducer:
         batch_size: int = 16_384,
         buffer_memory: int = 32 * 1024 * 1024,
         compression: str = "snappy",
+        max_request_size: int = MAX_REQUEST_SIZE,
         coordinator: TransactionCoordinator | None = None,
     ) -> None:
         if not transactional_id:
@@ -105,6 +109,7 @@ class TransactionalProducer:
         self.offsets = OffsetsStore(self.admin, coordinator=self.coordinator)
         self.buffer_memory = buffer_memory
         self.compression = compression
+        self.max_request_size = max_request_size
         self.accumulator = RecordAccumulator(self.admin, batch_size=batch_size)
         self.state = ProducerState.UNINITIALIZED
         self._snap: Snapshot | None = None
@@ -164,8 +169,11 @@ class TransactionalProducer:
         Raises:
             ProducerFencedError: a newer producer with this id took over.
             InvalidTxnStateError: no transaction is open.
+            SerializationError, InvalidRecordError: a field of the record cannot be stored
+                (the record is refused alone; the transaction stays open).
         """
         self._check_sendable("send")
+        check_record(topic, key, value, timestamp, headers, max_request_size=self.max_request_size)
         size = self.accumulator.append(
             topic, key, value, timestamp=timestamp, headers=headers, partition=partition
         )
@@ -184,6 +192,7 @@ class TransactionalProducer:
     ) -> None:
         """Add many records at once from Arrow arrays or sequences (the fast path)."""
         self._check_sendable("send_batch")
+        check_batch(topic, timestamps, headers)
         size = self.accumulator.append_batch(
             topic, keys, values, timestamps=timestamps, partitions=partitions, headers=headers
         )
