@@ -24,6 +24,8 @@ from streams.cli.transactions import uncommitted_records
 #: Input smaller than this (bytes) gets no progress bar.
 BAR_MIN_BYTES = 4 << 20
 
+#: Topics named so are the runtime's own (``__consumer_offsets``), as Kafka's internal topics.
+INTERNAL_PREFIX = "__"
 #: Lines per transaction of ``console-produce --transactional-id`` without ``--batch``.
 DEFAULT_TXN_BATCH = 1000
 
@@ -53,6 +55,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     prod.add_argument("--topic", required=True)
+    prod.add_argument(
+        "--force",
+        action="store_true",
+        help="produce to an internal topic (__consumer_offsets, ...): only to repair one",
+    )
     _add_property_option(prod, _PRODUCE_PROPS)
     prod.add_argument(
         "--batch-size", type=int, default=10_000, help="lines per commit at most (default 10000)"
@@ -96,7 +103,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     cons.add_argument("--partition", type=int, help="only this partition")
     cons.add_argument("--offset", help="with --partition: earliest, latest or an offset")
-    cons.add_argument("--max-messages", type=int, help="exit after this many records")
+    cons.add_argument(
+        "--max-messages",
+        type=int,
+        help="exit after this many records (unset or negative: no limit)",
+    )
     cons.add_argument("--timeout-ms", type=int, help="exit after this long without a record")
     _add_property_option(cons, _CONSUME_PROPS)
     cons.add_argument(
@@ -153,6 +164,12 @@ def run_produce(args: argparse.Namespace) -> int:
     Without ``--transactional-id``, buffered lines are committed every ``--batch-size``
     lines or linger timeout. With it, see :func:`_produce_transactional`.
     """
+    if args.topic.startswith(INTERNAL_PREFIX) and not args.force:
+        raise StreamsError(
+            f"{args.topic} is an internal topic, written only by the runtime: a line produced "
+            "to it can break every group or transaction that reads it. To repair it on "
+            "purpose, pass --force"
+        )
     props = _properties(args.property, _PRODUCE_PROPS)
     parse = _LineParser(props)
     if args.transactional_id is not None:
@@ -381,7 +398,7 @@ def run_consume(args: argparse.Namespace) -> int:
     )
     reader = TopicReader(args.root)
     positions = _start_positions(reader, args)
-    limit = args.max_messages
+    limit = None if args.max_messages is None or args.max_messages < 0 else args.max_messages
     printed = 0
     dirty = args.isolation_level == "read_uncommitted"  # uncommitted records still to print
     last_record = time.monotonic()

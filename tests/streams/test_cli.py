@@ -143,6 +143,36 @@ def test_consume_max_messages_and_value_only(root: str) -> None:
     assert out.stdout == "a\nb\n"
 
 
+def test_a_negative_max_messages_is_no_limit_as_kafka(root: str) -> None:
+    TopicAdmin(root).create("t", 1)
+    cli(root, "console-produce", "--topic", "t", stdin="a\nb\nc\n")
+    out = cli(
+        root,
+        "console-consume",
+        "--topic",
+        "t",
+        "--from-beginning",
+        "--max-messages",
+        "-1",
+        "--timeout-ms",
+        "300",
+    )
+    assert out.returncode == 0
+    assert out.stdout == "a\nb\nc\n"
+
+
+def test_an_internal_topic_is_refused_without_force(root: str) -> None:
+    admin = TopicAdmin(root)
+    admin.create("__internal", 1)
+    done = cli(root, "console-produce", "--topic", "__internal", stdin="x\n")
+    assert done.returncode == 1
+    assert "__internal is an internal topic" in done.stderr and "--force" in done.stderr
+    assert TopicReader(root).end_offsets("__internal") == {0: 0}
+    forced = cli(root, "console-produce", "--topic", "__internal", "--force", stdin="x\n")
+    assert forced.returncode == 0, forced.stderr
+    assert TopicReader(root).end_offsets("__internal") == {0: 1}
+
+
 def test_consume_without_from_beginning_starts_at_the_end(root: str) -> None:
     TopicAdmin(root).create("t", 1)
     cli(root, "console-produce", "--topic", "t", stdin="old\n")
