@@ -263,6 +263,11 @@ class _LineParser:
     def __init__(self, props: dict[str, str]) -> None:
         self.parse_key = _flag(props, "parse.key")
         self.separator = props.get("key.separator", "\t").encode()
+        if self.parse_key and not self.separator:
+            raise StreamsError(
+                "key.separator is empty: with parse.key=true, give the text that separates "
+                "a line's key from its value (default a tab), e.g. --property key.separator=:"
+            )
         marker = props.get("null.marker")
         self.null = marker.encode() if marker is not None else None
 

@@ -196,6 +196,23 @@ def test_produce_without_separator_fails_naming_the_line(root: str) -> None:
     assert TopicReader(root).end_offsets("t") == {0: 1}  # the good line before it landed
 
 
+def test_an_empty_key_separator_is_named(root: str) -> None:
+    TopicAdmin(root).create("t", 1)
+    done = cli(
+        root,
+        "console-produce",
+        "--topic",
+        "t",
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=",
+        stdin="k:v\n",
+    )
+    assert done.returncode == 1
+    assert "key.separator is empty" in done.stderr and "unexpected" not in done.stderr
+
+
 def test_bad_record_names_topic_partition_offset(root: str) -> None:
     TopicAdmin(root).create("t", 1)
     cli(root, "console-produce", "--topic", "t", stdin="12345678\nabc\n")
