@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from common.errors import StorageError, UnknownTopicError
-from runtime.storage.delta_log import LogEntry, read_entry
+from runtime.storage.delta_log import LogEntry, log_path, read_entry
 from runtime.storage.fs import StorageRoot
 from runtime.storage.offset_index import (
     GAP_CHECK_AFTER_S,
@@ -84,6 +84,8 @@ class TopicLog:
                     index = self._index = self._reload(index.version)
                     stale = False
                     continue
+                if stale:
+                    self._check_no_gap(index.version)
                 break
             index.apply(entry, self._count_rows)
             self.last_entries.append(entry)
@@ -129,6 +131,30 @@ class TopicLog:
             return raw is not None and int(json.loads(raw)["version"]) > version
         except (ValueError, KeyError, TypeError):
             return False
+
+    def _check_no_gap(self, version: int) -> None:
+        """Raise StorageError if the log holds a commit after the missing ``version + 1``.
+
+        Delta's versions are dense, so a later commit means ``version + 1`` was lost (a
+        deleted or misplaced file), not that it is still to come: reading on would skip its
+        records and those after it. Checked by a new reader at its first refresh and by a
+        running one every :data:`GAP_CHECK_AFTER_S` seconds at the log end (a listing of
+        the log directory)."""
+        later = [
+            int(info.base_name[:20])
+            for info in self.root.list_dir(f"{self.table_path}/_delta_log")
+            if info.base_name.endswith(".json") and info.base_name[:20].isdigit()
+        ]
+        newer = [v for v in later if v > version + 1]
+        if newer:
+            missing = version + 1
+            raise StorageError(
+                f"topic {self.topic}: commit {missing} of the Delta log is missing "
+                f"({log_path(self.root, self.table_path, missing)}), but commits up to "
+                f"{max(newer)} exist: the records of version {missing} and after cannot be "
+                "read in order. Restore the file from a backup or a copy of the table, then "
+                "read again; no offset past the gap is served meanwhile"
+            )
 
     def _reload(self, version: int) -> OffsetIndex:
         newer = self._load_snapshot()

@@ -1,0 +1,99 @@
+"""A Delta log that lost a middle commit is never read short: the readers, the CLI and the
+group offsets all fail naming the missing commit, instead of answering with the records
+before it (Delta's own protocol makes a missing version a hard error)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from common.errors import StorageError
+from runtime.storage import topic_log
+from runtime.storage.delta_log import log_path
+from runtime.storage.producer import Producer
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin
+from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
+from tests.clitools import cli
+
+
+def _commits(admin: TopicAdmin, topic: str, flushes: int) -> None:
+    producer = Producer(admin)
+    for i in range(flushes):
+        for j in range(50):
+            producer.send(topic, b"k%d" % j, b"v%d" % i, timestamp=i)
+        producer.flush()
+
+
+def _lose(admin: TopicAdmin, topic: str, version: int) -> str:
+    path = log_path(admin.root, admin.table_path(topic), version)
+    os.remove(path)
+    return path
+
+
+def test_a_new_reader_names_the_missing_commit(admin: TopicAdmin, root: str) -> None:
+    admin.create("t", 2)
+    _commits(admin, "t", 10)
+    full = TopicReader(root).end_offsets("t")
+    assert sum(full.values()) == 500
+    path = _lose(admin, "t", 5)
+    with pytest.raises(StorageError, match=r"commit 5 of the Delta log is missing") as err:
+        TopicReader(root).end_offsets("t")
+    assert path in str(err.value) and "commits up to 10 exist" in str(err.value)
+
+
+def test_a_running_reader_finds_the_gap_at_its_next_check(
+    admin: TopicAdmin, root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin.create("t", 1)
+    _commits(admin, "t", 3)
+    reader = TopicReader(root)
+    assert reader.end_offsets("t") == {0: 150}
+    _commits(admin, "t", 2)  # versions 4 and 5; 4 is lost
+    _lose(admin, "t", 4)
+    monkeypatch.setattr(topic_log, "GAP_CHECK_AFTER_S", 0.0)
+    time.sleep(0.01)
+    with pytest.raises(StorageError, match="commit 4 of the Delta log is missing"):
+        reader.end_offsets("t")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["get-offsets", "--topic", "t"],
+        ["console-consume", "--topic", "t", "--from-beginning", "--timeout-ms", "200"],
+        ["topics", "--describe", "--topic", "t"],
+    ],
+)
+def test_every_command_fails_in_one_line_naming_the_commit(
+    admin: TopicAdmin, root: str, command: list[str]
+) -> None:
+    admin.create("t", 2)
+    _commits(admin, "t", 8)
+    _lose(admin, "t", 5)
+    done = cli(root, *command)
+    assert done.returncode != 0, done.stdout
+    assert "commit 5 of the Delta log is missing" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    if command[0] == "console-consume":
+        assert done.stdout.count("\n") < 400  # what was printed before the gap, at most
+
+
+def test_lost_offsets_commit_never_rolls_a_group_back(admin: TopicAdmin, root: str) -> None:
+    admin.create("in", 1)
+    store = OffsetsStore(admin)
+    for offset in (100, 200, 300):
+        store.commit("g", {("in", 0): offset})
+    assert OffsetsStore(admin).fetch("g") == {("in", 0): 300}
+    versions = sorted(
+        int(name[:20])
+        for name in os.listdir(f"{admin.table_path(OFFSETS_TOPIC)}/_delta_log")
+        if name.endswith(".json")
+    )
+    _lose(admin, OFFSETS_TOPIC, versions[-2])
+    with pytest.raises(StorageError, match="of the Delta log is missing"):
+        OffsetsStore(TopicAdmin(root)).fetch("g")  # a new process's reader
+    done = cli(root, "groups", "--describe", "--group", "g")
+    assert done.returncode != 0 and "of the Delta log is missing" in done.stderr
