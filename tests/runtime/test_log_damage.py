@@ -15,7 +15,9 @@ from runtime.storage.delta_log import log_path
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
+from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
+from runtime.txn.producer import TransactionalProducer
 from tests.clitools import cli
 
 
@@ -97,3 +99,28 @@ def test_lost_offsets_commit_never_rolls_a_group_back(admin: TopicAdmin, root: s
         OffsetsStore(TopicAdmin(root)).fetch("g")  # a new process's reader
     done = cli(root, "groups", "--describe", "--group", "g")
     assert done.returncode != 0 and "of the Delta log is missing" in done.stderr
+
+
+def test_a_coordinator_log_that_lost_a_middle_version_still_answers_its_newest(
+    admin: TopicAdmin, root: str
+) -> None:
+    """Each version of a transaction or group log holds the whole state, so the newest
+    version is the right answer whatever is missing below it: a new reader lists the
+    versions and reads the newest."""
+    admin.create("t", 1)
+    producer = TransactionalProducer(admin, "app-1")
+    producer.init_transactions()
+    for i in range(3):
+        producer.begin_transaction()
+        producer.send("t", b"k", b"v%d" % i)
+        producer.commit_transaction()
+    log = TransactionCoordinator(admin).cas_log("app-1")
+    before = TransactionCoordinator(TopicAdmin(root)).load("app-1")
+    versions = log.versions()
+    assert len(versions) > 3 and before is not None
+    middle = versions[len(versions) // 2]
+    os.remove(os.path.join(log.location.removeprefix("file://"), f"{middle:020d}.json"))
+    after = TransactionCoordinator(TopicAdmin(root)).load("app-1")
+    assert after is not None and after.meta == before.meta
+    listed = cli(root, "transactions", "--list")
+    assert listed.returncode == 0 and "app-1" in listed.stdout, listed.stderr
