@@ -137,7 +137,7 @@ class GroupCoordinator:
     def list_groups(self) -> list[str]:
         """Return every group that has a log (in any state but Dead), sorted."""
         names = []
-        for info in self.root.list_dir(self.root.path(GROUPS_DIR)):
+        for info in self.root.list_subdirs(self.root.path(GROUPS_DIR)):
             with self._lock:
                 latest = CasLog(self.root, (GROUPS_DIR, info.base_name)).read_latest()
             if latest is not None:

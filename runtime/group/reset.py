@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,7 +31,7 @@ from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.metadata import OffsetEntry
-from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
+from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore, parse_offsets_record
 
 
 class InvalidResetError(StreamsError, ValueError):
@@ -363,10 +362,11 @@ def _scan(
     out: dict[tuple[str, str, int], tuple[bytes, int | None]] = {}
     keys = table.column("key").to_pylist()
     values = table.column("value").to_pylist()
-    for key, value in zip(keys, values, strict=True):
-        group, topic, p = json.loads(key)
-        offset = None if value is None else int(json.loads(value)["offset"])
-        out[(str(group), str(topic), int(p))] = (key, offset)
+    offsets = table.column("offset").to_pylist()
+    for key, value, at in zip(keys, values, offsets, strict=True):
+        parsed = parse_offsets_record(partition, at, key, value)
+        if parsed is not None:
+            out[parsed[0]] = (key, parsed[1])
     return out
 
 

@@ -14,6 +14,7 @@ translated. Without registered options both libraries read the ``AWS_*`` environ
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import uuid
@@ -24,6 +25,8 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from common.errors import StorageError
+
+log = logging.getLogger(__name__)
 
 #: scheme://bucket -> the delta-rs storage options registered for it.
 _OPTIONS: dict[str, dict[str, str]] = {}
@@ -144,6 +147,20 @@ class StorageRoot:
             return list(self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
         except Exception as exc:
             raise StorageError(f"cannot list {path}: {exc}") from exc
+
+    def list_subdirs(self, path: str) -> list[pafs.FileInfo]:
+        """List the directories directly under ``path``; a file there (an editor's backup,
+        ``.DS_Store``) is skipped and named in a warning, never read as a directory."""
+        found = []
+        for info in self.list_dir(path):
+            if info.type == pafs.FileType.Directory:
+                found.append(info)
+            else:
+                log.warning(
+                    "skipping %s: a stray file where only directories belong; move it away",
+                    info.path,
+                )
+        return found
 
     def read_bytes(self, path: str) -> bytes | None:
         """Return a file's content, or None when it does not exist."""

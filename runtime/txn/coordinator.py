@@ -149,7 +149,7 @@ class TransactionCoordinator:
     def transactional_ids(self) -> builtins.list[str]:
         """Return every transactional id with a log under the root."""
         ids = []
-        for info in self.root.list_dir(self.root.path(TRANSACTIONS_DIR)):
+        for info in self.root.list_subdirs(self.root.path(TRANSACTIONS_DIR)):
             snap = self._load_dir(info.base_name)
             if snap is not None:
                 ids.append(snap.meta.transactional_id)
@@ -329,7 +329,7 @@ class TransactionCoordinator:
         base = f"{table}/{STAGING_DIR}/{id_dir(tid)}"
         return [
             info.path
-            for info in self.root.list_dir(base)
+            for info in self.root.list_subdirs(base)
             if sequence is None or info.base_name.split("-", 1)[0] == str(sequence)
         ]
 
@@ -421,7 +421,7 @@ class TransactionCoordinator:
         self, topic: str, open_dirs: set[tuple[str, int]], min_age_ms: int
     ) -> int:
         base = f"{self.admin.table_path(topic)}/{STAGING_DIR}"
-        ids = self.root.list_dir(base)
+        ids = self.root.list_subdirs(base)
         if not ids:
             return 0
         try:
@@ -440,7 +440,7 @@ class TransactionCoordinator:
         cutoff = self.clock() - min_age_ms
         deleted = 0
         for id_info in ids:
-            for seq_info in self.root.list_dir(id_info.path):
+            for seq_info in self.root.list_subdirs(id_info.path):
                 if (id_info.base_name, seq_info.base_name.split("-", 1)[0]) in open_names:
                     continue
                 deleted += self._delete_unreferenced(seq_info.path, referenced, cutoff)

@@ -13,6 +13,7 @@ A plain commit (at-least-once) is a plain produce.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from runtime.txn.metadata import OffsetEntry
 
 if TYPE_CHECKING:
     from runtime.txn.coordinator import TransactionCoordinator
+
+log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITIONS = 50
@@ -167,10 +170,38 @@ class OffsetsStore:
         if cache.position < start:
             cache.position, cache.latest = start, {}
         table = self._reader.read(OFFSETS_TOPIC, partition, cache.position)
-        for key, value in zip(
-            table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+        for key, value, offset in zip(
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            table.column("offset").to_pylist(),
+            strict=True,
         ):
-            cache.latest[key] = None if value is None else int(json.loads(value)["offset"])
+            parsed = parse_offsets_record(partition, offset, key, value)
+            if parsed is None:
+                continue
+            cache.latest[key] = parsed[1]
         if table.num_rows:
             cache.position = table.column("offset")[-1].as_py() + 1
         return cache
+
+
+def parse_offsets_record(
+    partition: int, offset: int, key: bytes | None, value: bytes | None
+) -> tuple[tuple[str, str, int], int | None] | None:
+    """Return a ``__consumer_offsets`` record's ``(group, topic, partition)`` and committed
+    position (None: deleted); None for a record no group wrote (one produced there by hand),
+    named in a warning and skipped by every reader of the topic."""
+    try:
+        group, topic, part = json.loads(key or b"")
+        position = None if value is None else int(json.loads(value)["offset"])
+        return (str(group), str(topic), int(part)), position
+    except (TypeError, ValueError, KeyError) as exc:
+        log.warning(
+            "skipping %s-%d offset %d: not a committed position (%s: %s); no group wrote it",
+            OFFSETS_TOPIC,
+            partition,
+            offset,
+            type(exc).__name__,
+            exc,
+        )
+        return None

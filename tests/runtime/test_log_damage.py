@@ -124,3 +124,48 @@ def test_a_coordinator_log_that_lost_a_middle_version_still_answers_its_newest(
     assert after is not None and after.meta == before.meta
     listed = cli(root, "transactions", "--list")
     assert listed.returncode == 0 and "app-1" in listed.stdout, listed.stderr
+
+
+def test_stray_files_in_the_coordinator_directories_are_skipped_and_named(
+    admin: TopicAdmin, root: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin.create("t", 1)
+    producer = TransactionalProducer(admin, "app-1")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("t", b"k", b"v")
+    producer.send_offsets_to_transaction({("t", 0): 1}, "g")
+    producer.commit_transaction()
+    for directory in ("_transactions", "_groups"):
+        os.makedirs(os.path.join(admin.root.path(directory)), exist_ok=True)
+        with open(os.path.join(admin.root.path(directory), ".DS_Store"), "w") as f:
+            f.write("x")
+    assert TransactionCoordinator(TopicAdmin(root)).transactional_ids() == ["app-1"]
+    assert ".DS_Store: a stray file" in caplog.text
+    for command in (["transactions", "--list"], ["groups", "--list"], ["status"]):
+        done = cli(root, *command)
+        assert "Not a directory" not in done.stderr, (command, done.stderr)
+        assert "unexpected" not in done.stderr, (command, done.stderr)
+    listed = cli(root, "transactions", "--find-hanging")
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_a_hand_written_offsets_record_is_skipped_and_named(
+    admin: TopicAdmin, root: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin.create("in", 1)
+    store = OffsetsStore(admin)
+    store.commit("g", {("in", 0): 7})
+    forced = cli(root, "console-produce", "--topic", OFFSETS_TOPIC, "--force", stdin="junk\n")
+    assert forced.returncode == 0, forced.stderr
+    by_hand = Producer(admin)  # and one in the group's own partition
+    by_hand.send(OFFSETS_TOPIC, b"junk", b"{}", partition=store.partition_for("g"))
+    by_hand.flush()
+    assert OffsetsStore(TopicAdmin(root)).fetch("g") == {("in", 0): 7}
+    assert "not a committed position" in caplog.text
+    for command in (["groups", "--list"], ["groups", "--describe", "--group", "g"]):
+        done = cli(root, *command)
+        assert done.returncode == 0 and "unexpected" not in done.stderr, (command, done.stderr)
+        assert "g" in done.stdout
+    deleted = cli(root, "groups", "--delete", "--group", "g")
+    assert deleted.returncode == 0, deleted.stderr
