@@ -35,7 +35,7 @@ from common.errors import (
     StreamsError,
 )
 from runtime.storage.delta_log import OFFSETS_KEY, LogEntry, read_entry
-from runtime.storage.fs import StorageRoot, storage_options
+from runtime.storage.fs import StorageRoot, storage_message, storage_options
 from runtime.storage.records import FILE_SCHEMA, TABLE_SCHEMA, AppendResult
 from runtime.storage.topics import TopicAdmin
 
@@ -151,8 +151,8 @@ class TopicCommitter:
                 self._table = DeltaTable(uri, storage_options=storage_options(uri))
             else:
                 self._table.update_incremental()
-        except DeltaError as exc:
-            raise StorageError(f"cannot open topic {self.topic}: {exc}") from exc
+        except (DeltaError, OSError) as exc:
+            raise StorageError(f"cannot open topic {self.topic}: {storage_message(exc)}") from exc
         return self._table
 
     def committed_txn_version(self, app_id: str) -> int:
@@ -206,12 +206,14 @@ class TopicCommitter:
                     ),
                 )
                 return results
-            except DeltaError as exc:
+            except (DeltaError, OSError) as exc:
                 landed = self._landed(table, base_version, commit_id, app_txn)
                 if landed is not None:
                     return landed
                 if not isinstance(exc, CommitFailedError):
-                    raise StorageError(f"cannot commit to topic {self.topic}: {exc}") from exc
+                    raise StorageError(
+                        f"cannot commit to topic {self.topic}: {storage_message(exc)}"
+                    ) from exc
                 attempt += 1
                 self.conflicts += 1
                 if time.monotonic() > deadline:
@@ -264,10 +266,10 @@ class TopicCommitter:
                 read_entry(self.admin.root, self.table_path, v)
                 for v in range(base_version + 1, table.version() + 1)
             ]
-        except (DeltaError, StreamsError) as exc:
+        except (DeltaError, OSError, StreamsError) as exc:
             raise CommitOutcomeUnknownError(
                 f"topic {self.topic}: a commit failed and the log could not be read back to "
-                f"see whether it landed: {exc}"
+                f"see whether it landed: {storage_message(exc)}"
             ) from exc
         for entry in entries:
             if entry is not None and _is_ours(entry, commit_id, app_txn):

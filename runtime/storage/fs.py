@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -27,6 +28,8 @@ import pyarrow.fs as pafs
 from common.errors import StorageError
 
 log = logging.getLogger(__name__)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 #: scheme://bucket -> the delta-rs storage options registered for it.
 _OPTIONS: dict[str, dict[str, str]] = {}
@@ -263,3 +266,12 @@ def _list_local(path: str) -> list[pafs.FileInfo]:
     except OSError as exc:
         raise StorageError(f"cannot list {path}: {exc}") from exc
     return infos
+
+
+def storage_message(exc: BaseException) -> str:
+    """Return a storage library's error as one plain line: delta-rs prints its causes on
+    indented lines with terminal colour codes, which a log line or a CLI error must not
+    carry."""
+    text = _ANSI.sub("", str(exc))
+    parts = (line.strip().lstrip("\u21b3").strip() for line in text.splitlines())
+    return "; ".join(p for p in parts if p)

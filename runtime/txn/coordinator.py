@@ -31,7 +31,7 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -44,9 +44,10 @@ from common.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
+    StreamsError,
     UnknownTopicError,
 )
-from runtime.storage.committer import ParticipantCommitter, StagedFile
+from runtime.storage.committer import ParticipantCommitter
 from runtime.storage.delta_sink import participant_committer, participant_path
 from runtime.storage.fs import storage_options
 from runtime.storage.topics import TopicAdmin
@@ -63,6 +64,10 @@ STAGING_DIR = "txn-staging"
 DEFAULT_MAX_TIMEOUT_MS = 900_000
 DEFAULT_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 COMPACT_EVERY = 64
+#: A decided transaction (Prepare*) still not complete this long after its decision lost
+#: its producer, or its commit phase failed: the sweep completes it (Kafka's coordinator
+#: resends its markers until they land).
+DECIDED_GRACE_MS = 10_000
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _REDERIVABLE = frozenset(
     {TransactionState.ONGOING, TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT}
@@ -97,6 +102,9 @@ class SweepResult:
     aborted: list[str]
     expired: list[str]
     orphan_files_deleted: int
+    completed: list[str] = dataclasses.field(default_factory=list)
+    #: transactional id -> why its decided transaction could not complete (retried next)
+    stuck: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class TransactionCoordinator:
@@ -358,7 +366,8 @@ class TransactionCoordinator:
             raise ConcurrentTransactionsError(
                 f"transactional id {transactional_id!r} is in {state.state_name}: its outcome is "
                 "already decided and cannot be changed; it completes at the producer's next "
-                "init_transactions() or the coordinator's next sweep"
+                f"init_transactions() or the first sweep {DECIDED_GRACE_MS // 1000} s after "
+                "its decision (streams-eos transactions --sweep)"
             )
         if (
             state is not TransactionState.ONGOING
@@ -376,18 +385,30 @@ class TransactionCoordinator:
         return [m for m in self.list() if m.is_timed_out(now)]
 
     def sweep(self, *, orphans: bool = True) -> SweepResult:
-        """Abort timed-out transactions, expire idle ids, delete orphaned staged files.
+        """Abort timed-out transactions, complete decided ones, expire idle ids, delete
+        orphaned staged files.
 
-        Never touches a transaction in Prepare*: its outcome is decided.
+        A transaction in Prepare* keeps its outcome: one still not complete
+        :data:`DECIDED_GRACE_MS` after its decision is driven to it (its commit phase
+        retried; idempotent). One whose phase fails again is reported in ``stuck`` and
+        retried by the next sweep.
         """
-        aborted, expired = [], []
+        aborted, expired, completed, stuck = [], [], [], {}
         now = self.clock()
         for tid in self.transactional_ids():
             snap = self.load(tid)
             if snap is None:
                 continue
             try:
-                if snap.meta.is_timed_out(now):
+                if snap.meta.state.is_prepare and (
+                    snap.meta.txn_last_update_timestamp + DECIDED_GRACE_MS < now
+                ):
+                    why = self._complete_decided(snap)
+                    if why is None:
+                        completed.append(tid)
+                    else:
+                        stuck[tid] = why
+                elif snap.meta.is_timed_out(now):
                     self.finish(snap)
                     aborted.append(tid)
                     log.warning(
@@ -403,7 +424,23 @@ class TransactionCoordinator:
             except ProducerFencedError:
                 continue  # the producer moved first; look again next sweep
         deleted = self.delete_orphans() if orphans else 0
-        return SweepResult(aborted, expired, deleted)
+        return SweepResult(aborted, expired, deleted, completed, stuck)
+
+    def _complete_decided(self, snap: Snapshot) -> str | None:
+        """Drive a decided transaction to its outcome; return why it could not (None: it
+        completed). A fence (its producer completed it first) propagates."""
+        try:
+            self.finish(snap)
+        except ProducerFencedError:
+            raise
+        except StreamsError as exc:
+            log.warning(
+                "[txn %s] decided transaction not completed: %s",
+                snap.meta.transactional_id,
+                exc,
+            )
+            return str(exc)
+        return None
 
     def delete_orphans(self, *, min_age_ms: int = 60_000) -> int:
         """Delete staged files that no commit references and no open transaction owns."""
@@ -454,11 +491,3 @@ class TransactionCoordinator:
                 self.root.delete_file(f.path)
                 deleted += 1
         return deleted
-
-
-def staged_by_topic(files: Iterable[tuple[str, StagedFile]]) -> dict[str, list[StagedFile]]:
-    """Group ``(topic, file)`` pairs by topic, keeping order."""
-    out: dict[str, list[StagedFile]] = {}
-    for topic, f in files:
-        out.setdefault(topic, []).append(f)
-    return out

@@ -100,6 +100,13 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep:
         result = coordinator.sweep()
         print(f"Aborted {len(result.aborted)} timed-out transaction(s): {_names(result.aborted)}")
+        print(
+            f"Completed {len(result.completed)} decided transaction(s): {_names(result.completed)}"
+        )
+        for tid, why in sorted(result.stuck.items()):
+            print(
+                f"Could not complete the decided transaction of {tid} (retried next sweep): {why}"
+            )
         print(f"Expired {len(result.expired)} transactional id(s): {_names(result.expired)}")
         print(f"Deleted {result.orphan_files_deleted} orphaned staged file(s).")
         return 0

@@ -208,6 +208,7 @@ def test_sweep_aborts_timed_out_transactions(root: str, capsys: pytest.CaptureFi
     assert code == 0
     assert out.splitlines() == [
         "Aborted 1 timed-out transaction(s): stale",
+        "Completed 0 decided transaction(s): -",
         "Expired 0 transactional id(s): -",
         "Deleted 0 orphaned staged file(s).",
     ]

@@ -265,13 +265,21 @@ def test_timed_out_transaction_is_aborted_by_the_sweep(topics: TopicAdmin, root:
     assert TopicReader(root).end_offsets("out-a") == {0: 0, 1: 0}
 
 
-def test_sweep_never_touches_prepare_states(topics: TopicAdmin, root: str) -> None:
+def test_sweep_rolls_a_decided_transaction_forward_never_back(
+    topics: TopicAdmin, root: str
+) -> None:
     crashed = run_writer(root, "tid", "x", "after_prepare")
     assert crashed.returncode == -signal.SIGKILL
-    coordinator = TransactionCoordinator(topics, clock=lambda: int(time.time() * 1000) + 10**9)
-    assert coordinator.sweep(orphans=False).aborted == []
-    snap = coordinator.load("tid")
+    soon = TransactionCoordinator(topics)  # within the grace its producer may still finish
+    assert soon.sweep(orphans=False).completed == []
+    snap = soon.load("tid")
     assert snap is not None and snap.meta.state is TransactionState.PREPARE_COMMIT
+    coordinator = TransactionCoordinator(topics, clock=lambda: int(time.time() * 1000) + 10**9)
+    result = coordinator.sweep(orphans=False)
+    assert result.aborted == [] and result.completed == ["tid"]
+    snap = coordinator.load("tid")
+    assert snap is not None and snap.meta.state is TransactionState.COMPLETE_COMMIT
+    assert all(visible(root, "x").values())
 
 
 def test_abort_discards_staged_data(topics: TopicAdmin, root: str) -> None:
