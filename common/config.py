@@ -23,16 +23,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from common.config_checks import BUILTIN_SERDES, describe_errors, invalid, unknown_key
 from common.config_keys import (
     ALLOWED,
     EOS,
     FIELD_BY_KEY,
+    TOPOLOGY_KEYS,
     AutoOffsetReset,
     ConfigKeys,
     ProcessingGuarantee,
+    TopologyConfigKeys,
 )
 from common.config_sources import (
     ENV_PREFIX,
@@ -59,7 +69,9 @@ __all__ = [
     "ProcessingGuarantee",
     "StreamsConfig",
     "StreamsDeprecationWarning",
+    "TopologyConfigKeys",
     "parse_properties",
+    "topology_config",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -112,6 +124,28 @@ def _warn_deprecated_key(old: str, new: str, ignored: bool) -> None:
     warnings.warn(message, StreamsDeprecationWarning, stacklevel=_user_stacklevel())
 
 
+#: Kafka's internal keys this project reads (``StreamsConfig.InternalConfig``), each with
+#: what it allows: how often (wall-clock ms) an emit-on-close windowed aggregation looks
+#: for closed windows (0: after every record; Kafka's tests set it to 0).
+INTERNAL_KEYS: Final = {
+    "__emit.interval.ms.kstreams.windowed.aggregation__": "an integer >= 0 (ms; default 1000)",
+}
+
+
+def _internal_values(given: Mapping[str, object]) -> dict[str, int]:
+    """Return the internal keys' values as ints; raise ConfigError naming a bad one."""
+    out: dict[str, int] = {}
+    for key, value in given.items():
+        try:
+            number = int(str(value).strip()) if not isinstance(value, bool) else -1
+        except ValueError:
+            number = -1
+        if number < 0:
+            raise ConfigError(f"{key}: got {value!r}; allowed: {INTERNAL_KEYS[key]}")
+        out[key] = number
+    return out
+
+
 class StreamsConfig(ConfigKeys):
     """Validated, immutable configuration of a streams application.
 
@@ -121,12 +155,26 @@ class StreamsConfig(ConfigKeys):
     :meth:`load`; invalid input raises :class:`~common.errors.ConfigError`.
     """
 
+    #: Kafka's internal keys (``__name__``) given, validated: not public keys, not listed
+    #: in the defaults file, read by the nodes they tune through the task's configuration.
+    _internal: dict[str, int] = PrivateAttr(default_factory=dict)
+
     def __init__(self, /, **data: Any) -> None:
         """Validate ``data`` (dotted keys); raise ConfigError listing every problem."""
+        internal = {key: data.pop(key) for key in list(data) if key in INTERNAL_KEYS}
         try:
             super().__init__(**data)
         except ValidationError as exc:
             raise ConfigError(describe_errors(exc, ALLOWED)) from None
+        self.__pydantic_private__["_internal"] = _internal_values(internal)  # type: ignore[index]
+
+    @model_serializer(mode="wrap")
+    def _dump_internal(self, handler: SerializerFunctionWrapHandler, info: Any) -> Any:
+        """Dump the internal keys given with the dotted keys (``by_alias``)."""
+        out = handler(self)
+        if info.by_alias and self._internal:
+            out.update(self._internal)
+        return out
 
     def __setattr__(self, name: str, value: object) -> None:
         """Refuse assignment with a ConfigError: a configuration is frozen."""
@@ -289,3 +337,32 @@ class StreamsConfig(ConfigKeys):
 def _alias_of(name: str) -> str:
     field = StreamsConfig.model_fields.get(name)
     return (field.alias or name) if field is not None else name
+
+
+def topology_config(config: StreamsConfig | Mapping[str, object] | None) -> TopologyConfigKeys:
+    """Return the keys a ``StreamsBuilder`` reads from ``config`` (Kafka's ``TopologyConfig``).
+
+    ``config`` is the application's :class:`StreamsConfig`, or a mapping of dotted keys:
+    only the topology's, or the whole application's. Every key must be known; the
+    topology's are validated, the others are the application's to check.
+
+    Raises:
+        ConfigError: a key is unknown or a value is bad; the message names the key, the
+            value and what is allowed.
+    """
+    if isinstance(config, StreamsConfig):
+        return TopologyConfigKeys.model_validate({key: config.get(key) for key in TOPOLOGY_KEYS})
+    mapping = check_keys(config or {})
+    unknown = [
+        unknown_key(key, ALLOWED)
+        for key in mapping
+        if key not in ALLOWED
+        and key not in _DEPRECATED_KEYS
+        and not key.startswith(STORAGE_OPTION_PREFIX)
+    ]
+    if unknown:
+        raise ConfigError("\n".join(unknown))
+    try:
+        return TopologyConfigKeys.model_validate(mapping)
+    except ValidationError as exc:
+        raise ConfigError(describe_errors(exc, ALLOWED)) from None

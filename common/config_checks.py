@@ -41,6 +41,17 @@ def reject_bool(value: object) -> object:
     return value
 
 
+def strict_boolean(value: object) -> object:
+    """Take a boolean as Kafka's ``ConfigDef`` does: ``True``/``False`` or the strings
+    ``true``/``false`` (any case); refuse anything else (``1``, ``yes``)."""
+    if isinstance(value, bool):
+        return value
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in ("true", "false"):
+        raise invalid("must be true or false")
+    return text == "true"
+
+
 def upper_stripped(value: object) -> object:
     """Return a string stripped and upper-cased (a level name), anything else unchanged."""
     return value.strip().upper() if isinstance(value, str) else value

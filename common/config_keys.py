@@ -23,6 +23,7 @@ from common.config_checks import (
     check_serde_name,
     handler_check,
     reject_bool,
+    strict_boolean,
     upper_stripped,
 )
 from common.config_sources import STORAGE_OPTION_PREFIX
@@ -34,10 +35,14 @@ DslStore: TypeAlias = Literal["rocksDB", "in_memory"]
 ProcessingEngine: TypeAlias = Literal["columnar", "record"]
 RecordingLevelName: TypeAlias = Literal["INFO", "DEBUG", "TRACE"]
 
+#: The keys of a topology's configuration (:class:`TopologyConfigKeys`), also the app's.
+TOPOLOGY_KEYS: Final = ("ensure.explicit.internal.resource.naming",)
+
 #: The processing.guarantee values of exactly-once.
 EOS: Final = frozenset({"exactly_once", "exactly_once_v2"})
 
 Int = Annotated[int, BeforeValidator(reject_bool)]
+Boolean = Annotated[bool, BeforeValidator(strict_boolean)]
 _ApplicationId = Annotated[str, AfterValidator(check_application_id)]
 _SerdeName = Annotated[str, AfterValidator(check_serde_name)]
 _ByteBound = Annotated[Int, AfterValidator(check_byte_bound)]
@@ -78,10 +83,6 @@ def _key(alias: str, allowed: str, **constraints: Any) -> Any:
 class ConfigKeys(BaseModel):
     """The keys of a streams application's configuration, each with its default and the
     values it allows (the fields of :class:`~common.config.StreamsConfig`)."""
-
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", str_strip_whitespace=True, coerce_numbers_to_str=True
-    )
 
     model_config = ConfigDict(
         frozen=True, extra="forbid", str_strip_whitespace=True, coerce_numbers_to_str=True
@@ -259,6 +260,23 @@ class ConfigKeys(BaseModel):
     )
     errors_dead_letter_queue_topic_name: _OptionalTopicName = _key(
         "errors.dead.letter.queue.topic.name", _DLQ, default=""
+    )
+    # KIP-1111: true refuses a topology whose state stores, changelog or repartition
+    # topics have generated names (StreamsBuilder(config).build(), or the app or test
+    # driver starting); false (Kafka's default) only warns when the topology is built
+    ensure_explicit_internal_resource_naming: Boolean = _key(
+        TOPOLOGY_KEYS[0], "true or false", default=False
+    )
+
+
+class TopologyConfigKeys(BaseModel):
+    """The keys a ``StreamsBuilder`` reads when it builds (Kafka's ``TopologyConfig``):
+    each declared as in :class:`ConfigKeys`; the application's other keys are ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    ensure_explicit_internal_resource_naming: Boolean = _key(
+        TOPOLOGY_KEYS[0], "true or false", default=False
     )
 
 

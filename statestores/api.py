@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 K = TypeVar("K")
 V = TypeVar("V")
 K_co = TypeVar("K_co", covariant=True)
+K_contra = TypeVar("K_contra", contravariant=True)
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -218,11 +219,55 @@ class SessionStore(StateStore, Protocol[K, V]):
     def remove(self, session: Windowed[K]) -> None: ...
 
 
+#: What ``VersionedKeyValueStore.put`` returns for a record that became the latest version
+#: of its key (Kafka's ``PUT_RETURN_CODE_VALID_TO_UNDEFINED``).
+PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
+#: What ``VersionedKeyValueStore.put`` returns for a record older than the history
+#: retention, which was not put (Kafka's ``PUT_RETURN_CODE_NOT_PUT``, ``Long.MIN_VALUE``).
+PUT_RETURN_CODE_NOT_PUT = -(1 << 63)
+
+
+class VersionedRecord(NamedTuple, Generic[V]):
+    """One version of a key's value (Kafka's ``VersionedRecord``): valid from ``timestamp``
+    (inclusive) to ``valid_to`` (exclusive; ``None`` while it is the current version).
+
+    Indexing reads ``(value, timestamp)`` as a :class:`ValueAndTimestamp`'s would, so the
+    DSL reads a versioned table with the code that reads a timestamped one.
+    """
+
+    value: V
+    timestamp: int
+    valid_to: int | None = None
+
+
+@runtime_checkable
+class VersionedKeyValueStore(StateStore, Protocol[K_contra, V]):
+    """A key-value store keeping every version of a value for ``history_retention`` ms of
+    stream time (Kafka's ``VersionedKeyValueStore``, KIP-889)."""
+
+    @property
+    def history_retention(self) -> int: ...
+
+    def put(self, key: K_contra, value: V | None, timestamp: int) -> int:
+        """Put a version valid from ``timestamp`` (``None``: a tombstone); return its
+        ``valid_to``, :data:`PUT_RETURN_CODE_VALID_TO_UNDEFINED` when it is the latest, or
+        :data:`PUT_RETURN_CODE_NOT_PUT` when it is older than the history retention."""
+        ...
+
+    def delete(self, key: K_contra, timestamp: int) -> VersionedRecord[V] | None:
+        """Put a tombstone at ``timestamp``; return the version it replaced."""
+        ...
+
+    def get(self, key: K_contra, as_of_timestamp: int | None = None) -> VersionedRecord[V] | None:
+        """The latest version of ``key`` (valid at ``as_of_timestamp`` when given)."""
+        ...
+
+
 @runtime_checkable
 class StoreBuilder(Protocol):
     """Builds one store instance per task (Kafka's ``StoreBuilder``).
 
-    ``kind`` is ``"key_value"``, ``"window"`` or ``"session"``.
+    ``kind`` is ``"key_value"``, ``"window"``, ``"session"`` or ``"versioned"``.
     """
 
     @property

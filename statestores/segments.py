@@ -7,6 +7,12 @@ commit). Segment interval: ``max(retention / 2, 60 000 ms)`` as Kafka's.
 
 Stream time is the largest timestamp (window start, or session end) this store has seen;
 entries older than ``stream time - retention + 1`` are expired: not written, not returned.
+
+A few *metadata* entries (a processor's bookkeeping kept with the data, such as the last
+window close a node emitted: Kafka keeps it in the commit's processor metadata) live below
+every segment, under the 8-byte prefix of no segment (:data:`META_PREFIX`): written through
+the same layers as the data, they are logged, cached and committed with it, and no segment
+drop or scan reaches them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,10 @@ _U64 = struct.Struct(">Q")
 _SIGN = 1 << 63
 MIN_SEGMENT_INTERVAL = 60_000
 NO_TIME = -(1 << 62)
+#: The prefix of metadata entries: the segment id -2**63, which no timestamp reaches.
+META_PREFIX = b"\x00" * 8
+#: Every metadata key sorts below it (and every segment's key above it).
+_META_END = b"\x00" * 7 + b"\x01"
 
 
 def encode_time(timestamp: int) -> bytes:
@@ -101,8 +111,8 @@ class Segments:
         """
         self.stream_time = NO_TIME
         self._min_segment = None
-        last = next(iter(self.store.items(None, None, reverse=True)), None)
-        if last is None:
+        last = next(iter(self.store.items(_META_END, None, reverse=True)), None)
+        if last is None or last[0] < _META_END:
             return 0
         segment = decode_time(last[0], 0)
         newest, seq = NO_TIME, 0
@@ -122,5 +132,15 @@ class Segments:
             yield key, value
 
     def _first_segment(self) -> int | None:
-        first = next(iter(self.store.items(None, None)), None)
+        first = next(iter(self.store.items(_META_END, None)), None)
         return None if first is None else decode_time(first[0], 0)
+
+    def read_meta(self, name: str) -> int | None:
+        """Return the metadata entry ``name`` (an int), or None if it was never written."""
+        raw = self.store.get(META_PREFIX + name.encode())
+        return None if raw is None else int.from_bytes(raw, "big", signed=True)
+
+    def write_meta(self, name: str, value: int) -> None:
+        """Write the metadata entry ``name`` through the store's layers (so it is logged
+        and committed with the data written beside it)."""
+        self.store.put(META_PREFIX + name.encode(), value.to_bytes(8, "big", signed=True))

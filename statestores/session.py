@@ -8,9 +8,9 @@ come out ordered by end, then start, and stream time is the largest session end 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
-from common.serdes import Serde
+from common.serdes import Serde, deserialize_many
 from statestores.api import Window, Windowed
 from statestores.bytes_layer import BytesKeyValue
 from statestores.metered import FlushListener, MeteredStore
@@ -136,6 +136,41 @@ class MeteredSessionStore(MeteredStore, Generic[K, V]):
     ) -> Iterator[tuple[Windowed[K], V]]:
         """As :meth:`find_sessions`, descending."""
         return self._find(key, earliest_session_end, latest_session_start, True)
+
+    def find_ended_sessions(
+        self, earliest_end: int, latest_end: int
+    ) -> tuple[list[Windowed[K]], list[V]]:
+        """Every session ending in ``[earliest_end, latest_end]``, by end, start, then key
+        bytes (the order of Kafka's time-ordered session store, which emit-on-close
+        range-scans)."""
+        self.metrics["range"] += 1
+        segments = self._segments
+        found: list[tuple[int, int, bytes, bytes]] = []
+        for segment in segments.live_segments(earliest_end, latest_end):
+            prefix = segments.prefix(segment)
+            hi = segments.prefix(segment + 1)
+            for entry, value in self.wrapped.items(prefix, hi):
+                if entry == hi:
+                    continue
+                size = len(entry)
+                end = decode_time(entry, size - _SUFFIX)
+                if earliest_end <= end <= latest_end:
+                    found.append((end, decode_time(entry, size - 8), entry[8:-_SUFFIX], value))
+        found.sort()
+        topic = self.topic
+        keys = deserialize_many(self.key_serde, topic, [f[2] for f in found])
+        values = deserialize_many(self.value_serde, topic, [f[3] for f in found])
+        sessions = [Windowed(k, Window(f[1], f[0])) for k, f in zip(keys, found, strict=True)]
+        return cast("list[Windowed[K]]", sessions), cast("list[V]", values)
+
+    def read_meta(self, name: str) -> int | None:
+        """Return the int metadata entry ``name`` kept with the sessions (see
+        :mod:`statestores.segments`), or None."""
+        return self._segments.read_meta(name)
+
+    def write_meta(self, name: str, value: int) -> None:
+        """Write the int metadata entry ``name``, logged and committed with the sessions."""
+        self._segments.write_meta(name, value)
 
     def fetch(self, key: K) -> Iterator[tuple[Windowed[K], V]]:
         """Every live session of ``key``."""

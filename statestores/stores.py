@@ -31,9 +31,11 @@ from statestores.logging_layer import ChangeLoggingBytesStore
 from statestores.metered import MeteredKeyValueStore, MeteredStore
 from statestores.session import MeteredSessionStore
 from statestores.transactional import TransactionalBytesStore
+from statestores.versioned import default_segment_interval
+from statestores.versioned_store import MeteredVersionedKeyValueStore
 from statestores.window import MeteredWindowStore
 
-StoreKind = Literal["key_value", "window", "session"]
+StoreKind = Literal["key_value", "window", "session", "versioned"]
 #: Kafka's default ``windowstore.changelog.additional.retention.ms`` (one day).
 ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
 
@@ -68,6 +70,16 @@ class SessionBytesStoreSupplier(KeyValueBytesStoreSupplier):
     """Supplies the bytes store of a session store."""
 
     retention_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedBytesStoreSupplier(KeyValueBytesStoreSupplier):
+    """Supplies the bytes store of a versioned key-value store (Kafka's
+    ``VersionedBytesStoreSupplier``): RocksDB, versions kept ``history_retention_ms``,
+    expired by segments of ``segment_interval_ms`` (see :mod:`statestores.versioned`)."""
+
+    history_retention_ms: int = 0
+    segment_interval_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +180,39 @@ class SessionStoreBuilder(_Builder):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class VersionedKeyValueStoreBuilder(_Builder):
+    """Builds :class:`~statestores.versioned_store.MeteredVersionedKeyValueStore`
+    instances. Versioned stores have no cache: caching is ignored, as Kafka's DSL ignores
+    it for a versioned store."""
+
+    def with_caching_enabled(self) -> Self:
+        """Return this builder: a versioned store has no cache."""
+        return self
+
+    def changelog_config(self) -> dict[str, str]:
+        """Return the changelog topic configuration: compacted, no compaction within the
+        history retention plus one day (Kafka's ``min.compaction.lag.ms``), then the
+        user's overrides."""
+        supplier = self.supplier
+        assert isinstance(supplier, VersionedBytesStoreSupplier)
+        lag = supplier.history_retention_ms + ADDITIONAL_RETENTION_MS
+        config = {"cleanup.policy": "compact", "min.compaction.lag.ms": str(lag)}
+        return {**config, **self.logging_config}
+
+    def build(self) -> MeteredVersionedKeyValueStore[Any, Any]:
+        """Return a new, unopened versioned store."""
+        supplier = self.supplier
+        assert isinstance(supplier, VersionedBytesStoreSupplier)
+        return MeteredVersionedKeyValueStore(
+            self._stack(),
+            self.key_serde,
+            self.value_serde,
+            history_retention_ms=supplier.history_retention_ms,
+            segment_interval_ms=supplier.segment_interval_ms,
+        )
+
+
 def _check_name(name: str) -> str:
     if not name or not all(c.isalnum() or c in "._-" for c in name):
         raise ConfigError(
@@ -235,6 +280,38 @@ class Stores:
         """An in-memory session store."""
         _check_window(name, retention_ms, 0)
         return SessionBytesStoreSupplier(_check_name(name), False, retention_ms)
+
+    @staticmethod
+    def persistent_versioned_key_value_store(
+        name: str, history_retention_ms: int, segment_interval_ms: int | None = None
+    ) -> VersionedBytesStoreSupplier:
+        """A RocksDB versioned key-value store (KIP-889): old versions stay queryable
+        ``history_retention_ms`` of stream time, grouped for expiry in segments of
+        ``segment_interval_ms`` (Kafka's default for the retention when None).
+
+        Example:
+            >>> Stores.persistent_versioned_key_value_store("prices", 60_000).segment_interval_ms
+            20000
+
+        Raises:
+            ConfigError: a negative retention, or a segment interval below 1 ms.
+        """
+        if history_retention_ms < 0:
+            raise ConfigError(f"store {name}: historyRetention cannot be negative")
+        if segment_interval_ms is None:
+            segment_interval_ms = default_segment_interval(history_retention_ms)
+        if segment_interval_ms < 1:
+            raise ConfigError(f"store {name}: segmentInterval cannot be zero or negative")
+        return VersionedBytesStoreSupplier(
+            _check_name(name), True, history_retention_ms, segment_interval_ms
+        )
+
+    @staticmethod
+    def versioned_key_value_store_builder(
+        supplier: VersionedBytesStoreSupplier, key_serde: Serde[Any], value_serde: Serde[Any]
+    ) -> VersionedKeyValueStoreBuilder:
+        """A builder of typed versioned key-value stores over ``supplier``'s bytes stores."""
+        return VersionedKeyValueStoreBuilder(supplier, key_serde, value_serde, "versioned")
 
     @staticmethod
     def key_value_store_builder(

@@ -10,14 +10,14 @@ counter restarts after the largest sequence of the newest segment when a store i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Generic, TypeVar, cast
 
 from common.serdes import Serde, deserialize_many, serialize_many
 from statestores.api import Window, Windowed
 from statestores.bytes_layer import BytesKeyValue
 from statestores.metered import BatchListener, FlushListener, MeteredStore
-from statestores.segments import Segments, decode_time, encode_time
+from statestores.segments import NO_TIME, Segments, decode_time, encode_time
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -247,6 +247,55 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
         lo = None if key_from is None else self._key(key_from)
         hi = None if key_to is None else self._key(key_to)
         return self._scan(lo, hi, time_from, time_to)
+
+    def fetch_closed(
+        self,
+        time_from: int,
+        time_to: int,
+        pending: Mapping[tuple[K, int], V] | None = None,
+    ) -> list[tuple[Windowed[K], V]]:
+        """Every window starting in ``[time_from, time_to]``, by start then key bytes (the
+        order of Kafka's time-ordered window store, which emit-on-close range-scans).
+
+        ``pending``: values by ``(key, window start)`` not written yet (a batch's), read
+        over the stored ones. As Kafka's time-first key schema, a stored window is kept one
+        ms longer than :meth:`fetch_all` keeps it: from ``stream time - retention`` on.
+        """
+        self.metrics["range"] += 1
+        segments, topic, size = self._segments, self.topic, self._size
+        found: dict[tuple[int, bytes], tuple[Any, Any]] = {}
+        if segments.stream_time != NO_TIME:
+            low = max(time_from, segments.stream_time - self._retention)
+            high = min(time_to, segments.stream_time)
+            for segment in range(segments.segment_of(low), segments.segment_of(high) + 1):
+                prefix, hi = segments.prefix(segment), segments.prefix(segment + 1)
+                for entry, value in self.wrapped.items(prefix, hi):
+                    start = decode_time(entry, len(entry) - _SUFFIX)
+                    if entry != hi and low <= start <= high:
+                        found[(start, entry[8:-_SUFFIX])] = (None, value)
+        stored = sorted(found)
+        keys = deserialize_many(self.key_serde, topic, [raw for _, raw in stored])
+        values = deserialize_many(self.value_serde, topic, [found[s][1] for s in stored])
+        for slot, key, typed in zip(stored, keys, values, strict=True):
+            found[slot] = (key, typed)
+        picked = [(k, s) for k, s in (pending or ()) if time_from <= s <= time_to]
+        if picked:
+            raws = self._entries([k for k, _ in picked], [s for _, s in picked])
+            for (key, start), entry in zip(picked, raws, strict=True):
+                found[(start, entry[8:-_SUFFIX])] = (key, pending[(key, start)])  # type: ignore[index]
+        return [
+            (Windowed(key, Window(start, start + size)), value)
+            for (start, _), (key, value) in sorted(found.items(), key=lambda item: item[0])
+        ]
+
+    def read_meta(self, name: str) -> int | None:
+        """Return the int metadata entry ``name`` kept with the windows (see
+        :mod:`statestores.segments`), or None."""
+        return self._segments.read_meta(name)
+
+    def write_meta(self, name: str, value: int) -> None:
+        """Write the int metadata entry ``name``, logged and committed with the windows."""
+        self._segments.write_meta(name, value)
 
     def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Windowed[K], V]]:
         """Every window starting in ``[time_from, time_to]``."""

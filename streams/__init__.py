@@ -24,6 +24,7 @@ _EXPORTS = {
     "StreamsError": "common.errors",
     "ConfigError": "common.errors",
     "SerializationError": "common.errors",
+    "InvalidRecordError": "common.errors",
     "TopicAdmin": "runtime.storage.topics",
     "Producer": "runtime.storage.producer",
     "TopicReader": "runtime.storage.reader",
@@ -36,6 +37,7 @@ _EXPORTS = {
     "GlobalKTable": "topology.dsl.ktable",
     "KGroupedStream": "topology.dsl.grouped",
     "KGroupedTable": "topology.dsl.grouped",
+    "CogroupedKStream": "topology.dsl.cogroup",
     "BranchedKStream": "topology.dsl.branch",
     "Branched": "topology.dsl.branch",
     "Topology": "topology.graph.topology",
@@ -49,6 +51,7 @@ _EXPORTS = {
     "Joined": "topology.api.options",
     "StreamJoined": "topology.api.options",
     "JoinWindows": "topology.processors.joins",
+    "EmitStrategy": "topology.api.emit",
     "Repartitioned": "topology.api.options",
     "TimeWindows": "topology.api.windows",
     "SlidingWindows": "topology.api.windows",
@@ -76,6 +79,7 @@ _EXPORTS = {
     "TestRecord": "streams.testkit.driver",
     "Windowed": "statestores.api",
     "Window": "statestores.api",
+    "VersionedRecord": "statestores.api",
     "TopologyError": "common.errors",
     "StreamsProcessingError": "common.errors",
     "InvalidTimestampError": "common.errors",
@@ -87,14 +91,17 @@ __all__ = [
     "BufferConfig",
     "Cancellable",
     "Change",
+    "CogroupedKStream",
     "ConfigError",
     "Consumed",
     "ConsumerRecord",
+    "EmitStrategy",
     "FailOnInvalidTimestamp",
     "FixedKeyProcessor",
     "ForeignKeyExtractor",
     "GlobalKTable",
     "Grouped",
+    "InvalidRecordError",
     "InvalidTimestampError",
     "JoinWindows",
     "Joined",
@@ -141,6 +148,7 @@ __all__ = [
     "UnlimitedWindows",
     "UsePartitionTimeOnInvalidTimestamp",
     "ValueAndTimestamp",
+    "VersionedRecord",
     "WallclockTimestampExtractor",
     "Window",
     "Windowed",
@@ -153,6 +161,7 @@ if TYPE_CHECKING:
     from common.config import StreamsConfig
     from common.errors import (
         ConfigError,
+        InvalidRecordError,
         InvalidTimestampError,
         ProducerFencedError,
         SerializationError,
@@ -169,9 +178,10 @@ if TYPE_CHECKING:
     from runtime.storage.records import ConsumerRecord
     from runtime.storage.topics import TopicAdmin
     from runtime.txn.producer import TransactionalProducer
-    from statestores.api import Window, Windowed
+    from statestores.api import VersionedRecord, Window, Windowed
     from streams.testkit.driver import TopologyTestDriver
     from streams.testkit.topics import TestInputTopic, TestOutputTopic, TestRecord
+    from topology.api.emit import EmitStrategy
     from topology.api.options import (
         Consumed,
         ForeignKeyExtractor,
@@ -203,6 +213,7 @@ if TYPE_CHECKING:
     from topology.api.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
     from topology.dsl.branch import Branched, BranchedKStream
     from topology.dsl.builder import StreamsBuilder
+    from topology.dsl.cogroup import CogroupedKStream
     from topology.dsl.grouped import KGroupedStream, KGroupedTable
     from topology.dsl.kstream import KStream
     from topology.dsl.ktable import GlobalKTable, KTable

@@ -14,7 +14,8 @@ Module map: ``builder`` (StreamsBuilder), ``kstream``, ``branch``, ``ktable``, `
 
 from __future__ import annotations
 
-from statestores.api import Window, Windowed
+from statestores.api import VersionedRecord, Window, Windowed
+from topology.api.emit import EmitStrategy
 from topology.api.options import (
     Consumed,
     ForeignKeyExtractor,
@@ -46,6 +47,7 @@ from topology.api.windowed_serdes import WindowedSerdes
 from topology.api.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
 from topology.dsl.branch import Branched, BranchedKStream
 from topology.dsl.builder import StreamsBuilder
+from topology.dsl.cogroup import CogroupedKStream
 from topology.dsl.grouped import KGroupedStream, KGroupedTable
 from topology.dsl.kstream import KStream
 from topology.dsl.ktable import GlobalKTable, KTable
@@ -60,7 +62,9 @@ __all__ = [
     "BufferConfig",
     "Cancellable",
     "Change",
+    "CogroupedKStream",
     "Consumed",
+    "EmitStrategy",
     "FailOnInvalidTimestamp",
     "FixedKeyProcessor",
     "ForeignKeyExtractor",
@@ -95,6 +99,7 @@ __all__ = [
     "UnlimitedWindows",
     "UsePartitionTimeOnInvalidTimestamp",
     "ValueAndTimestamp",
+    "VersionedRecord",
     "WallclockTimestampExtractor",
     "Window",
     "Windowed",

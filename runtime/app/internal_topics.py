@@ -44,8 +44,16 @@ CHANGELOG_ADDITIONAL_RETENTION_MS = 86_400_000
 
 def changelog_configs(topology: Topology, store: str) -> dict[str, str]:
     """Return the configs a store's changelog is created with: compacted, and for window
-    and session stores also deleted past the store's retention plus a day."""
-    retention = getattr(topology.stores.get(store), "retention_ms", None)
+    and session stores also deleted past the store's retention plus a day; a versioned
+    store's not compacted before its history retention plus a day (Kafka's
+    ``min.compaction.lag.ms``)."""
+    factory = topology.stores.get(store)
+    supplier = getattr(getattr(factory, "store_builder", factory), "supplier", None)
+    history = getattr(supplier, "history_retention_ms", None)
+    if history is not None:
+        lag = int(history) + CHANGELOG_ADDITIONAL_RETENTION_MS
+        return {**CHANGELOG_CONFIGS, "min.compaction.lag.ms": str(lag)}
+    retention = getattr(factory, "retention_ms", None)
     if retention is None:
         return dict(CHANGELOG_CONFIGS)
     return {

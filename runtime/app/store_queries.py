@@ -173,6 +173,7 @@ class QueryableStore:
     them). Window stores: ``fetch(key, time_from, time_to)`` (``(window start, value)``
     pairs), ``fetch_all(time_from, time_to)``, ``all``. Session stores:
     ``fetch(key)``, ``find_sessions(key, earliest_session_end, latest_session_start)``.
+    Versioned stores: ``get(key, as_of_timestamp)`` and ``get_versions(key, from, to)``.
 
     Args:
         factory: the store's factory (its kind, serdes and supplier).
@@ -239,10 +240,36 @@ class QueryableStore:
 
     # -- key-value stores -----------------------------------------------------------------
 
-    def get(self, key: Any) -> Any:
-        """The committed value of ``key`` (None: none)."""
+    def get(self, key: Any, as_of_timestamp: int | None = None) -> Any:
+        """The committed value of ``key`` (None: none). A versioned store answers a
+        :class:`~statestores.api.VersionedRecord`: the latest version, or the one valid at
+        ``as_of_timestamp`` (KIP-960's ``VersionedKeyQuery``)."""
+        if self.kind == "versioned":
+            found = self._collect("versioned", lambda s: [s.get(key, as_of_timestamp)])
+            return next((v for v in found if v is not None), None)
+        if as_of_timestamp is not None:
+            raise InvalidStateStoreError(
+                f"store {self.name!r} is a {self.kind.replace('_', '-')} store: only a "
+                "versioned store answers a get as of a time"
+            )
         found = self._collect("key_value", lambda s: [s.get(key)])
         return next((self._value(v) for v in found if v is not None), None)
+
+    def get_versions(
+        self,
+        key: Any,
+        from_timestamp: int | None = None,
+        to_timestamp: int | None = None,
+        *,
+        ascending: bool = False,
+    ) -> list[Any]:
+        """Versioned store: the versions of ``key`` valid at some time in
+        ``[from_timestamp, to_timestamp]`` (open bounds when None), newest first unless
+        ``ascending`` (KIP-968's ``MultiVersionedKeyQuery``)."""
+        return self._collect(
+            "versioned",
+            lambda s: s.get_versions(key, from_timestamp, to_timestamp, ascending=ascending),
+        )
 
     def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
         """Entries with ``from_key <= key <= to_key`` (each partition in key order)."""

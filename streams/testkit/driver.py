@@ -60,6 +60,7 @@ from streams.testkit.topics import (
     TestOutputTopic,
     TestRecord,
 )
+from topology.api.emit import EMIT_INTERVAL_KEY
 from topology.engine.task import StreamTask
 from topology.engine.task_creator import ActiveTaskCreator
 from topology.graph.graph import SinkSpec, SourceSpec
@@ -96,6 +97,8 @@ def _config(config: Mapping[str, object] | StreamsConfig | None) -> StreamsConfi
     props.setdefault("topics.root", _DUMMY_ROOT)
     props.setdefault("default.dsl.store", "in_memory")
     props.setdefault("application.id", "topology-test-driver")
+    # as Kafka's driver: an emit-on-close aggregation looks for closed windows every record
+    props.setdefault(EMIT_INTERVAL_KEY, 0)
     return StreamsConfig.from_dict(props)
 
 
@@ -458,6 +461,11 @@ class TopologyTestDriver:
     def get_timestamped_window_store(self, name: str) -> Any:
         """Return the window store ``name`` with ``ValueAndTimestamp`` values."""
         return self._store_of_kind(name, "window")
+
+    def get_versioned_key_value_store(self, name: str) -> Any:
+        """Return the versioned key-value store ``name`` (Kafka's
+        ``getVersionedKeyValueStore``), or None if it is not a versioned store."""
+        return self._store_of_kind(name, "versioned")
 
     def get_session_store(self, name: str) -> Any:
         """Return the session store ``name``, or None."""

@@ -2,9 +2,10 @@
 source topics fed back in, and punctuation.
 
 Rewritten: the scenarios about output order, records sent back to the topology's own
-topics, produced topic names, task idling and punctuation that this driver's API
-supports. Not rewritten: those about the Java API (serializers, record metadata, store
-types, state directories, regex source validation).
+topics, produced topic names, task idling, punctuation, a processor's life cycle and
+record metadata, stores filled before input, global stores and clean-up on close that this
+driver's API supports. Not rewritten: those about the Java API (serializers, store types,
+state directories, regex source validation).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 from common.errors import StreamsError
 from statestores.stores import Stores
-from tests.conformance.conftest import S
+from tests.conformance.conftest import L, S
 from topology import (
     Consumed,
     Materialized,
@@ -261,3 +262,191 @@ def test_should_process_from_source_that_match_pattern(drive: Any) -> None:
     d = drive(b.build())
     d.create_input_topic("source-topic-1", S, S).pipe_input("key1", "value1")
     assert d.create_output_topic("sink-topic-1", S, S).read_key_value() == ("key1", "value1")
+
+
+class CustomMaxAggregator(Processor[str, int, str, int]):
+    """Kafka's ``CustomMaxAggregator``: keeps each key's largest value in ``aggStore`` and
+    forwards the whole store every minute of wall-clock time and every 10 s of stream
+    time."""
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        context.schedule(60000, PunctuationType.WALL_CLOCK_TIME, self.flush_store)
+        context.schedule(10000, PunctuationType.STREAM_TIME, self.flush_store)
+        self.store = context.get_state_store("aggStore")
+
+    def process(self, record: Record[str, int]) -> None:
+        old = self.store.get(record.key)
+        if old is None or record.value > old:
+            self.store.put(record.key, record.value)
+
+    def flush_store(self, timestamp: int) -> None:
+        for key, value in list(self.store.all()):
+            self.context.forward(Record(key, value, timestamp))
+
+
+def _max_aggregator(drive: Any, *, caching: bool = False) -> tuple[Any, Any, Any, Any]:
+    """Kafka's ``setup()``: the aggregator over ``input-topic``, ``a`` = 21 put in its store
+    before any input; returns the driver, the input and output topics and the store."""
+    store = Stores.key_value_store_builder(Stores.in_memory_key_value_store("aggStore"), S, L)
+    b = StreamsBuilder().add_state_store(store.with_caching_enabled() if caching else store)
+    b.stream("input-topic", Consumed.with_(S, L)).process(CustomMaxAggregator, "aggStore").to(
+        "result-topic", Produced.with_(S, L)
+    )
+    d = drive(b.build(), initial_wall_clock_time_ms=0)
+    kv = d.get_key_value_store("aggStore")
+    kv.put("a", 21)
+    return (
+        d,
+        d.create_input_topic("input-topic", S, L),
+        d.create_output_topic("result-topic", S, L),
+        kv,
+    )
+
+
+def test_should_flush_store_for_first_input(drive: Any) -> None:
+    """TopologyTestDriverTest.shouldFlushStoreForFirstInput"""
+    _, i, o, _ = _max_aggregator(drive)
+    i.pipe_input("a", 1, 9999)
+    assert o.read_key_value() == ("a", 21)
+    assert o.is_empty()
+
+
+@pytest.mark.parametrize(("value", "stored"), [(1, 21), (42, 42)])
+def test_should_not_update_store_for_smaller_value_and_should_for_larger(
+    drive: Any, value: int, stored: int
+) -> None:
+    """TopologyTestDriverTest.shouldNotUpdateStoreForSmallerValue and
+    shouldNotUpdateStoreForLargerValue (which, despite its name, updates it)"""
+    _, i, o, kv = _max_aggregator(drive)
+    i.pipe_input("a", value, 9999)
+    assert kv.get("a") == stored
+    assert o.read_key_value() == ("a", stored)
+    assert o.is_empty()
+
+
+def test_should_update_store_for_new_key(drive: Any) -> None:
+    """TopologyTestDriverTest.shouldUpdateStoreForNewKey"""
+    _, i, o, kv = _max_aggregator(drive)
+    i.pipe_input("b", 21, 9999)
+    assert kv.get("b") == 21
+    assert o.read_key_values_to_list() == [("a", 21), ("b", 21)]
+
+
+def test_should_punctuate_if_even_time_advances(drive: Any) -> None:
+    """TopologyTestDriverTest.shouldPunctuateIfEvenTimeAdvances"""
+    _, i, o, _ = _max_aggregator(drive)
+    i.pipe_input("a", 1, 9999)
+    assert o.read_key_value() == ("a", 21)
+    i.pipe_input("a", 1, 9999)
+    assert o.is_empty()
+    i.pipe_input("a", 1, 10000)
+    assert o.read_key_value() == ("a", 21)
+    assert o.is_empty()
+
+
+def test_should_punctuate_if_wall_clock_time_advances(drive: Any) -> None:
+    """TopologyTestDriverTest.shouldPunctuateIfWallClockTimeAdvances"""
+    d, _, o, _ = _max_aggregator(drive)
+    d.advance_wall_clock_time(60000)
+    assert o.read_key_value() == ("a", 21)
+    assert o.is_empty()
+
+
+def test_should_allow_pre_populating_states_stores_with_caching_enabled(drive: Any) -> None:
+    """TopologyTestDriverTest.shouldAllowPrePopulatingStatesStoresWithCachingEnabled: a
+    value put into a caching store before any input is read back and processed."""
+    _, i, o, kv = _max_aggregator(drive, caching=True)
+    assert kv.get("a") == 21
+    i.pipe_input("a", 1, 9999)
+    assert o.read_key_value() == ("a", 21)
+
+
+def test_should_feed_store_from_global_ktable(drive: Any) -> None:
+    """TopologyTestDriverTest.shouldFeedStoreFromGlobalKTable"""
+    b = StreamsBuilder()
+    b.global_table("topic", Consumed.with_(S, S), Materialized.as_("globalStore"))
+    d = drive(b.build())
+    store = d.get_key_value_store("globalStore")
+    assert store is not None and "globalStore" in d.get_all_state_stores()
+    d.create_input_topic("topic", S, S).pipe_input("k1", "value1")
+    assert store.get("k1") == "value1"
+
+
+def test_should_return_all_stores_names(drive: Any) -> None:
+    """TopologyTestDriverTest.shouldReturnAllStoresNames: local and global stores."""
+    b = StreamsBuilder()
+    local = Stores.key_value_store_builder(Stores.in_memory_key_value_store("store"), S, S)
+    b.add_state_store(local)
+    b.stream("sourceTopicName", Consumed.with_(S, S)).process(_recorder([]), "store")
+    store = Stores.key_value_store_builder(Stores.in_memory_key_value_store("globalStore"), S, S)
+    b.add_global_store(store.with_logging_disabled(), "globalTopicName", _recorder([]))
+    assert set(drive(b.build()).get_all_state_stores()) == {"store", "globalStore"}
+
+
+def test_should_clean_up_persistent_state_stores_on_close(drive: Any) -> None:
+    """TopologyTestDriverTest.shouldCleanUpPersistentStateStoresOnClose: a new driver of
+    the same application does not see what a closed one stored."""
+    store = Stores.key_value_store_builder(Stores.persistent_key_value_store("store"), S, L)
+    b = StreamsBuilder().add_state_store(store)
+
+    class Put(Processor[str, int, None, None]):
+        def init(self, context: Any) -> None:
+            super().init(context)
+            self.store = context.get_state_store("store")
+
+        def process(self, record: Record[str, int]) -> None:
+            self.store.put(record.key, record.value)
+
+    b.stream("input-topic", Consumed.with_(S, L)).process(Put, "store")
+    topology = b.build()
+    first = drive(topology, **{"application.id": "test-TopologyTestDriver-cleanup"})
+    assert first.get_key_value_store("store").get("a") is None
+    first.create_input_topic("input-topic", S, L).pipe_input("a", 1)
+    assert first.get_key_value_store("store").get("a") == 1
+    first.close()
+    second = drive(topology, **{"application.id": "test-TopologyTestDriver-cleanup"})
+    assert second.get_key_value_store("store").get("a") is None
+
+
+def test_should_init_and_close_processor(drive: Any) -> None:
+    """TopologyTestDriverTest.shouldInitProcessor and shouldCloseProcessor: the driver
+    initializes each processor when it starts and closes it when it is closed."""
+    events: list[str] = []
+
+    class Tracked(Processor[str, str, None, None]):
+        def init(self, context: Any) -> None:
+            super().init(context)
+            events.append("init")
+
+        def process(self, record: Record[str, str]) -> None:
+            events.append("process")
+
+        def close(self) -> None:
+            events.append("close")
+
+    b = StreamsBuilder()
+    b.stream("source-topic-1", Consumed.with_(S, S)).process(Tracked)
+    d = drive(b.build())
+    assert events == ["init"]
+    d.close()
+    assert events == ["init", "close"]
+
+
+def test_should_set_record_metadata(drive: Any) -> None:
+    """TopologyTestDriverTest.shouldSetRecordMetadata: the processor sees the record's
+    topic, partition, offset, timestamp and headers."""
+    seen: list[tuple[Any, ...]] = []
+
+    class Metadata(Processor[str, str, None, None]):
+        def process(self, record: Record[str, str]) -> None:
+            c = self.context
+            seen.append((c.topic, c.partition, c.offset, record.timestamp, record.headers))
+
+    b = StreamsBuilder()
+    b.stream("source-topic-1", Consumed.with_(S, S)).process(Metadata)
+    d = drive(b.build())
+    topic = d.create_input_topic("source-topic-1", S, S)
+    topic.pipe_input("key1", "value1", 42)
+    topic.pipe_input("key1", "value2", 7)
+    assert [s[:4] for s in seen] == [("source-topic-1", 0, 0, 42), ("source-topic-1", 0, 1, 7)]

@@ -120,6 +120,7 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "metrics.num.samples": "2",
         "metrics.port": "0",
         "errors.dead.letter.queue.topic.name": "",
+        "ensure.explicit.internal.resource.naming": "false",
     }
     assert config.eos_enabled is False
 

@@ -62,7 +62,7 @@ def test_topic_read_twice_and_invalid_names_are_refused() -> None:
 def test_explicit_naming_required_names_the_stateful_node() -> None:
     b = StreamsBuilder({"ensure.explicit.internal.resource.naming": "true"})
     b.stream("in").group_by(lambda k, v: v).count()
-    with pytest.raises(TopologyError, match=r"Processor KSTREAM-KEY-SELECT-0000000001: internal"):
+    with pytest.raises(TopologyError, match=r"Invalid topology: Following changelog topic"):
         b.build()
     ok = StreamsBuilder({"ensure.explicit.internal.resource.naming": True})
     ok.stream("in").group_by(lambda k, v: v).count(Materialized.as_("counts"))

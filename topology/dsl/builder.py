@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from common.config import StreamsConfig, topology_config
 from common.errors import TopologyError
 from common.serdes import Serde
 from statestores.api import StoreBuilder
@@ -36,8 +37,6 @@ from topology.graph.naming import KTABLE_SOURCE, SOURCE, NameProvider
 from topology.graph.stores import BuilderStoreFactory
 from topology.graph.topology import Topology
 from topology.processors.proc_table import TableParams, TableSourceProcessor
-
-_TRUE = {"true", "1", "yes"}
 
 
 class HandleFactory:
@@ -75,16 +74,22 @@ class StreamsBuilder:
     """Record a topology with the DSL, then :meth:`build` it.
 
     Args:
-        config: topology-level keys; ``ensure.explicit.internal.resource.naming`` (default
-            false) makes :meth:`build` refuse generated store and repartition topic names.
+        config: the application's :class:`~common.config.StreamsConfig`, or dotted keys
+            (the application's, or only the topology's; Kafka's ``TopologyConfig``):
+            ``ensure.explicit.internal.resource.naming=true`` makes :meth:`build` refuse
+            generated names of state stores, changelog and repartition topics.
+
+    Raises:
+        ConfigError: a key of ``config`` is unknown or its value bad.
     """
 
-    def __init__(self, config: Mapping[str, object] | None = None) -> None:
+    def __init__(self, config: StreamsConfig | Mapping[str, object] | None = None) -> None:
         self.graph = GraphBuilder()
         self.names = NameProvider()
+        self.graph.generated_names = self.names.generated
         self.handles = HandleFactory(self)
-        flag = str((config or {}).get("ensure.explicit.internal.resource.naming", "false"))
-        self.graph.require_explicit_names = flag.strip().lower() in _TRUE
+        keys = topology_config(config)
+        self.graph.require_explicit_names = keys.ensure_explicit_internal_resource_naming
 
     def stream(
         self, topics: str | Sequence[str] | re.Pattern[str], consumed: Consumed | None = None
@@ -244,8 +249,9 @@ class StreamsBuilder:
         """Validate the recorded graph and return the frozen :class:`Topology`.
 
         Raises:
-            TopologyError: A store is unknown, a name is reused, or explicit naming is
-                required and a generated name is used; the message names the node.
+            TopologyError: A store is unknown or a name is reused (the message names the
+                node), or explicit naming is required and an internal resource has a
+                generated name (the message lists them all, as Kafka's).
         """
         return Topology(self.graph)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from common.serdes import Serde, Serdes
 from topology.api.options import Grouped, Materialized, Named, name_of
 from topology.api.processor import Processor
+from topology.dsl.cogroup import CogroupedKStream
 from topology.dsl.materialize import store_factory
 from topology.dsl.repartition import create_repartitioned_source
 from topology.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream, windowed_by
@@ -187,6 +188,21 @@ class KGroupedStream(Generic[K, V]):
             make_store=self._kv_store(None),
             value_serde=None,
         )
+
+    def cogroup(self, aggregator: Callable[[K, V, A], A]) -> CogroupedKStream[K, A]:
+        """Start a cogroup (KIP-150): this stream folded in with ``aggregator(key, value,
+        aggregate)``; add more grouped streams with ``CogroupedKStream.cogroup`` and
+        aggregate them all into one table (see :mod:`topology.dsl.cogroup`).
+
+        Raises:
+            TopologyError: ``aggregator`` is missing (fatal).
+
+        Example:
+            >>> g1.cogroup(lambda k, v, a: a + v).cogroup(
+            ...     g2, lambda k, v, a: a - v
+            ... ).aggregate(lambda: 0)  # doctest: +SKIP
+        """
+        return CogroupedKStream.start(self, aggregator)
 
     @overload
     def windowed_by(self, windows: SessionWindows) -> SessionWindowedKStream[K, V]: ...

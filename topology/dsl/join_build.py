@@ -16,6 +16,8 @@ from topology.api.options import Joined, StreamJoined
 from topology.dsl.repartition import copartition, create_repartitioned_source
 from topology.graph.graph import ProcessorSpec
 from topology.graph.naming import FILTER, MERGE, SINK, SOURCE, suffixed
+from topology.graph.stores import KeyValueStoreFactory
+from topology.processors.join_grace import BufferKeySerde
 from topology.processors.join_stream import (
     JoinWindowProcessor,
     JoinWindowStoreFactory,
@@ -40,6 +42,7 @@ from topology.processors.joins import (
     keyed_joiner,
 )
 from topology.processors.proc_stream import PassThroughProcessor
+from topology.processors.proc_suppress import BufferValueSerde
 
 if TYPE_CHECKING:
     from topology.dsl.kstream import KStream
@@ -265,6 +268,18 @@ def stream_stream_join(
     return builder.handles.stream(n.merge, key_serde, None, repartition_required=False)
 
 
+def _check_grace(stores: Any, names: tuple[str, ...], grace: int) -> None:
+    """Refuse a grace period over a table that is not versioned, or longer than its
+    history retention (Kafka's checks, at join time here)."""
+    versioned = [stores[s] for s in names if getattr(stores.get(s), "kind", "") == "versioned"]
+    if not versioned:
+        raise TopologyError(
+            "KTable must be versioned to use a grace period in a stream table join."
+        )
+    if any(f.supplier.history_retention_ms < grace for f in versioned):
+        raise TopologyError("History retention must be at least grace period.")
+
+
 def stream_table_join(
     this: KStream[Any, Any],
     table: KTable[Any, Any],
@@ -276,25 +291,42 @@ def stream_table_join(
 ) -> KStream[Any, Any]:
     """Record a stream-table join; return the joined stream."""
     jd = joined or Joined()
-    if jd.grace_ms is not None:
-        raise TopologyError(
-            "Joined.with_grace_period needs a versioned table store, which is not supported"
-        )
     this = _repartitioned(
         this, jd.name or this.node, jd.value_serde, jd.key_serde, jd.name is not None
     )
     builder = this.builder
     getter = table.value_getter()
     name = builder.names.name_or_generate(jd.name, LEFTJOIN if left else JOIN)
+    grace, buffer = jd.grace_ms, None
+    if grace is not None:  # KIP-923: stream records wait for the versioned table
+        _check_grace(builder.graph.stores, getter.store_names, grace)
+        buffer = KeyValueStoreFactory(
+            name=name + "-Buffer",
+            key_serde=BufferKeySerde(jd.key_serde or this.key_serde),
+            value_serde=BufferValueSerde(jd.value_serde or this.value_serde),
+            caching_enabled=False,
+            timestamped=False,
+        )
     user = keyed_joiner(joiner, with_key)
     builder.graph.add_processor(
         ProcessorSpec(
             name=name,
             parents=(this.node,),
             stores=getter.store_names,
-            supplier=lambda: StreamTableJoinProcessor(name, getter, None, user, joiner, left),
+            supplier=lambda: StreamTableJoinProcessor(
+                name,
+                getter,
+                None,
+                user,
+                joiner,
+                left,
+                grace,
+                None if buffer is None else buffer.name,
+            ),
         )
     )
+    if buffer is not None:
+        builder.graph.add_store(buffer, name)
     copartition(name, this, table)
     key_serde = jd.key_serde or this.key_serde
     return builder.handles.stream(name, key_serde, None, repartition_required=False)

@@ -19,6 +19,7 @@ from topology.api.options import (
 )
 from topology.api.processor import Processor, ProcessorSupplier
 from topology.dsl.branch import BranchedKStream
+from topology.dsl.cogroup_windowed import require, require_function
 from topology.dsl.grouped import KGroupedStream
 from topology.dsl.repartition import create_repartitioned_source
 from topology.dsl.stream_joins import StreamJoins
@@ -108,6 +109,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.filter(lambda k, v: v > 0)  # doctest: +SKIP
         """
+        require_function(predicate, "predicate", "KStream.filter")
         return self._add(
             FILTER,
             named,
@@ -125,6 +127,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.filter_not(lambda k, v: v is None)  # doctest: +SKIP
         """
+        require_function(predicate, "predicate", "KStream.filter_not")
         return self._add(
             FILTER,
             named,
@@ -143,6 +146,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.map(lambda k, v: (v, k))  # doctest: +SKIP
         """
+        require_function(mapper, "mapper", "KStream.map")
         return self._add(
             MAP,
             named,
@@ -165,6 +169,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.map_values(str.upper)  # doctest: +SKIP
         """
+        require_function(mapper, "mapper", "KStream.map_values")
         return self._add(
             MAPVALUES,
             named,
@@ -185,6 +190,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.flat_map(lambda k, v: [(w, 1) for w in v.split()])  # doctest: +SKIP
         """
+        require_function(mapper, "mapper", "KStream.flat_map")
         return self._add(
             FLATMAP,
             named,
@@ -207,6 +213,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.flat_map_values(str.split)  # doctest: +SKIP
         """
+        require_function(mapper, "mapper", "KStream.flat_map_values")
         return self._add(
             FLATMAPVALUES,
             named,
@@ -224,6 +231,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.select_key(lambda k, v: v["user"])  # doctest: +SKIP
         """
+        require_function(mapper, "mapper", "KStream.select_key")
         return self._add(
             KEY_SELECT,
             named,
@@ -241,6 +249,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.peek(lambda k, v: print(k, v))  # doctest: +SKIP
         """
+        require_function(action, "action", "KStream.peek")
         return self._add(
             PEEK,
             named,
@@ -256,6 +265,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.foreach(lambda k, v: seen.append(v))  # doctest: +SKIP
         """
+        require_function(action, "action", "KStream.foreach")
         self._add(
             FOREACH,
             named,
@@ -272,6 +282,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.print(Printed.to_sys_out().with_label("orders"))  # doctest: +SKIP
         """
+        require(printed, "printed", "KStream.print")
         record_print(self, printed)
 
     def to_table(
@@ -303,6 +314,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.merge(other)  # doctest: +SKIP
         """
+        require(other, "other", "KStream.merge")
         name = self.builder.names.name_or_generate(name_of(named), MERGE)
         self.builder.graph.add_processor(
             ProcessorSpec(name=name, supplier=PassThroughProcessor, parents=(self.node, other.node))
@@ -342,6 +354,7 @@ class KStream(StreamJoins, Generic[K, V]):
             >>> produced = Produced.with_(Serdes.String(), Serdes.Long())
             >>> stream.to("output", produced)  # doctest: +SKIP
         """
+        require(topic, "topic", "KStream.to")
         produced = produced or Produced()
         name = self.builder.names.name_or_generate(produced.name, SINK)
         fixed = topic if isinstance(topic, str) else None
@@ -390,7 +403,9 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.process(Dedup, "seen-store")  # doctest: +SKIP
         """
-        name = self.builder.names.name_or_generate(name_of(named), PROCESSOR)
+        require_function(supplier, "supplier", "KStream.process")
+        # a given name burns no index (Kafka's ``new NamedInternal(named).name()``)
+        name = name_of(named) or self.builder.names.new_processor_name(PROCESSOR)
         self.builder.graph.add_processor(
             ProcessorSpec(
                 name=name, supplier=supplier, parents=(self.node,), stores=stores, user_code=True
@@ -410,7 +425,9 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.process_values(Enrich, "profiles")  # doctest: +SKIP
         """
-        name = self.builder.names.name_or_generate(name_of(named), PROCESSVALUES)
+        require_function(supplier, "supplier", "KStream.process_values")
+        # a given name burns no index (Kafka's ``new NamedInternal(named).name()``)
+        name = name_of(named) or self.builder.names.new_processor_name(PROCESSVALUES)
         self.builder.graph.add_processor(
             ProcessorSpec(
                 name=name,
@@ -448,6 +465,7 @@ class KStream(StreamJoins, Generic[K, V]):
         Example:
             >>> stream.group_by(lambda k, word: word).count()  # doctest: +SKIP
         """
+        require_function(selector, "selector", "KStream.group_by")
         grouped = grouped or Grouped()
         selected = self._add(
             KEY_SELECT,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from common.errors import TopologyError
 from topology.api.options import Joined, Named, StreamJoined, name_of
+from topology.dsl.cogroup_windowed import require_function
 from topology.dsl.join_build import stream_global_join, stream_stream_join, stream_table_join
 from topology.dsl.ktable import GlobalKTable, KTable
 
@@ -173,6 +174,11 @@ class StreamJoins:
     ) -> KStream[Any, Any]:
         this: Any = self
         is_stream = isinstance(other, StreamJoins)  # a KStream: the handle these are mixed into
+        if isinstance(other, GlobalKTable):
+            require_function(arg1, "key_selector", "KStream.join")
+            require_function(arg2, "joiner", "KStream.join")
+        else:
+            require_function(arg1, "joiner", "KStream.join")
         if outer[1] and not is_stream:
             raise TopologyError(f"Processor {self.node}: an outer join needs a KStream")
         if is_stream:

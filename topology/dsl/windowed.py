@@ -11,6 +11,11 @@ serde.
 The store keeps windows for ``Materialized.with_retention`` ms of stream time, by default
 the least the windows need (see :mod:`topology.api.windows`); a smaller retention raises
 :class:`~common.errors.TopologyError` naming the store.
+
+``emit_strategy(EmitStrategy.on_window_close())`` records that the aggregation forwards
+each window once, when it closes (Kafka's KIP-825), instead of every update; a session
+store is then not cached (as Kafka's), and a windowed count is not combined before a
+shuffle.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from common.errors import TopologyError
 from common.serdes import Serde, Serdes
 from statestores.api import Windowed
+from topology.api.emit import ON_WINDOW_UPDATE, EmitStrategy
 from topology.api.options import Materialized, Named
 from topology.api.processor import Processor
 from topology.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
@@ -66,9 +72,31 @@ def _retention(store: str, mat: Materialized, needed: int, what: str) -> int:
 class TimeWindowedKStream(Generic[K, V]):
     """A grouped stream over time, sliding or unlimited windows."""
 
-    def __init__(self, grouped: KGroupedStream[K, V], windows: Windows) -> None:
+    def __init__(
+        self,
+        grouped: KGroupedStream[K, V],
+        windows: Windows,
+        emit: EmitStrategy = ON_WINDOW_UPDATE,
+    ) -> None:
         self.grouped = grouped
         self.windows = windows
+        self.emit = emit
+
+    def emit_strategy(self, strategy: EmitStrategy) -> TimeWindowedKStream[K, V]:
+        """Return this windowed stream with ``strategy``: forward every update (the
+        default) or each window once, when it closes.
+
+        Raises:
+            ValueError: ``on_window_close()`` over UnlimitedWindows (they never close).
+
+        Example:
+            >>> s.group_by_key().windowed_by(
+            ...     TimeWindows.of_size_with_no_grace(60_000)
+            ... ).emit_strategy(EmitStrategy.on_window_close()).count()  # doctest: +SKIP
+        """
+        if isinstance(self.windows, UnlimitedWindows) and strategy.on_close:
+            raise ValueError("ON_WINDOW_CLOSE emit strategy cannot be used for UnlimitedWindows")
+        return TimeWindowedKStream(self.grouped, self.windows, strategy)
 
     def _make_store(self, value_serde: Serde[Any] | None) -> Callable[..., StoreFactory]:
         windows, key_serde = self.windows, self.grouped.key_serde
@@ -96,12 +124,14 @@ class TimeWindowedKStream(Generic[K, V]):
     def _processor(
         self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any]
     ) -> Callable[[str, TableParams], Processor[Any, Any, Any, Any]]:
-        windows = self.windows
+        windows, emit = self.windows, self.emit
         if isinstance(windows, SlidingWindows):
             return lambda n, p: SlidingWindowAggregateProcessor(
-                n, p, windows, initializer, aggregator
+                n, p, windows, initializer, aggregator, emit=emit
             )
-        return lambda n, p: TimeWindowAggregateProcessor(n, p, windows, initializer, aggregator)
+        return lambda n, p: TimeWindowAggregateProcessor(
+            n, p, windows, initializer, aggregator, emit=emit
+        )
 
     def _aggregate(  # noqa: PLR0917 - the aggregation's functions
         self,
@@ -138,7 +168,12 @@ class TimeWindowedKStream(Generic[K, V]):
         """
         serde = Serdes.Long()
         # over time windows, a batch's records may be combined per key and window set
-        combiner = None if isinstance(self.windows, SlidingWindows) else "windowed-count"
+        # (not when closing: a node emitting closed windows needs each record's stream time)
+        combiner = (
+            None
+            if isinstance(self.windows, SlidingWindows) or self.emit.on_close
+            else "windowed-count"
+        )
         return self._aggregate(
             AGGREGATE, materialized, named, count_init, count_add, serde, combiner
         )
@@ -183,9 +218,26 @@ class TimeWindowedKStream(Generic[K, V]):
 class SessionWindowedKStream(Generic[K, V]):
     """A grouped stream over sessions."""
 
-    def __init__(self, grouped: KGroupedStream[K, V], windows: SessionWindows) -> None:
+    def __init__(
+        self,
+        grouped: KGroupedStream[K, V],
+        windows: SessionWindows,
+        emit: EmitStrategy = ON_WINDOW_UPDATE,
+    ) -> None:
         self.grouped = grouped
         self.windows = windows
+        self.emit = emit
+
+    def emit_strategy(self, strategy: EmitStrategy) -> SessionWindowedKStream[K, V]:
+        """Return this session-windowed stream with ``strategy``: forward every update
+        (the default) or each session once, when it closes.
+
+        Example:
+            >>> s.group_by_key().windowed_by(
+            ...     SessionWindows.of_inactivity_gap_with_no_grace(300_000)
+            ... ).emit_strategy(EmitStrategy.on_window_close()).count()  # doctest: +SKIP
+        """
+        return SessionWindowedKStream(self.grouped, self.windows, strategy)
 
     def _aggregate(  # noqa: PLR0917 - the aggregation's functions
         self,
@@ -197,7 +249,7 @@ class SessionWindowedKStream(Generic[K, V]):
         merger: Callable[[Any, Any, Any], Any],
         value_serde: Serde[Any] | None,
     ) -> KTable[Windowed[K], Any]:
-        windows, key_serde = self.windows, self.grouped.key_serde
+        windows, key_serde, emit = self.windows, self.grouped.key_serde, self.emit
 
         def make_store(name: str, mat: Materialized) -> StoreFactory:
             what = "the inactivity gap plus the grace period"
@@ -207,7 +259,8 @@ class SessionWindowedKStream(Generic[K, V]):
                 key_serde=mat.key_serde or key_serde,
                 value_serde=mat.value_serde or value_serde,
                 supplier=mat.supplier,
-                caching_enabled=mat.caching_enabled,
+                # Kafka never caches the session store of a closing aggregation
+                caching_enabled=mat.caching_enabled and not emit.on_close,
                 logging_enabled=mat.logging_enabled,
                 logging_config=mat.logging_config,
             )
@@ -218,7 +271,7 @@ class SessionWindowedKStream(Generic[K, V]):
             materialized=materialized,
             named=named,
             make_processor=lambda n, p: SessionWindowAggregateProcessor(
-                n, p, gap, grace, initializer, aggregator, merger
+                n, p, gap, grace, initializer, aggregator, merger, emit=emit
             ),
             make_store=make_store,
             value_serde=value_serde,

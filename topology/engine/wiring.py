@@ -28,6 +28,7 @@ from topology.engine.nodes import SinkProcessor, SourceRuntime, guard, user_erro
 from topology.engine.record_processing import RecordProcessing
 from topology.engine.task_metrics import E2E, NODE
 from topology.graph.graph import ProcessorSpec, SinkSpec, SourceSpec
+from topology.graph.naming import REPARTITION_TOPIC_SUFFIX
 from topology.graph.stores import resolve_serde
 
 if TYPE_CHECKING:
@@ -107,6 +108,10 @@ class _Wiring:
         task, topology, config = self.task, self.task.topology, self.task.config
         ctx = NodeContext(task, name, frozenset())
         extractor = spec.timestamp_extractor or self.default_extractor
+        if spec.internal and all(t.endswith(REPARTITION_TOPIC_SUFFIX) for t in spec.topics):
+            # a repartition topic's records keep the timestamps they were written with,
+            # whatever default.timestamp.extractor says (Kafka's repartition nodes)
+            extractor = spec.timestamp_extractor or FailOnInvalidTimestamp()
         source = SourceRuntime(
             name,
             resolve_serde(spec.key_serde, config.default_key_serde),

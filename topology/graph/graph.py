@@ -123,6 +123,9 @@ class GraphBuilder:
     repartition_topics: dict[str, RepartitionTopicSpec] = field(default_factory=dict)
     copartition_groups: list[CopartitionGroup] = field(default_factory=list)
     generated_resources: list[tuple[str, str]] = field(default_factory=list)
+    #: every name the builder's name provider handed out (resources named after one are
+    #: not the user's: ``ensure.explicit.internal.resource.naming``)
+    generated_names: set[str] = field(default_factory=set)
     require_explicit_names: bool = False
 
     def _add(self, spec: NodeSpec) -> None:
@@ -198,8 +201,11 @@ class GraphBuilder:
         self.copartition_groups.append(CopartitionGroup(node, frozenset(source_nodes)))
 
     def note_generated(self, node: str, resource: str) -> None:
-        """Record that ``node`` uses a generated internal resource name (store or topic);
-        ``ensure.explicit.internal.resource.naming`` turns these into errors."""
+        """Record that ``node`` uses a generated internal resource name (store or topic).
+
+        Names made from one the name provider handed out are found without this; note a
+        name generated another way. ``ensure.explicit.internal.resource.naming`` turns
+        these into errors (:mod:`topology.graph.internal_names`)."""
         self.generated_resources.append((node, resource))
 
     def source_nodes_of(self, node: str) -> frozenset[str]:

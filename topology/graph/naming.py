@@ -40,6 +40,8 @@ KTABLE_TOSTREAM: Final = "KTABLE-TOSTREAM-"
 KTABLE_SELECT: Final = "KTABLE-SELECT-"
 KTABLE_AGGREGATE: Final = "KTABLE-AGGREGATE-"
 KTABLE_REDUCE: Final = "KTABLE-REDUCE-"
+COGROUP_AGGREGATE: Final = "COGROUPKSTREAM-AGGREGATE-"
+COGROUP_MERGE: Final = "COGROUPKSTREAM-MERGE-"
 STATE_STORE: Final = "STATE-STORE-"
 REPARTITION_TOPIC_SUFFIX: Final = "-repartition"
 CHANGELOG_TOPIC_SUFFIX: Final = "-changelog"
@@ -48,17 +50,24 @@ _GENERATED: Final = re.compile(r"KSTREAM.*-[0-9]{10}")
 
 
 class NameProvider:
-    """Hand out ``PREFIX`` + a zero-padded 10-digit index from one counter."""
+    """Hand out ``PREFIX`` + a zero-padded 10-digit index from one counter.
 
-    __slots__ = ("_index",)
+    Every name handed out is kept in :attr:`generated`, so that the names of internal
+    resources derived from one (``<generated>-repartition``, ``<generated>-store``) can be
+    told from the user's (``ensure.explicit.internal.resource.naming``).
+    """
+
+    __slots__ = ("_index", "generated")
 
     def __init__(self) -> None:
         self._index = 0
+        self.generated: set[str] = set()
 
     def new_processor_name(self, prefix: str) -> str:
         """Return ``prefix`` followed by the next index, e.g. ``KSTREAM-MAP-0000000003``."""
         name = f"{prefix}{self._index:010d}"
         self._index += 1
+        self.generated.add(name)
         return name
 
     def new_store_name(self, prefix: str) -> str:

@@ -21,7 +21,7 @@ from common.config import StreamsConfig
 from common.errors import SerializationError
 from common.serdes import LongSerde, Serde, deserialize_many, serde_from_name
 from statestores.api import StoreBuilder
-from statestores.stores import Stores
+from statestores.stores import Stores, VersionedBytesStoreSupplier
 from topology.api.record import Change, ValueAndTimestamp
 
 _TS = struct.Struct(">q")
@@ -105,13 +105,21 @@ class KeyValueStoreFactory:
 
     @property
     def kind(self) -> str:
-        """Always ``key_value``."""
-        return "key_value"
+        """``key_value``, or ``versioned`` for a versioned supplier (KIP-889)."""
+        return (
+            "versioned" if isinstance(self.supplier, VersionedBytesStoreSupplier) else "key_value"
+        )
 
     def builder(self, config: StreamsConfig) -> StoreBuilder:
-        """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``."""
+        """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``
+        (a versioned supplier's store keeps plain values: each version has its time)."""
         key_serde = resolve_serde(self.key_serde, config.default_key_serde)
         value_serde = resolve_serde(self.value_serde, config.default_value_serde)
+        if isinstance(self.supplier, VersionedBytesStoreSupplier):
+            versioned: Any = Stores.versioned_key_value_store_builder(
+                self.supplier, key_serde, value_serde
+            )
+            return _configure(versioned, config, self)
         if self.timestamped:
             value_serde = ValueAndTimestampSerde(value_serde)
         supplier = self.supplier

@@ -28,6 +28,7 @@ from topology.graph.graph import (
     SinkSpec,
     SourceSpec,
 )
+from topology.graph.internal_names import ImplicitNames, implicit_names
 from topology.graph.naming import CHANGELOG_TOPIC_SUFFIX
 from topology.graph.stores import StoreFactory
 
@@ -81,6 +82,13 @@ class Topology:
         self.children: Mapping[str, tuple[str, ...]] = MappingProxyType(
             {name: tuple(kids) for name, kids in children.items()}
         )
+        #: Internal resources with generated names (KIP-1111).
+        self.implicit_names: ImplicitNames = implicit_names(
+            self.stores,
+            self.repartition_topics,
+            graph.generated_names,
+            (resource for _, resource in graph.generated_resources),
+        )
         _validate(self, graph)
         self.subtopologies: tuple[SubTopology, ...] = _node_groups(self)
 
@@ -131,7 +139,12 @@ class Topology:
 
     def validate(self, config: StreamsConfig) -> None:
         """Check what needs the configuration: every node without a serde must get one from
-        ``default.key.serde`` / ``default.value.serde``. Raise TopologyError naming the node."""
+        ``default.key.serde`` / ``default.value.serde``; with
+        ``ensure.explicit.internal.resource.naming`` no internal resource may have a
+        generated name (the application refuses to start, as Kafka's). Raise TopologyError
+        naming the node, or listing every unnamed resource."""
+        if config.ensure_explicit_internal_resource_naming and self.implicit_names:
+            raise TopologyError(self.implicit_names.error())
         for name, spec in self.nodes.items():
             if isinstance(spec, ProcessorSpec):
                 continue
@@ -182,7 +195,7 @@ def _topics_of(spec: NodeSpec) -> Iterable[str]:
 
 def _validate(topology: Topology, graph: GraphBuilder) -> None:
     """Raise TopologyError for unknown stores, duplicate store use across global and local,
-    and generated internal names when explicit naming is required."""
+    and generated internal names when explicit naming is required (else warn of them)."""
     for name, spec in topology.nodes.items():
         if isinstance(spec, ProcessorSpec):
             for store in spec.stores:
@@ -194,13 +207,9 @@ def _validate(topology: Topology, graph: GraphBuilder) -> None:
     for store in graph.node_stores:
         if store not in topology.nodes:
             raise TopologyError(f"Processor {store} has stores connected but is not added")
-    if graph.require_explicit_names and graph.generated_resources:
-        node, resource = graph.generated_resources[0]
-        raise TopologyError(
-            f"Processor {node}: internal resource {resource!r} has a generated name, but "
-            "ensure.explicit.internal.resource.naming is set; name it with Materialized.as_, "
-            "Grouped.as_ or Repartitioned.as_"
-        )
+    if graph.require_explicit_names and topology.implicit_names:
+        raise TopologyError(topology.implicit_names.error())
+    topology.implicit_names.warn()
     for group in topology.copartition_groups:
         if group.node not in topology.nodes:
             raise TopologyError(f"co-partition group of unknown processor {group.node}")

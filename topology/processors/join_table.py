@@ -18,19 +18,24 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
+from common.errors import TopologyError
+from statestores.versioned_store import MeteredVersionedKeyValueStore
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
 from topology.engine.columnar import Batch
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
+from topology.processors.join_grace import GraceBuffer
 from topology.processors.joins import (
+    DerivedGetter,
     GetterSupplier,
     KeyedJoiner,
+    StoreGetter,
     ValueGetter,
     call_joiner,
     get_many,
 )
-from topology.processors.proc_table import TableParams, TupleForwarder
+from topology.processors.proc_table import TableParams, TupleForwarder, put_table
 
 _LOG = logging.getLogger(__name__)
 _new = tuple.__new__
@@ -51,6 +56,11 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
         joiner: ``(key, value, table value) -> result``.
         fn: the user's joiner (named in errors).
         left: a left join (emit ``joiner(key, value, None)`` when there is no match).
+        grace_ms: the grace period (KIP-923): records wait in the buffer store
+            ``buffer_store`` and are joined in timestamp order; needs a versioned table.
+        buffer_store: the grace buffer's store name.
+
+    A versioned table (KIP-914) is read as of the stream record's timestamp.
     """
 
     def __init__(  # noqa: PLR0917 - one supplier per join kind
@@ -61,6 +71,8 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
         joiner: KeyedJoiner,
         fn: Any,
         left: bool,
+        grace_ms: int | None = None,
+        buffer_store: str | None = None,
     ) -> None:
         self.name = name
         self.getter: ValueGetter = getter.make()
@@ -69,11 +81,27 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
         self.fn = fn
         self.left = left
         self.dropped = 0
+        self.grace_ms = grace_ms
+        self.buffer_store = buffer_store
+        self.buffer: GraceBuffer | None = None
+        #: Reads the table as of a time (a versioned table), else None.
+        self.as_of: Any = None
 
     def init(self, context: Any) -> None:
-        """Open the table's stores."""
+        """Open the table's stores (and the grace buffer).
+
+        Raises:
+            TopologyError: a grace period over a table that is not versioned (fatal).
+        """
         self.context: NodeContext = context
         self.getter.init(context)
+        self.as_of = versioned_reader(self.getter)
+        if self.grace_ms is not None:
+            if self.as_of is None:
+                raise TopologyError(
+                    "KTable must be versioned to use a grace period in a stream table join."
+                )
+            self.buffer = GraceBuffer(context.get_state_store(self.buffer_store), self.grace_ms)
 
     def _map(self, key: Any, value: Any) -> Any:
         if self.key_mapper is None:
@@ -84,18 +112,32 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
             raise user_error(self.name, self.key_mapper, exc, "key selector") from exc
 
     def process(self, record: Record[Any, Any]) -> None:
-        """Look the table up and emit the joined record (or drop it)."""
+        """Look the table up and emit the joined record (or drop it); with a grace period,
+        buffer it and join what the buffer lets out."""
         key, value = record[0], record[1]
         table_key = self._map(key, value)
         kept = self.left and key is None and value is not None  # KIP-962
         if not kept and (table_key is None or value is None):
             self._skip(self.context.offset)
             return
-        found = None if table_key is None else self.getter.get(table_key)
+        buffer = self.buffer
+        if buffer is not None and key is not None and buffer.put(*record, self.context.topic):
+            for k, v, ts, headers in buffer.evict():
+                self._join(k, v, self._map(k, v), ts, headers)
+            return
+        self._join(key, value, table_key, record[2], record[3])
+
+    def _join(self, key: Any, value: Any, table_key: Any, ts: int, headers: Any) -> None:
+        if table_key is None:
+            found = None
+        elif self.as_of is not None:
+            found = self.as_of(table_key, ts)
+        else:
+            found = self.getter.get(table_key)
         other = None if found is None else found[0]
         if self.left or other is not None:
             joined = call_joiner(self.name, self.fn, self.joiner, key, value, other)
-            self.context.forward(_new(Record, (key, joined, record[2], record[3])))
+            self.context.forward(_new(Record, (key, joined, ts, headers)))
 
     def _skip(self, offset: int | None) -> None:
         """Drop a record with a null value or join key: counted in the task's
@@ -113,8 +155,14 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
     def process_batch(self, batch: Batch) -> None:
         """Join a batch of stream records: the table read once for the batch's distinct
         join keys (the table does not change within the batch: its updates come between
-        the stream's batches, in timestamp order), the joiner called once per record."""
+        the stream's batches, in timestamp order), the joiner called once per record. A
+        versioned table, read as of each record's time, is joined record by record."""
         ks, vs = batch.keys, batch.values
+        if self.as_of is not None:
+            for i in range(len(ks)):
+                self.context.set_timestamp(batch.timestamps[i])
+                self.process(_new(Record, (ks[i], vs[i], batch.timestamps[i], batch.header(i))))
+            return
         if self.key_mapper is None:
             table_keys = ks
         else:
@@ -252,8 +300,8 @@ class TableJoinMergeProcessor(Processor[Any, Any, Any, Any]):
         if self.store is None:
             self.context.forward(record)
             return
-        self.store.put(key, None if change[0] is None else ValueAndTimestamp(change[0], ts))
-        self.forwarder.maybe_forward(record)
+        if put_table(self.store, key, change[0], ts):
+            self.forwarder.maybe_forward(record)
 
 
 class TableJoinGetter:
@@ -286,3 +334,23 @@ class TableJoinGetter:
         ts = max(_UNKNOWN if left is None else left[1], _UNKNOWN if right is None else right[1])
         value = self.joiner(None if left is None else left[0], None if right is None else right[0])
         return ValueAndTimestamp(value, ts)
+
+
+def versioned_reader(getter: Any) -> Any:
+    """Return ``read(key, as_of)`` when ``getter`` reads a versioned table (Kafka's
+    ``KTableValueGetter.isVersioned``): its store, or a derived table's parent's through
+    the operator; None otherwise."""
+    if isinstance(getter, StoreGetter):
+        store = getter.store
+        return store.get if isinstance(store, MeteredVersionedKeyValueStore) else None
+    if isinstance(getter, DerivedGetter):
+        parent = versioned_reader(getter.parent)
+        if parent is None:
+            return None
+        computed = getter._computed  # the derived table's own computation
+
+        def read(key: Any, as_of: int) -> Any:
+            return computed(key, parent(key, as_of))
+
+        return read
+    return None

@@ -7,6 +7,10 @@ forwarded as tombstones, then the merged session takes the record and is forward
 forwarded record carries its session's end as timestamp. A merged session ending before
 ``observed stream time - gap - grace`` is closed (no record within grace can extend it
 any more): the record is dropped and counted.
+
+Under emit-on-close nothing is forwarded per update: after each record, the sessions that
+ended before ``observed stream time - gap - grace`` go out once, by end, start, then key
+bytes, each stamped with its end (Kafka's time-ordered session store's scan).
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from collections.abc import Callable
 from typing import Any
 
 from statestores.api import Window, Windowed
+from topology.api.emit import ON_WINDOW_UPDATE, EmitStrategy
 from topology.api.record import Change, Record
 from topology.processors.proc_table import TableParams
 from topology.processors.proc_window import AnyRecord, WindowedAggregating
+from topology.processors.window_emit import forward_final
 
 _new = tuple.__new__
 
@@ -53,8 +59,10 @@ class SessionWindowAggregateProcessor(WindowedAggregating):
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
         merger: Callable[[Any, Any, Any], Any],
+        *,
+        emit: EmitStrategy = ON_WINDOW_UPDATE,
     ) -> None:
-        super().__init__(name, params, initializer, aggregator)
+        super().__init__(name, params, initializer, aggregator, emit=emit)
         self.gap_ms = gap_ms
         self.grace_ms = grace_ms
         self.merger = merger
@@ -82,15 +90,35 @@ class SessionWindowAggregateProcessor(WindowedAggregating):
         window = Window(start, end)
         if end < close_time:
             self.drop("expired window", record, window)
+        else:
+            if start != ts or end != ts:
+                for session, value in merged:
+                    self.store.remove(session)
+                    self._forward(session, None, value, record)
+            agg = self.call(self.aggregator, key, record[1], agg)
+            session_key = Windowed(key, window)
+            self.store.put(session_key, agg)
+            self._forward(session_key, agg, None, record)
+        if self.emitter is not None:
+            self._emit_closed(record, close_time)
+
+    def _emit_closed(self, record: AnyRecord, close_time: int) -> None:
+        """Emit the sessions ending before ``close_time`` not emitted yet, each stamped
+        with its end (after the record's writes, as Kafka's: a record may merge a session
+        that closes at this very record into a session still open)."""
+        emitter = self.emitter
+        assert emitter is not None
+        if not emitter.due(close_time):
             return
-        if start != ts or end != ts:
-            for session, value in merged:
-                self.store.remove(session)
-                self._forward(session, None, value, record)
-        agg = self.call(self.aggregator, key, record[1], agg)
-        session_key = Windowed(key, window)
-        self.store.put(session_key, agg)
-        self._forward(session_key, agg, None, record)
+        upper = close_time - 1  # both ends are inclusive
+        lower = max(0, emitter.last_emit)
+        if upper < 0 or upper < lower:
+            return
+        sessions, values = self.store.find_ended_sessions(lower, upper)
+        n = len(sessions)
+        ends = [s.window.end for s in sessions]
+        forward_final(self.context, sessions, values, ends, [record[3]] * n, None)
+        emitter.emitted(close_time, n)
 
     def _forward(self, session: Windowed[Any], new: Any, old: Any, record: AnyRecord) -> None:
         change = Change(new, old if self.send_old else None)

@@ -13,7 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from common.errors import StreamsError
+from statestores.api import PUT_RETURN_CODE_NOT_PUT
 from statestores.caching import cache_max_bytes
+from statestores.versioned_store import MeteredVersionedKeyValueStore
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
 from topology.engine.columnar import Batch, rows_at
@@ -32,6 +35,16 @@ class TableParams:
 
     store_name: str | None = None
     send_old_values: bool = False
+
+
+def put_table(store: Any, key: Any, value: Any, timestamp: int) -> bool:
+    """Write a table update into a timestamped or a versioned store (Kafka's
+    ``KeyValueStoreWrapper``); return False when a versioned store did not take it (older
+    than its history retention: not forwarded either, KIP-914)."""
+    if isinstance(store, MeteredVersionedKeyValueStore):
+        return store.put(key, value, timestamp) != PUT_RETURN_CODE_NOT_PUT
+    store.put(key, None if value is None else ValueAndTimestamp(value, timestamp))
+    return True
 
 
 class TupleForwarder:
@@ -122,9 +135,11 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
         if self.params.store_name is not None:
             self.store = context.get_state_store(self.params.store_name)
             self.forwarder = TupleForwarder(self.store, context, self.params.send_old_values)
+        self.versioned = isinstance(self.store, MeteredVersionedKeyValueStore)
 
     def process(self, record: AnyRecord) -> None:
-        """Update the store and forward the change."""
+        """Update the store and forward the change (a versioned store's update too old to
+        be put is not forwarded, as Kafka's ``KTableSource``)."""
         key, value, ts = record[0], record[1], record[2]
         if key is None:
             self._skip_null_key(self.context.offset)
@@ -135,10 +150,26 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
             return
         old = store.get(key)
         if old is not None and ts < old[1]:
-            _LOG.debug("out-of-order KTable update node=%s key=%r", self.name, key)
-        store.put(key, None if value is None else ValueAndTimestamp(value, ts))
+            self._out_of_order(old[1], ts, self.context.offset)
+        if not put_table(store, key, value, ts):
+            return  # a versioned store's update older than its history retention
         old_value = old[0] if old is not None and self.params.send_old_values else None
         self.forwarder.maybe_forward(_new(Record, (key, Change(value, old_value), ts, record[3])))
+
+    def _out_of_order(self, old_ts: int, new_ts: int, offset: int | None) -> None:
+        """Log an update older than the stored value (applied all the same), as Kafka's
+        ``KTableSource`` does."""
+        context = self.context
+        _LOG.warning(
+            "Detected out-of-order KTable update for %s, old timestamp=[%s] new timestamp=[%s]."
+            " topic=[%s] partition=[%s] offset=[%s].",
+            self.params.store_name,
+            old_ts,
+            new_ts,
+            context.topic,
+            context.partition,
+            offset,
+        )
 
     def _skip_null_key(self, offset: int | None) -> None:
         """Drop a record with a null key: counted in the task's ``dropped-records`` and
@@ -167,9 +198,12 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
             self.context.forward_batch(part.with_values([Change(v, None) for v in part.values]))
             return
         try:
-            last = {ks[i]: i for i in keep}
+            # a versioned store keeps every version: record by record, as one at a time
+            last = None if self.versioned else {ks[i]: i for i in keep}
         except TypeError:  # an unhashable key: record by record
-            for i in range(len(ks)):
+            last = None
+        if last is None:
+            for i in keep:  # the null keys were counted above
                 self.context.set_timestamp(ts[i])
                 self.process(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
             return
@@ -180,6 +214,8 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
         for i in keep:
             key, value = ks[i], vs[i]
             old = state[key] if key in state else store.get(key)
+            if old is not None and ts[i] < old[1]:
+                self._out_of_order(old[1], ts[i], self.context.input_offset(batch.rows[i]))
             state[key] = None if value is None else ValueAndTimestamp(value, ts[i])
             if not buffered:
                 changes.append(Change(value, old[0] if old is not None and send_old else None))
@@ -236,8 +272,8 @@ class _TableTransform(Processor[Any, Any, Any, Any]):
             return
         out = _new(Record, (key, Change(new, old), ts, record[3]))
         if self.store is not None:
-            self.store.put(key, None if new is None else ValueAndTimestamp(new, ts))
-            self.forwarder.maybe_forward(out)
+            if put_table(self.store, key, new, ts):
+                self.forwarder.maybe_forward(out)
         else:
             self.context.forward(out)
 
@@ -275,6 +311,27 @@ class TableMapValuesProcessor(_TableTransform):
         return self.fn(key, value) if self.with_key else self.fn(value)
 
 
+class ForwardingDisabledContext:
+    """The node's context as a value transformer sees it: everything but forwarding (Kafka's
+    ``ForwardingDisabledProcessorContext``), so the key cannot change."""
+
+    __slots__ = ("_context",)
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    def forward(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse: the transformed value is the transformer's only output."""
+        raise StreamsError(
+            "ProcessorContext#forward() is not supported from this context, as the framework "
+            "must ensure the key is not changed (#forward allows changing the key on messages "
+            "which are sent). Use KStream.map() instead."
+        )
+
+
 class TableTransformValuesProcessor(_TableTransform):
     """Transform each value with a user's transformer (Kafka's ``KTableTransformValues``):
     ``supplier()`` makes one per processor, initialised with the node's context (the
@@ -297,7 +354,7 @@ class TableTransformValuesProcessor(_TableTransform):
             )
         init = getattr(self.transformer, "init", None)
         if init is not None:
-            init(context)
+            init(ForwardingDisabledContext(context))
 
     def compute(self, key: Any, value: Any) -> Any:
         """Return ``transform(key, value)``."""

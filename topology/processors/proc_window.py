@@ -6,24 +6,40 @@ Each processor keeps its own *observed stream time* (the largest timestamp it ha
 Kafka's); a window closes at ``observed stream time - grace``. A record whose key is null,
 or that would only update closed windows, is dropped and counted in the task's
 ``dropped_records`` (Kafka's ``dropped-records`` sensor).
+
+Under ``EmitStrategy.on_window_close()`` updates are not forwarded: each window goes out
+once when it closes (see :mod:`topology.processors.window_emit`). A record looks for the
+windows its stream time closed *before* its own writes: those cannot touch a closed window,
+so the result is Kafka's (which looks after them), and a record that moves stream time
+far cannot expire from the store a window it closes before it is emitted. A batch folds
+its records first, then emits what its records closed (its folded windows read over the
+store's), then writes.
 """
 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
 from statestores.api import Window, Windowed
+from topology.api.emit import ON_WINDOW_UPDATE, EmitStrategy
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
-from topology.api.windows import FixedWindows
-from topology.engine.columnar import Batch
+from topology.api.windows import FixedWindows, TimeWindows
+from topology.engine.columnar import Batch, rows_at
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 from topology.processors.proc_aggregate import count_add, count_init
 from topology.processors.proc_table import TableParams, TupleForwarder
 from topology.processors.window_count import count_windows
+from topology.processors.window_emit import (
+    NO_TIMESTAMP,
+    SilentForwarder,
+    WindowCloseEmitter,
+    forward_final,
+)
 
 _LOG = logging.getLogger(__name__)
 _new = tuple.__new__
@@ -50,13 +66,18 @@ class WindowedAggregating(Processor[Any, Any, Any, Any]):
         params: TableParams,
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
+        *,
+        emit: EmitStrategy = ON_WINDOW_UPDATE,
     ) -> None:
         self.name = name
         self.params = params
         self.initializer = initializer
         self.aggregator = aggregator
+        self.emit_strategy = emit
         self.observed_stream_time = NO_TIME
         self.dropped = 0
+        #: The emit-on-close bookkeeping (None: every update is forwarded).
+        self.emitter: WindowCloseEmitter | None = None
 
     def init(self, context: Any) -> None:
         """Open the store and set up forwarding (on cache flush when caching is on)."""
@@ -64,7 +85,19 @@ class WindowedAggregating(Processor[Any, Any, Any, Any]):
         assert self.params.store_name is not None
         self.store: Any = context.get_state_store(self.params.store_name)
         self.send_old = self.params.send_old_values
-        self.forwarder = self.make_forwarder()
+        if self.emit_strategy.on_close:
+            self.emitter = WindowCloseEmitter(self.name, self.store, context)
+            self.forwarder: Any = SilentForwarder()
+        else:
+            self.forwarder = self.make_forwarder()
+
+    def emit_closed(self, found: list[tuple[Windowed[Any], Any]], record: AnyRecord) -> None:
+        """Forward closed windows ``(windowed key, ValueAndTimestamp)`` with the headers of
+        ``record``, the one that closed them."""
+        hs = record[3]
+        keys = [w for w, _ in found]
+        values = [v[0] for _, v in found]
+        forward_final(self.context, keys, values, [v[1] for _, v in found], [hs] * len(found), None)
 
     def make_forwarder(self) -> Any:
         """Return the forwarder of this node's updates."""
@@ -118,8 +151,15 @@ class TimeWindowAggregateProcessor(WindowedAggregating):
         windows: FixedWindows,
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
+        *,
+        emit: EmitStrategy = ON_WINDOW_UPDATE,
     ) -> None:
-        super().__init__(name, params, initializer, aggregator)
+        super().__init__(name, params, initializer, aggregator, emit=emit)
+        if emit.on_close and not isinstance(windows, TimeWindows):
+            raise ValueError(
+                "ON_WINDOW_CLOSE strategy is only supported for TimeWindows and SlidingWindows "
+                "for TimeWindowedKStream"
+            )
         self.windows = windows
         #: A ``count()``: a source's raw columns may be counted inside Arrow.
         self.counting = initializer is count_init and aggregator is count_add
@@ -150,6 +190,11 @@ class TimeWindowAggregateProcessor(WindowedAggregating):
         self.observe(ts)
         close_time = self.observed_stream_time - self.windows.grace_ms
         store = self.store
+        if self.emitter is not None and self.emitter.due(close_time):
+            found = self.closed_windows(close_time)
+            if found is not None:
+                self.emit_closed(found, record)
+                self.emitter.emitted(close_time, len(found))
         for start, window in self.windows.windows_for(ts).items():
             if window.end <= close_time:
                 self.drop("expired window", record, window)
@@ -163,7 +208,57 @@ class TimeWindowAggregateProcessor(WindowedAggregating):
             store.put(key, ValueAndTimestamp(new, new_ts), start)
             self.forward(key, window, new, old, new_ts, record)
 
-    def process_batch(self, batch: Batch) -> None:
+    def closed_windows(
+        self, close_time: int, pending: Any = None
+    ) -> list[tuple[Windowed[Any], Any]] | None:
+        """The windows closed by ``close_time`` and not emitted yet, by start then key
+        bytes, or None when there is nothing to look at (Kafka's ``emitRangeUpperBound <
+        0`` and ``shouldRangeFetch``); ``pending``: a batch's folded windows, not written
+        yet, read over the stored ones."""
+        size, last = self.windows.size(), self.emitter.last_emit  # type: ignore[union-attr]
+        upper = close_time - size
+        if upper < 0:
+            return None
+        lower = 0 if last == NO_TIMESTAMP else max(0, last - size) + 1
+        if last != NO_TIMESTAMP:
+            windows_for = self.windows.windows_for
+            if windows_for(upper).keys() == windows_for(lower - 1).keys():
+                return None  # no window starts between: nothing closed since
+        return self.store.fetch_closed(lower, upper, pending)  # type: ignore[no-any-return]
+
+    def emit_batch(
+        self, rows: list[int], closes: list[int], pending: Any, batch: Batch | None = None
+    ) -> None:
+        """Emit the windows a batch's records closed, each with the record that closed it
+        (the first whose close time reaches the window's end): ``rows`` the records that
+        look (non-null keys), ``closes`` their close times, ``pending`` the batch's folded
+        windows not written yet, ``batch`` the records (None: a source's raw columns, no
+        headers, ``rows`` the input rows)."""
+        emitter = self.emitter
+        assert emitter is not None
+        looks = emitter.looks(len(rows))
+        if not looks:
+            return
+        final = closes[looks - 1]
+        if emitter.last_emit != NO_TIMESTAMP and emitter.last_emit >= final:
+            return
+        found = self.closed_windows(final, pending)
+        if found is None:
+            return
+        seen = closes[:looks]
+        by = [rows[bisect_left(seen, w.window.end)] for w, _ in found]
+        hs = None if batch is None or batch.headers is None else [batch.headers[i] for i in by]
+        forward_final(
+            self.context,
+            [w for w, _ in found],
+            [v[0] for _, v in found],
+            [v[1] for _, v in found],
+            hs,
+            by if batch is None else rows_at(batch.rows, by),
+        )
+        emitter.emitted(final, len(found))
+
+    def process_batch(self, batch: Batch) -> None:  # noqa: PLR0915 - one pass over a batch
         """Fold a batch per key and window: each (key, window) read once and written once,
         in the order of its last update (the cache's dirty order of the record engine);
         the aggregator called once per record and window; the observed stream time, the
@@ -182,6 +277,10 @@ class TimeWindowAggregateProcessor(WindowedAggregating):
         buffered = forwarder.buffered
         aggs: dict[tuple[Any, int], Any] = {}  # (key, start) -> ValueAndTimestamp | None
         last: dict[tuple[Any, int], int] = {}  # -> the record of its last update
+        closing = self.emitter is not None
+        collect = not buffered and not closing
+        looks: list[int] = []  # closing: the records that look for closed windows
+        closes: list[int] = []  # and their close times
         out: list[int] = []
         out_keys: list[Any] = []
         changes: list[Any] = []
@@ -193,6 +292,9 @@ class TimeWindowAggregateProcessor(WindowedAggregating):
                 continue
             self.observe(t)
             close_time = self.observed_stream_time - grace
+            if closing:
+                looks.append(i)
+                closes.append(close_time)
             for start, window in windows_for(t).items():
                 if window.end <= close_time:
                     self.drop("expired window", _new(Record, (key, vs[i], t, ())), window)
@@ -207,11 +309,13 @@ class TimeWindowAggregateProcessor(WindowedAggregating):
                 aggs[slot] = ValueAndTimestamp(new, new_ts)
                 last.pop(slot, None)
                 last[slot] = i
-                if not buffered:
+                if collect:
                     out.append(i)
                     out_keys.append(Windowed(key, window))
                     changes.append(Change(new, old if send_old else None))
                     out_ts.append(new_ts)
+        if closing:  # before the writes: see the module's docstring
+            self.emit_batch(looks, closes, aggs, batch)
         set_timestamp = self.context.set_timestamp
         forwarder.muted = not buffered  # a cache of size 0 hands on each put: see below
         try:
