@@ -104,7 +104,7 @@ HOPPING = Case(
     build=_hopping,
     inputs=_inputs(TIMES, headers=True),
     outputs=("out",),
-    max_poll_records=5,
+    max_poll_records=2,
     config=CONFIG,
     check=_check_hopping,
 )
@@ -137,7 +137,7 @@ SLIDING = Case(
     build=_sliding,
     inputs=_inputs(TIMES),
     outputs=("out",),
-    max_poll_records=2,
+    max_poll_records=5,
     config=CONFIG,
     check=_check_sliding,
 )

@@ -84,8 +84,9 @@ def build_topology() -> Topology:
 
 
 def generate(n: int, seed: int = 11) -> list[tuple[str, str, int]]:
-    """``10 n`` views of 6 users (batches enough for five kills): ``5 n`` of the users of
-    input partition 0, then, two minutes later, ``5 n`` of those of partition 1.
+    """``20 n`` views of 6 users: ``10 n`` of the users of input partition 0, then, two
+    minutes later, ``10 n`` of those of partition 1 (with 3 records per partition and
+    batch, a run takes over half a minute: the random kills land while it processes).
 
     Views are about 2 s apart, each up to 4 s late: within the grace period whatever a
     partition's stream time, so none is dropped, and a task that restarts (its stream time
@@ -101,7 +102,7 @@ def generate(n: int, seed: int = 11) -> list[tuple[str, str, int]]:
     out = []
     for partition in range(partitions):
         users = [u for u in USERS if partition_for_key(u.encode(), partitions) == partition]
-        for _ in range(5 * n):
+        for _ in range(10 * n):
             clock += rng.randint(300, 3_500)
             out.append((rng.choice(users), "view", clock - rng.randint(0, 4_000)))
         clock += 60_000
