@@ -168,12 +168,8 @@ class TimeWindowedKStream(Generic[K, V]):
         """
         serde = Serdes.Long()
         # over time windows, a batch's records may be combined per key and window set
-        # (not when closing: a node emitting closed windows needs each record's stream time)
-        combiner = (
-            None
-            if isinstance(self.windows, SlidingWindows) or self.emit.on_close
-            else "windowed-count"
-        )
+        # (closing too: see topology.processors.window_count)
+        combiner = None if isinstance(self.windows, SlidingWindows) else "windowed-count"
         return self._aggregate(
             AGGREGATE, materialized, named, count_init, count_add, serde, combiner
         )

@@ -12,6 +12,15 @@ order of its last update, which is the cache's dirty order of record-at-a-time
 processing. The drops and the observed stream time are those of record-at-a-time
 processing, record for record. Under emit-on-close, the windows the records closed are
 emitted between the reads and the writes (see :mod:`topology.processors.proc_window`).
+
+Combined records (``weights``: :mod:`topology.engine.combine`) are counted here under
+emit-on-close too. A combined record stands at its group's last record with that record's
+timestamp, so the stream time at each combined record is the one the records had there,
+and a batch's last record closes the same windows; none of the batch's own windows is
+closed (else the batch runs again uncombined), so what goes out are stored windows with
+their stored aggregates. What may differ is only which record looks for closed windows
+when the emit interval throttles (a later one of the batch, as a wall clock that lapsed a
+little later would have chosen) and so which record's headers a window goes out with.
 """
 
 from __future__ import annotations
@@ -49,7 +58,6 @@ def count_windows(  # noqa: PLR0917 - a source's raw columns
     if (
         not isinstance(windows, TimeWindows)
         or not (node.forwarder.buffered or closing)
-        or (closing and weights is not None)
         or logging.getLogger("topology.processors.proc_window").isEnabledFor(logging.DEBUG)
         or not column_decodes(value_serde, values)
     ):
