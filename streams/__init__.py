@@ -18,6 +18,7 @@ _EXPORTS = {
     "delta_table_stream": "runtime.spark.delta_table_source",
     "StreamThreadExceptionResponse": "runtime.app.app_state",
     "StreamsConfig": "common.config",
+    "Stores": "statestores.stores",
     "Serde": "common.serdes",
     "Serdes": "common.serdes",
     "serde_from_name": "common.serdes",
@@ -126,6 +127,7 @@ __all__ = [
     "SerializationError",
     "SessionWindows",
     "SlidingWindows",
+    "Stores",
     "StreamJoined",
     "StreamThreadExceptionResponse",
     "StreamsApp",
@@ -179,6 +181,7 @@ if TYPE_CHECKING:
     from runtime.storage.topics import TopicAdmin
     from runtime.txn.producer import TransactionalProducer
     from statestores.api import VersionedRecord, Window, Windowed
+    from statestores.stores import Stores
     from streams.testkit.driver import TopologyTestDriver
     from streams.testkit.topics import TestInputTopic, TestOutputTopic, TestRecord
     from topology.api.emit import EmitStrategy

@@ -56,7 +56,8 @@ from runtime.group.state import (
 )
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.cas_log import CasLog
-from runtime.txn.coordinator import id_dir, now_ms
+from runtime.txn.coordinator import now_ms
+from runtime.txn.staging import id_dir
 
 __all__ = [
     "GroupCoordinator",

@@ -1,12 +1,12 @@
 """Write record files and commit them to a topic's Delta log by compare-and-swap.
 
 Shared by the plain producer (files under ``partition=<p>/``, committed at once) and the
-transactional producer (files staged as ``txn-staging/<id>/<txn>/partition=<p>-<uuid>``,
-committed in the commit phase). A commit is a compare-and-swap on the table version its
-offsets were computed from; after a lost race the offsets are recomputed and the *same*
-files are committed again, so files are never rewritten. Each commit carries an id (and,
-for transactions, Delta's ``txn(appId, version)`` action), so a commit whose answer was
-lost is recognised instead of being repeated.
+transactional producer (files staged as ``txn-staging/<id>/<txn>/partition=<p>/<uuid>``,
+committed in the commit phase where they were staged). A commit is a compare-and-swap on
+the table version its offsets were computed from; after a lost race the offsets are
+recomputed and the *same* files are committed again, so files are never rewritten. Each
+commit carries an id (and, for transactions, Delta's ``txn(appId, version)`` action), so a
+commit whose answer was lost is recognised instead of being repeated.
 """
 
 from __future__ import annotations
@@ -84,10 +84,11 @@ def write_file(
         StorageError: the file could not be written (e.g. the disk is full).
     """
     name = f"{uuid.uuid4().hex}.{compression}.parquet"
-    # Committed layout: Hive-style partition directories. Staged files sit flat in their
-    # transaction's directory (one mkdir per transaction, not one per partition).
+    # Hive-style partition directories, staged files too (below their transaction's
+    # directory): readers that take a partition's value from the path (polars) read the
+    # same rows as those that take it from the Delta log.
     rel = (
-        f"{rel_dir}/partition={partition}-{name}"
+        f"{rel_dir}/partition={partition}/{name}"
         if rel_dir
         else f"partition={partition}/part-{name}"
     )

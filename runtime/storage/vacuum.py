@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 #: A rewrite's file not committed after this long was left by a cleaner that died.
 UNCOMMITTED_REWRITE_AGE_MS = 3_600_000
 
+#: Where writers stage files before a commit adds them to the log (a transaction's,
+#: an at-least-once batch's): their directories are removed once vacuumed empty.
+STAGING_ROOTS = ("txn-staging", "alos-staging")
 _REWRITTEN = re.compile(r"^(compacted|merged)-[0-9a-f]{32}\.")
 _LOG_FILE = re.compile(r"^(\d{20})\.(json|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet|crc)$")
 
@@ -69,7 +72,7 @@ def vacuum(admin: TopicAdmin, topic: str, *, delay_ms: int, now_ms: int) -> Vacu
         parents.add(full.rpartition("/")[0])
     topic_log.forget_removed(due)
     files += _uncommitted_rewrites(admin, topic, now_ms)
-    dirs = sum(_remove_if_empty(admin.root, d) for d in sorted(parents))
+    dirs = sum(_remove_if_empty(admin.root, d, table) for d in sorted(parents, reverse=True))
     if files:
         log.info("[cleaner %s] vacuumed files=%d bytes=%d dirs=%d", topic, files, size, dirs)
     return VacuumResult(files, size, dirs)
@@ -101,15 +104,23 @@ def _fresh_index(admin: TopicAdmin, topic: str) -> set[str]:
     return live | set(index.removed)
 
 
-def _remove_if_empty(root: StorageRoot, directory: str) -> int:
-    """Remove ``directory`` if it holds nothing (object stores have no directories)."""
-    if not root.is_local or root.list_dir(directory):
-        return 0
-    try:
-        os.rmdir(directory)  # only if still empty: a writer may be staging into it now
-    except OSError:
-        return 0
-    return 1
+def _remove_if_empty(root: StorageRoot, directory: str, table: str) -> int:
+    """Remove ``directory`` if it holds nothing, then each parent it leaves empty below the
+    staging directories of ``table`` (a transaction's directory once its last
+    ``partition=N`` directory went); return how many went. Object stores have no
+    directories."""
+    removed = 0
+    stops = {table, *(f"{table}/{name}" for name in STAGING_ROOTS)}
+    while root.is_local and directory.startswith(f"{table}/") and directory not in stops:
+        if root.list_dir(directory):
+            break
+        try:
+            os.rmdir(directory)  # only if still empty: a writer may be staging into it now
+        except OSError:
+            break
+        removed += 1
+        directory = directory.rpartition("/")[0]
+    return removed
 
 
 def clean_delta_log(admin: TopicAdmin, topic: str, *, retention_ms: int, now_ms: int) -> int:

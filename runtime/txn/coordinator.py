@@ -17,26 +17,20 @@ Exactly-once invariants kept here:
   twice never commits twice.
 - An Ongoing transaction found at InitProducerId or past its timeout is fenced first (epoch
   bump, PrepareEpochFence) and only then aborted, so its producer can never commit it.
-- Staged files live in ``txn-staging/<id>/<sequence>-<producer id>-<epoch>/`` of each
-  participant table, named ``partition=<p>-<uuid>.<codec>.parquet``; an abort deletes
-  every staging directory of that sequence, and the sweep deletes staging files no commit
-  references (a zombie's late writes).
+- Staged files live in ``txn-staging/<id>/<sequence>-<producer id>-<epoch>/partition=<p>/``
+  of each participant table (:mod:`runtime.txn.staging`); an abort deletes every staging
+  directory of that sequence, and the sweep deletes staging files no commit references (a
+  zombie's late writes).
 """
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
-import hashlib
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import unquote
-
-from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError
 
 from common.errors import (
     ConcurrentTransactionsError,
@@ -45,22 +39,20 @@ from common.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
     StreamsError,
-    UnknownTopicError,
 )
 from runtime.storage.committer import ParticipantCommitter
-from runtime.storage.delta_sink import participant_committer, participant_path
-from runtime.storage.fs import storage_options
+from runtime.storage.delta_sink import participant_committer
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
 from runtime.txn.cas_log import CasLog
 from runtime.txn.metadata import TransactionMetadata
 from runtime.txn.producer_ids import ProducerIdManager
+from runtime.txn.staging import StagingArea, id_dir, staging_dir
 from runtime.txn.state import EpochExhausted, TransactionState
 
 log = logging.getLogger(__name__)
 
 TRANSACTIONS_DIR = "_transactions"
-STAGING_DIR = "txn-staging"
 DEFAULT_MAX_TIMEOUT_MS = 900_000
 DEFAULT_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 COMPACT_EVERY = 64
@@ -68,7 +60,6 @@ COMPACT_EVERY = 64
 #: its producer, or its commit phase failed: the sweep completes it (Kafka's coordinator
 #: resends its markers until they land).
 DECIDED_GRACE_MS = 10_000
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _REDERIVABLE = frozenset(
     {TransactionState.ONGOING, TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT}
 )
@@ -77,14 +68,6 @@ _REDERIVABLE = frozenset(
 def now_ms() -> int:
     """Return the wall clock in epoch milliseconds."""
     return int(time.time() * 1000)
-
-
-def id_dir(transactional_id: str) -> str:
-    """Return a directory name for ``transactional_id`` (safe characters, unique)."""
-    safe = _SAFE.sub("_", transactional_id)
-    if safe == transactional_id and safe not in (".", ".."):
-        return safe
-    return f"{safe}-{hashlib.sha1(transactional_id.encode()).hexdigest()[:10]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +118,7 @@ class TransactionCoordinator:
         self.producer_ids = ProducerIdManager(self.root)
         self._logs: dict[str, CasLog] = {}
         self._committers: dict[str, ParticipantCommitter] = {}
+        self.staging = StagingArea(admin)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -311,35 +295,16 @@ class TransactionCoordinator:
     def abort_phase(self, meta: TransactionMetadata) -> None:
         """Delete every staged file of the transaction's sequence in every participant."""
         for topic in meta.participants:
-            for path in self._staging_dirs(topic, meta.transactional_id, meta.txn_sequence):
+            for path in self.staging.dirs(topic, meta.transactional_id, meta.txn_sequence):
                 self.root.delete_dir(path)
 
     def staging_dir(self, meta: TransactionMetadata) -> str:
         """Return where the current producer stages files (relative to a topic table)."""
-        return (
-            f"{STAGING_DIR}/{id_dir(meta.transactional_id)}/"
-            f"{meta.txn_sequence}-{meta.producer_id}-{meta.producer_epoch}"
-        )
+        return staging_dir(meta)
 
     def staged_paths(self, topic: str, meta: TransactionMetadata) -> builtins.list[str]:
         """Return the staged data files of ``meta``'s current transaction in ``topic``."""
-        return [
-            f.path
-            for directory in self._staging_dirs(topic, meta.transactional_id, meta.txn_sequence)
-            for f in self.root.list_dir(directory)
-            if f.path.endswith(".parquet")
-        ]
-
-    def _staging_dirs(self, topic: str, tid: str, sequence: int | None) -> builtins.list[str]:
-        table = participant_path(self.admin, topic)
-        if table is None:
-            return []
-        base = f"{table}/{STAGING_DIR}/{id_dir(tid)}"
-        return [
-            info.path
-            for info in self.root.list_subdirs(base)
-            if sequence is None or info.base_name.split("-", 1)[0] == str(sequence)
-        ]
+        return self.staging.staged_paths(topic, meta.transactional_id, meta.txn_sequence)
 
     def committer(self, topic: str) -> ParticipantCommitter:
         """Return the (cached) committer of a participant (a topic or a Delta sink)."""
@@ -449,45 +414,4 @@ class TransactionCoordinator:
             for meta in self.list()
             if not meta.state.is_complete_or_empty
         }
-        deleted = 0
-        for topic in self.admin.list():
-            deleted += self._delete_topic_orphans(topic, open_dirs, min_age_ms)
-        return deleted
-
-    def _delete_topic_orphans(
-        self, topic: str, open_dirs: set[tuple[str, int]], min_age_ms: int
-    ) -> int:
-        base = f"{self.admin.table_path(topic)}/{STAGING_DIR}"
-        ids = self.root.list_subdirs(base)
-        if not ids:
-            return 0
-        try:
-            uri = self.admin.table_uri(topic)
-            table = DeltaTable(uri, storage_options=storage_options(uri))
-            actions = table.get_add_actions(flatten=True)
-        except (DeltaError, UnknownTopicError):
-            return 0
-        table_path = self.admin.table_path(topic)
-        referenced = {f"{table_path}/{unquote(p)}" for p in actions.column("path").to_pylist()}
-        # files removed from the log (retention, merges) are the vacuum's, after their
-        # delay: a reader may still need them (read after the table, so none is missed)
-        pending = self.admin.topic_log(topic).refresh().removed
-        referenced |= {f"{table_path}/{p}" for p in pending}
-        open_names = {(id_dir(tid), str(seq)) for tid, seq in open_dirs}
-        cutoff = self.clock() - min_age_ms
-        deleted = 0
-        for id_info in ids:
-            for seq_info in self.root.list_subdirs(id_info.path):
-                if (id_info.base_name, seq_info.base_name.split("-", 1)[0]) in open_names:
-                    continue
-                deleted += self._delete_unreferenced(seq_info.path, referenced, cutoff)
-        return deleted
-
-    def _delete_unreferenced(self, directory: str, referenced: set[str], cutoff_ms: int) -> int:
-        deleted = 0
-        for f in self.root.list_dir(directory):
-            mtime = f.mtime_ns // 1_000_000 if f.mtime_ns is not None else 0
-            if f.path.endswith(".parquet") and f.path not in referenced and mtime < cutoff_ms:
-                self.root.delete_file(f.path)
-                deleted += 1
-        return deleted
+        return self.staging.delete_orphans(open_dirs, cutoff_ms=self.clock() - min_age_ms)

@@ -38,7 +38,8 @@ HANGING_HEADERS = (*LIST_HEADERS, "TimeoutMs")
 NONE = "-"
 #: Transaction states whose staged records ``console-consume read_uncommitted`` prints.
 DIRTY_STATES = (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT)
-_PARTITION_DIR = re.compile(r"/partition=(\d+)-[^/]*$")
+#: A staged file's partition: ``.../partition=N/<file>`` (older: ``.../partition=N-<file>``).
+_PARTITION_DIR = re.compile(r"/partition=(\d+)[/-][^/]*$")
 
 
 class UnknownTransactionalIdError(TransactionError):

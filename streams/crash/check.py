@@ -35,8 +35,9 @@ from runtime.storage.partitioner import partition_for_key
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.storage.vacuum import vacuum
-from runtime.txn.coordinator import STAGING_DIR, TransactionCoordinator
+from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.offsets import OffsetsStore
+from runtime.txn.staging import STAGING_DIR
 from statestores.bytes_layer import bottom
 from streams.crash.inputs import InputRecord
 from streams.testkit.driver import TopologyTestDriver

@@ -20,6 +20,7 @@ from runtime.app.app import StreamsApp
 from runtime.app.topology_file import generated_records
 from runtime.storage.partitioner import partition_for_key
 from runtime.storage.topics import TopicAdmin
+from tests.delta_readers import every_table_agrees
 from tests.examples.harness import (
     EXAMPLES,
     Out,
@@ -62,6 +63,7 @@ def run_on_spark(
     topology = topology or example.build_topology()
     app = StreamsApp(topology, config, spark=spark)
     app.run_until_idle()
+    assert every_table_agrees(TopicAdmin(root), root) > 2  # every Delta reader, every table
     if metrics is not None:
         metrics.update(app.metrics().by_name("stream-thread-metrics"))
     return topic_outputs(root, output_topics(example))

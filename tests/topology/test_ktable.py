@@ -26,6 +26,26 @@ def test_source_table_materializes_and_tombstones_delete(drive: Any) -> None:
     assert list(d.get_key_value_store("users-store").all()) == [("bob", "rome")]
 
 
+def test_to_stream_with_a_mapper_rekeys_each_update_as_kafka(drive: Any) -> None:
+    """Kafka's ``toStream(KeyValueMapper)``: a KTABLE-TOSTREAM node, then a key selection."""
+    b = StreamsBuilder()
+    b.table("users", Consumed.with_(S, S)).to_stream(lambda k, v: f"{k}:{v}").to(
+        "out", Produced.with_(S, S)
+    )
+    topology = b.build()
+    text = str(topology.describe())
+    tostream = "KTABLE-TOSTREAM-0000000003 (stores: [])\n      --> KSTREAM-KEY-SELECT-0000000004"
+    assert tostream in text
+    d = drive(topology)
+    i = d.create_input_topic("users", S, S)
+    i.pipe_input("alice", "paris", 1)
+    i.pipe_input("alice", None, 2)
+    assert d.create_output_topic("out", S, S).read_key_values_to_list() == [
+        ("alice:paris", "paris"),
+        ("alice:None", None),
+    ]
+
+
 def test_filter_turns_filtered_updates_into_deletions(drive: Any) -> None:
     b = StreamsBuilder()
     t = b.table("in", Consumed.with_(S, I))

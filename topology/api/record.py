@@ -63,10 +63,53 @@ def make_record(key: K, value: V, timestamp: int, headers: Headers) -> Record[K,
 
 class Change(NamedTuple, Generic[V]):
     """A table update: the ``new_value`` and, when old values are sent, the ``old_value``
-    (Kafka's ``Change``). ``None`` as ``new_value`` is a deletion."""
+    (Kafka's ``Change``). ``None`` as ``new_value`` is a deletion.
+
+    ``is_latest`` (KIP-914) says whether the update is the latest version of its key: a
+    ``Change`` always is; an out-of-order update a versioned table took is a
+    :class:`NonLatestChange` (build either with :func:`make_change`). The flag lives in the
+    type so that the hot path keeps making two-field tuples.
+    """
 
     new_value: V | None
     old_value: V | None
+
+    @property
+    def is_latest(self) -> bool:
+        """Whether this update is the latest version of its key (always, for a ``Change``)."""
+        return True
+
+
+class NonLatestChange(Change[V]):
+    """A table update older than its key's latest version: a versioned table took it into
+    its history (Kafka's ``Change`` with ``isLatest`` false). Operators that keep only the
+    latest value (joins, ``group_by``) drop it; those that pass it on keep the flag.
+
+    Example:
+        >>> make_change(1, None, is_latest=False) == Change(1, None)
+        False
+    """
+
+    __slots__ = ()
+    is_latest = False
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is NonLatestChange and tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((tuple(self), False))
+
+    def __repr__(self) -> str:
+        return f"Change(new_value={self[0]!r}, old_value={self[1]!r}, is_latest=False)"
+
+
+def make_change(new_value: V | None, old_value: V | None, is_latest: bool) -> Change[V]:
+    """Return the change ``(new_value, old_value)``: a :class:`Change` when it is the
+    latest version of its key, else a :class:`NonLatestChange`."""
+    return _new(Change if is_latest else NonLatestChange, (new_value, old_value))
 
 
 class ValueAndTimestamp(NamedTuple, Generic[V]):

@@ -27,6 +27,7 @@ from common.config import StreamsConfig, topology_config
 from common.errors import TopologyError
 from common.serdes import Serde
 from statestores.api import StoreBuilder
+from statestores.stores import VersionedBytesStoreSupplier
 from topology.api.options import Consumed, Materialized
 from topology.api.processor import ProcessorSupplier
 from topology.dsl.kstream import KStream
@@ -168,8 +169,18 @@ class StreamsBuilder:
             >>> b = StreamsBuilder()
             >>> b.global_table("rates", materialized=Materialized.as_("rates")).store_name
             'rates'
+
+        Raises:
+            TopologyError: ``materialized`` gives a versioned store (as Kafka's).
         """
         consumed = consumed or Consumed()
+        if materialized is not None and isinstance(
+            materialized.supplier, VersionedBytesStoreSupplier
+        ):
+            raise TopologyError(
+                f"GlobalTables cannot be versioned: the global table of topic {topic} is "
+                f"materialized in the versioned store {materialized.supplier.name}"
+            )
         mat = (materialized or Materialized()).with_logging_disabled()
         store = mat.store_name or self.names.new_store_name(topic + "-")
         source = self.names.name_or_generate(consumed.name, SOURCE)

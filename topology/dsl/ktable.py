@@ -4,6 +4,10 @@ Table nodes forward :class:`~topology.api.record.Change` values. A node sends ol
 when a downstream operator asks (``group_by`` does: its subtractor needs them), which may
 force an upstream source table to be materialized, as Kafka's ``enableSendingOldValues``.
 A join reads a table by key through :meth:`KTable.value_getter`.
+
+A table is *versioned* (KIP-914) when its node is materialized in a versioned store, or,
+not materialized itself, derives from a versioned table (Kafka's ``isOutputVersioned``):
+its out-of-order updates reach the operators below as non-latest changes.
 """
 
 from __future__ import annotations
@@ -86,6 +90,9 @@ class KTable(TableJoins, Generic[K, V]):
         self._materialize: Callable[[], None] | None = None
         self._derived_from: tuple[KTable[Any, Any], Callable[[], Any]] | None = None
         self._view: Callable[[], Any] | None = None
+        #: Given ``Materialized`` without a store: not versioned whatever is upstream
+        #: (Kafka's ``maybeSetOutputVersioned`` with a store-less ``Materialized``).
+        self._unversioned = False
 
     def __repr__(self) -> str:
         return f"KTable({self.node})"
@@ -126,6 +133,18 @@ class KTable(TableJoins, Generic[K, V]):
         if named:
             materialize()
             self.queryable_store_name = factory.name
+
+    def versioned_store(self) -> str | None:
+        """Return the versioned store that makes this table versioned (its own, or an
+        upstream table's when this one is not materialized), or None: Kafka's
+        ``InternalStreamsBuilder.isVersionedOrVersionedUpstream``."""
+        store = self.params.store_name
+        if store is not None:
+            factory = self.builder.graph.stores.get(store)
+            return store if getattr(factory, "kind", "") == "versioned" else None
+        if self._derived_from is not None and not self._unversioned:
+            return self._derived_from[0].versioned_store()
+        return None  # a join's or a suppression's result that is not materialized
 
     def value_getter(self) -> GetterSupplier:
         """Return how a join reads this table by key (Kafka's ``valueGetterSupplier``),
@@ -174,7 +193,7 @@ class KTable(TableJoins, Generic[K, V]):
         if materialized is not None:
             store = materialized.store_name or names.new_store_name(prefix)
         name = names.name_or_generate(name_of(named), prefix)
-        params = TableParams()
+        params = TableParams(versioned_semantics=self.versioned_store() is not None)
         if old_when_stored:
             params.send_old_values = self._try_old()
         graph.add_processor(
@@ -205,6 +224,7 @@ class KTable(TableJoins, Generic[K, V]):
 
             table._enable_old, table._try_old = enable, try_old
             table._derived_from = (self, lambda: make(name, params))
+            table._unversioned = materialized is not None
         return table
 
     def filter(
@@ -308,19 +328,28 @@ class KTable(TableJoins, Generic[K, V]):
         """
         self.to_stream().to_delta(table, mode, named=named)
 
-    def to_stream(self, *, named: Named | str | None = None) -> KStream[K, V]:
-        """Return the stream of this table's updates (a deletion is a ``None`` value).
+    def to_stream(
+        self,
+        mapper: Callable[[K, V], Any] | None = None,
+        *,
+        named: Named | str | None = None,
+    ) -> KStream[Any, V]:
+        """Return the stream of this table's updates (a deletion is a ``None`` value);
+        with ``mapper``, each update keyed by ``mapper(key, value)`` (Kafka's
+        ``toStream(KeyValueMapper)``: ``to_stream().select_key(mapper)``).
 
         Example:
             >>> table.to_stream().to("updates")  # doctest: +SKIP
+            >>> windowed_counts.to_stream(lambda w, n: w.key).to("counts")  # doctest: +SKIP
         """
         name = self.builder.names.name_or_generate(name_of(named), KTABLE_TOSTREAM)
         self.builder.graph.add_processor(
             ProcessorSpec(name=name, supplier=TableToStreamProcessor, parents=(self.node,))
         )
-        return self.builder.handles.stream(
+        stream: KStream[Any, V] = self.builder.handles.stream(
             name, self.key_serde, self.value_serde, repartition_required=False
         )
+        return stream if mapper is None else stream.select_key(mapper)
 
     def suppress(self, suppressed: Suppressed) -> KTable[K, V]:
         """Hold updates back: ``Suppressed.until_window_closes`` emits each window's final
@@ -333,7 +362,7 @@ class KTable(TableJoins, Generic[K, V]):
             ...     Suppressed.until_window_closes(BufferConfig.unbounded())
             ... )  # doctest: +SKIP
         """
-        return suppress_table(self, suppressed)
+        return suppress_table(self, suppressed, self.versioned_store())
 
     def group_by(
         self, selector: Callable[[K, V], tuple[K2, V2]], grouped: Grouped | None = None

@@ -148,16 +148,31 @@ class Suppressed:
         return replace(self, name=name)
 
 
-def suppress_table(table: KTable[Any, Any], suppressed: Suppressed) -> KTable[Any, Any]:
+def suppress_table(
+    table: KTable[Any, Any], suppressed: Suppressed, versioned_store: str | None = None
+) -> KTable[Any, Any]:
     """Record a suppress node under ``table`` (see :meth:`topology.dsl.ktable.KTable.suppress`)
-    and return its table.
+    and return its table. ``versioned_store``: the versioned store that makes ``table``
+    versioned, if any (:meth:`~topology.dsl.ktable.KTable.versioned_store`).
 
     Raises:
-        TopologyError: ``until_window_closes`` under a table that is not windowed.
+        TopologyError: ``until_window_closes`` under a table that is not windowed; a table
+            materialized in a versioned store (Kafka refuses to suppress one; a table that
+            inherits versioning from upstream is refused by ``build()``, as Kafka's).
     """
     builder = table.builder
     names, graph = builder.names, builder.graph
     name = suppressed.name or names.new_processor_name(KTABLE_SUPPRESS)
+    if versioned_store is not None:
+        reason = f"Processor {name}: suppress() is only supported for non-versioned KTables"
+        if table.params.store_name == versioned_store:
+            raise TopologyError(
+                f"{reason}; {table.node} is materialized in the versioned store {versioned_store}"
+            )
+        graph.defer_error(
+            f"{reason} (note that version semantics might be inherited from upstream): "
+            f"{table.node} is versioned through the upstream store {versioned_store}"
+        )
     final, wait = suppressed.final_results, suppressed.time_limit_ms
     if final:  # a window's final result waits for the window to close
         if table.window_grace_ms is None:

@@ -127,6 +127,8 @@ class GraphBuilder:
     #: not the user's: ``ensure.explicit.internal.resource.naming``)
     generated_names: set[str] = field(default_factory=set)
     require_explicit_names: bool = False
+    #: errors found while recording that Kafka reports when the topology is built
+    deferred_errors: list[str] = field(default_factory=list)
 
     def _add(self, spec: NodeSpec) -> None:
         check_name(spec.name, "Processor")
@@ -199,6 +201,11 @@ class GraphBuilder:
     def add_copartition_group(self, node: str, source_nodes: Iterable[str]) -> None:
         """Require the topics read by ``source_nodes`` to be co-partitioned (joins)."""
         self.copartition_groups.append(CopartitionGroup(node, frozenset(source_nodes)))
+
+    def defer_error(self, message: str) -> None:
+        """Make :meth:`~topology.dsl.builder.StreamsBuilder.build` raise TopologyError with
+        ``message`` (a check Kafka makes at build time, not when the operator is added)."""
+        self.deferred_errors.append(message)
 
     def note_generated(self, node: str, resource: str) -> None:
         """Record that ``node`` uses a generated internal resource name (store or topic).

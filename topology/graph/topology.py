@@ -195,7 +195,10 @@ def _topics_of(spec: NodeSpec) -> Iterable[str]:
 
 def _validate(topology: Topology, graph: GraphBuilder) -> None:
     """Raise TopologyError for unknown stores, duplicate store use across global and local,
-    and generated internal names when explicit naming is required (else warn of them)."""
+    and generated internal names when explicit naming is required (else warn of them);
+    raise the first error the DSL deferred to build time."""
+    if graph.deferred_errors:
+        raise TopologyError(graph.deferred_errors[0])
     for name, spec in topology.nodes.items():
         if isinstance(spec, ProcessorSpec):
             for store in spec.stores:

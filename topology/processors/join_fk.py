@@ -18,12 +18,14 @@ version of the row). The internal topics flow like repartition topics.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from topology.api.options import ForeignKeyExtractor
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 from topology.processors.join_fk_wire import (
     CombinedKeySerde,
@@ -46,12 +48,15 @@ SUBSCRIPTION_STATE_STORE = FK_JOIN + "SUBSCRIPTION-STATE-STORE-"
 RESPONSE_RESOLVER = FK_JOIN + "SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-"
 FK_JOIN_OUTPUT = FK_JOIN + "OUTPUT-"
 
+_LOG = logging.getLogger(__name__)
 _new = tuple.__new__
 _I = Instruction
 
 
 class _FkProcessor(Processor[Any, Any, Any, Any]):
     """Binds the join's serdes to the task's configuration on init."""
+
+    context: NodeContext
 
     def __init__(self, name: str, serdes: FkSerdes) -> None:
         self.name = name
@@ -65,6 +70,18 @@ class _FkProcessor(Processor[Any, Any, Any, Any]):
     def _emit(self, record: Record[Any, Any], key: Any, value: Any, ts: int | None = None) -> None:
         stamp = record[2] if ts is None else ts
         self.context.forward(_new(Record, (key, value, stamp, record[3])))
+
+    def _out_of_order(self, change: Change[Any]) -> bool:
+        """Whether ``change`` is an out-of-order update of a versioned table (KIP-914):
+        dropped, counted in ``dropped-records``, as Kafka's foreign-key join processors
+        drop it (an update of a table that is not versioned always is the latest)."""
+        if change.is_latest:
+            return False
+        self.context.record_dropped()
+        _LOG.info(
+            "Skipping out-of-order record from versioned table while performing table-table join."
+        )
+        return True
 
 
 class SubscriptionSendProcessor(_FkProcessor):
@@ -101,7 +118,10 @@ class SubscriptionSendProcessor(_FkProcessor):
             raise user_error(self.name, fn, exc, "foreign key extractor") from exc
 
     def process(self, record: Record[Any, Any]) -> None:
-        """Send the subscriptions of this change (see the class docstring)."""
+        """Send the subscriptions of this change (see the class docstring); an update
+        that is not its key's latest version sends none."""
+        if self._out_of_order(record[1]):
+            return
         key, (new, old) = record[0], record[1]
         value_hash = self.serdes.value_hash(new)
 
@@ -203,9 +223,10 @@ class ForeignTableJoinProcessor(_FkProcessor):
         self.store = context.get_state_store(self.store_name)
 
     def process(self, record: Record[Any, Any]) -> None:
-        """Scan the foreign key's subscriptions and respond to each."""
+        """Scan the foreign key's subscriptions and respond to each (not for an update
+        that is not its key's latest version)."""
         fk, change = record[0], record[1]
-        if fk is None:
+        if fk is None or self._out_of_order(change):
             return
         for (_, pk), sub_at in list(self.store.prefix_scan(fk, self.prefix)):
             self._emit(record, pk, Response(sub_at[0].value_hash, change[0]))

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from common.errors import TopologyError
+from statestores.api import PUT_RETURN_CODE_NOT_PUT
 from statestores.versioned_store import MeteredVersionedKeyValueStore
 from topology.api.processor import Processor
-from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.api.record import Record, ValueAndTimestamp, make_change
 from topology.engine.columnar import Batch
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
@@ -35,7 +36,12 @@ from topology.processors.joins import (
     call_joiner,
     get_many,
 )
-from topology.processors.proc_table import TableParams, TupleForwarder, put_table
+from topology.processors.proc_table import (
+    PUT_RETURN_CODE_IS_LATEST,
+    TableParams,
+    TupleForwarder,
+    put_table,
+)
 
 _LOG = logging.getLogger(__name__)
 _new = tuple.__new__
@@ -218,6 +224,8 @@ class TableTableJoinProcessor(Processor[Any, Any, Any, Any]):
         params: the join's shared params (``send_old_values``).
     """
 
+    context: NodeContext
+
     def __init__(  # noqa: PLR0917 - one supplier per side
         self,
         name: str,
@@ -248,10 +256,15 @@ class TableTableJoinProcessor(Processor[Any, Any, Any, Any]):
             raise user_error(self.name, self.fn, exc, "value joiner") from exc
 
     def process(self, record: Record[Any, Any]) -> None:
-        """Join the change with the other side and forward the joined change."""
+        """Join the change with the other side and forward the joined change. An update
+        that is not its key's latest version (from a versioned table, KIP-914) is dropped,
+        counted in ``dropped-records``: a join result reflects the latest values only."""
         key, change, ts = record[0], record[1], record[2]
         if key is None:
             self.dropped += 1
+            return
+        if not change.is_latest:
+            self._skip_out_of_order()
             return
         found = self.getter.get(key)
         other = None if found is None else found[0]
@@ -274,7 +287,16 @@ class TableTableJoinProcessor(Processor[Any, Any, Any, Any]):
         else:
             new = None if new_value is None else self._join(new_value, other)
             old = self._join(old_value, other) if send_old and old_value is not None else None
-        self.context.forward(_new(Record, (key, Change(new, old), result_ts, record[3])))
+        self.context.forward(_new(Record, (key, make_change(new, old, True), result_ts, record[3])))
+
+    def _skip_out_of_order(self) -> None:
+        """Drop an out-of-order update of a versioned table, as Kafka's table-table joins
+        (an update of a table that is not versioned always is the latest)."""
+        self.dropped += 1
+        self.context.record_dropped()
+        _LOG.info(
+            "Skipping out-of-order record from versioned table while performing table-table join."
+        )
 
 
 class TableJoinMergeProcessor(Processor[Any, Any, Any, Any]):
@@ -293,15 +315,21 @@ class TableJoinMergeProcessor(Processor[Any, Any, Any, Any]):
             self.forwarder = TupleForwarder(self.store, context, self.params.send_old_values)
 
     def process(self, record: Record[Any, Any]) -> None:
-        """Store (when materialized) and forward."""
+        """Store (when materialized) and forward; a materialized result forwards whether
+        its store took the update as the latest version (KIP-914)."""
         key, change, ts = record[0], record[1], record[2]
-        if not self.params.send_old_values and change[1] is not None:
-            record = _new(Record, (key, Change(change[0], None), ts, record[3]))
+        old = change[1] if self.params.send_old_values else None
         if self.store is None:
+            if old is not change[1]:
+                record = _new(
+                    Record, (key, make_change(change[0], None, change.is_latest), ts, record[3])
+                )
             self.context.forward(record)
             return
-        if put_table(self.store, key, change[0], ts):
-            self.forwarder.maybe_forward(record)
+        code = put_table(self.store, key, change[0], ts)
+        if code != PUT_RETURN_CODE_NOT_PUT:
+            out = make_change(change[0], old, code == PUT_RETURN_CODE_IS_LATEST)
+            self.forwarder.maybe_forward(_new(Record, (key, out, ts, record[3])))
 
 
 class TableJoinGetter:

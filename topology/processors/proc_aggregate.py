@@ -16,11 +16,18 @@ from collections.abc import Callable
 from itertools import repeat
 from typing import Any
 
+from statestores.api import PUT_RETURN_CODE_NOT_PUT
+from statestores.versioned_store import MeteredVersionedKeyValueStore
 from topology.api.processor import Processor
-from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.api.record import Change, Record, ValueAndTimestamp, make_change
 from topology.engine.columnar import Batch
 from topology.engine.context import NodeContext
-from topology.processors.proc_table import TableParams, TupleForwarder
+from topology.processors.proc_table import (
+    PUT_RETURN_CODE_IS_LATEST,
+    TableParams,
+    TupleForwarder,
+    put_table,
+)
 
 _new = tuple.__new__
 AnyRecord = Record[Any, Any]
@@ -44,12 +51,22 @@ class Aggregating(Processor[Any, Any, Any, Any]):
         assert self.params.store_name is not None
         self.store: Any = context.get_state_store(self.params.store_name)
         self.forwarder = TupleForwarder(self.store, context, self.params.send_old_values)
+        #: Materialized in a versioned store (KIP-889): folded record by record.
+        self.versioned = isinstance(self.store, MeteredVersionedKeyValueStore)
 
     def emit(self, key: Any, new: Any, old: Any, ts: int, record: AnyRecord) -> None:
-        """Store ``new`` and forward the change."""
-        self.store.put(key, None if new is None else ValueAndTimestamp(new, ts))
-        change = Change(new, old if self.params.send_old_values else None)
-        self.forwarder.maybe_forward(_new(Record, (key, change, ts, record[3])))
+        """Store ``new`` and forward the change (as Kafka's aggregations: not when a
+        versioned store did not take it; flagged by whether it is the latest version)."""
+        if not self.versioned:
+            self.store.put(key, None if new is None else ValueAndTimestamp(new, ts))
+            change = Change(new, old if self.params.send_old_values else None)
+            self.forwarder.maybe_forward(_new(Record, (key, change, ts, record[3])))
+            return
+        code = put_table(self.store, key, new, ts)
+        if code != PUT_RETURN_CODE_NOT_PUT:
+            old = old if self.params.send_old_values else None
+            change = make_change(new, old, code == PUT_RETURN_CODE_IS_LATEST)
+            self.forwarder.maybe_forward(_new(Record, (key, change, ts, record[3])))
 
     def scan(
         self, ks: list[Any], vs: list[Any], ts: list[int], cached: bool, nulls: bool
@@ -73,6 +90,9 @@ class Aggregating(Processor[Any, Any, Any, Any]):
         user's function called once per record. Without a cache every update is forwarded,
         in record order, as one batch; with one the cache forwards at its flush."""
         ks, vs, ts = batch.keys, batch.values, batch.timestamps
+        if self.versioned:  # each put's version decides what is forwarded
+            self.one_by_one(batch)
+            return
         try:
             # hashes every key before any record is folded
             last = dict(zip(ks, range(len(ks)), strict=True))

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import StreamsError
-from statestores.api import PUT_RETURN_CODE_NOT_PUT
+from statestores.api import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_VALID_TO_UNDEFINED
 from statestores.caching import cache_max_bytes
 from statestores.versioned_store import MeteredVersionedKeyValueStore
 from topology.api.processor import Processor
-from topology.api.record import Change, Record, ValueAndTimestamp
+from topology.api.record import Change, Record, ValueAndTimestamp, make_change
 from topology.engine.columnar import Batch, rows_at
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
@@ -26,6 +26,9 @@ from topology.engine.nodes import user_error
 _LOG = logging.getLogger(__name__)
 _new = tuple.__new__
 AnyRecord = Record[Any, Any]
+#: What :func:`put_table` returns for the latest version of its key (Kafka's
+#: ``KeyValueStoreWrapper.PUT_RETURN_CODE_IS_LATEST``).
+PUT_RETURN_CODE_IS_LATEST = PUT_RETURN_CODE_VALID_TO_UNDEFINED
 
 
 @dataclass(slots=True)
@@ -35,16 +38,25 @@ class TableParams:
 
     store_name: str | None = None
     send_old_values: bool = False
+    #: The parent table is versioned (Kafka's ``useVersionedSemantics``, KIP-914): a
+    #: filter then forwards a deletion even when both old and new values are null.
+    versioned_semantics: bool = False
 
 
-def put_table(store: Any, key: Any, value: Any, timestamp: int) -> bool:
+def put_table(store: Any, key: Any, value: Any, timestamp: int) -> int:
     """Write a table update into a timestamped or a versioned store (Kafka's
-    ``KeyValueStoreWrapper``); return False when a versioned store did not take it (older
-    than its history retention: not forwarded either, KIP-914)."""
+    ``KeyValueStoreWrapper.put``).
+
+    Returns:
+        :data:`PUT_RETURN_CODE_IS_LATEST` when the update is its key's latest version (a
+        timestamped store's always is), ``PUT_RETURN_CODE_NOT_PUT`` when a versioned store
+        did not take it (older than its history retention: not forwarded either, KIP-914),
+        else the ``valid_to`` of a version put into a versioned store's history.
+    """
     if isinstance(store, MeteredVersionedKeyValueStore):
-        return store.put(key, value, timestamp) != PUT_RETURN_CODE_NOT_PUT
+        return store.put(key, value, timestamp)
     store.put(key, None if value is None else ValueAndTimestamp(value, timestamp))
-    return True
+    return PUT_RETURN_CODE_IS_LATEST
 
 
 class TupleForwarder:
@@ -138,8 +150,10 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
         self.versioned = isinstance(self.store, MeteredVersionedKeyValueStore)
 
     def process(self, record: AnyRecord) -> None:
-        """Update the store and forward the change (a versioned store's update too old to
-        be put is not forwarded, as Kafka's ``KTableSource``)."""
+        """Update the store and forward the change, as Kafka's ``KTableSource``: a versioned
+        store's update too old to be put is not forwarded; one put into its history (older
+        than the key's latest version) is forwarded as a :class:`NonLatestChange`, its old
+        value the latest one."""
         key, value, ts = record[0], record[1], record[2]
         if key is None:
             self._skip_null_key(self.context.offset)
@@ -151,10 +165,12 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
         old = store.get(key)
         if old is not None and ts < old[1]:
             self._out_of_order(old[1], ts, self.context.offset)
-        if not put_table(store, key, value, ts):
+        code = put_table(store, key, value, ts)
+        if code == PUT_RETURN_CODE_NOT_PUT:
             return  # a versioned store's update older than its history retention
         old_value = old[0] if old is not None and self.params.send_old_values else None
-        self.forwarder.maybe_forward(_new(Record, (key, Change(value, old_value), ts, record[3])))
+        change = make_change(value, old_value, code == PUT_RETURN_CODE_IS_LATEST)
+        self.forwarder.maybe_forward(_new(Record, (key, change, ts, record[3])))
 
     def _out_of_order(self, old_ts: int, new_ts: int, offset: int | None) -> None:
         """Log an update older than the stored value (applied all the same), as Kafka's
@@ -254,8 +270,14 @@ class _TableTransform(Processor[Any, Any, Any, Any]):
         """Return the new value for the parent's ``value`` (``None`` stays ``None``)."""
         raise NotImplementedError
 
+    def skips(self, new: Any, old: Any) -> bool:
+        """Whether an update is not forwarded at all (only a filter skips some)."""
+        return False
+
     def process(self, record: AnyRecord) -> None:
-        """Transform the change, store it (when materialized) and forward it."""
+        """Transform the change, store it (when materialized) and forward it: a
+        materialized node forwards whether its own store took the update as the latest
+        version (KIP-914), one that is not forwards the parent's ``is_latest``."""
         key, change, ts = record[0], record[1], record[2]
         try:
             new = self.compute(key, change[0])
@@ -268,14 +290,17 @@ class _TableTransform(Processor[Any, Any, Any, Any]):
                     old = self.compute(key, change[1])
         except Exception as exc:
             raise user_error(self.name, self.fn, exc) from exc
-        if self.params.send_old_values and old is None and new is None:
+        if self.skips(new, old):
             return
-        out = _new(Record, (key, Change(new, old), ts, record[3]))
-        if self.store is not None:
-            if put_table(self.store, key, new, ts):
-                self.forwarder.maybe_forward(out)
-        else:
-            self.context.forward(out)
+        if self.store is None:
+            self.context.forward(
+                _new(Record, (key, make_change(new, old, change.is_latest), ts, record[3]))
+            )
+            return
+        code = put_table(self.store, key, new, ts)
+        if code != PUT_RETURN_CODE_NOT_PUT:
+            out = make_change(new, old, code == PUT_RETURN_CODE_IS_LATEST)
+            self.forwarder.maybe_forward(_new(Record, (key, out, ts, record[3])))
 
 
 class TableFilterProcessor(_TableTransform):
@@ -293,6 +318,18 @@ class TableFilterProcessor(_TableTransform):
         if value is None:
             return None
         return value if bool(self.fn(key, value)) is not self.negate else None
+
+    def skips(self, new: Any, old: Any) -> bool:
+        """Skip a deletion of a row that was not there when old values are sent, unless
+        the parent table is versioned (Kafka's ``KTableFilter``: an out-of-order update
+        must reach a versioned table downstream even then)."""
+        params = self.params
+        return (
+            params.send_old_values
+            and not params.versioned_semantics
+            and old is None
+            and new is None
+        )
 
 
 class TableMapValuesProcessor(_TableTransform):
@@ -401,8 +438,12 @@ class TableRepartitionMapProcessor(Processor[Any, Any, Any, Any]):
         self.forward = context.forward
 
     def process(self, record: AnyRecord) -> None:
-        """Select the new and old groups and forward."""
+        """Select the new and old groups and forward; drop an update that is not its
+        key's latest version (KIP-914: the aggregate of a versioned table holds its latest
+        values only; an update from a table that is not versioned always is the latest)."""
         key, change, ts, headers = record
+        if not change.is_latest:
+            return
         new: Any
         old: Any
         try:

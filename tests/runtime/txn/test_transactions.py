@@ -26,9 +26,10 @@ from runtime.storage.committer import write_file
 from runtime.storage.reader import TopicReader
 from runtime.storage.records import FILE_SCHEMA
 from runtime.storage.topics import TopicAdmin
-from runtime.txn.coordinator import STAGING_DIR, TransactionCoordinator
+from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore, UnstableOffsetCommitError
 from runtime.txn.producer import TransactionalProducer
+from runtime.txn.staging import STAGING_DIR
 from runtime.txn.state import TransactionState
 
 TOPICS = ("out-a", "out-b", "out-c")
