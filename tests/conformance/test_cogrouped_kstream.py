@@ -12,18 +12,27 @@ out: the project has no ``topology.optimization`` (no repartition topics are mer
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from common.errors import TopologyError
+from tests.conformance.cogroup_kit import (
+    CACHED,
+    GOLDEN,
+    adder,
+    piped,
+    remover,
+    string_aggregator,
+    string_sum_aggregator,
+    sum_aggregator,
+    topic_cogrouped,
+)
 from tests.conformance.conftest import I, S
 from topology import (
     CogroupedKStream,
     Consumed,
     Grouped,
-    KTable,
     Materialized,
     Named,
     SessionWindows,
@@ -31,28 +40,6 @@ from topology import (
     StreamsBuilder,
     TimeWindows,
 )
-
-GOLDEN = Path(__file__).parent / "golden"
-
-
-def string_aggregator(key: str, value: str, agg: str) -> str:
-    return agg + value
-
-
-def string_sum_aggregator(key: str, value: str, agg: int) -> int:
-    return agg + int(value)
-
-
-def sum_aggregator(key: str, value: int, agg: int) -> int:
-    return agg + value
-
-
-def adder(key: Any, value: Any, agg: Any) -> str:
-    return f"{agg}+{value}"
-
-
-def remover(key: Any, value: Any, agg: Any) -> str:
-    return f"{agg}-{value}"
 
 
 def golden(method: str) -> str:
@@ -63,9 +50,7 @@ def golden(method: str) -> str:
 @pytest.fixture
 def cogrouped() -> CogroupedKStream[Any, Any]:
     """Kafka's ``setup``: a stream grouped by key, cogrouped with ``TOSTRING_ADDER``."""
-    b = StreamsBuilder()
-    grouped = b.stream("topic", Consumed.with_(S, S)).group_by_key(Grouped.with_(S, S))
-    return grouped.cogroup(adder)
+    return topic_cogrouped()
 
 
 # -- argument checks -----------------------------------------------------------------------
@@ -291,32 +276,6 @@ def test_should_insert_repartitions_topic_for_cogroups_used_twice() -> None:
 # -- behaviour -----------------------------------------------------------------------------
 
 
-def piped(
-    drive: Any,
-    table: KTable[Any, Any],
-    inputs: list[tuple[str, str, Any, int]],
-    cached: bool,
-    value_serde: Any = S,
-    **serdes: Any,
-) -> list[tuple[Any, Any, int]]:
-    """Send ``table``'s updates to ``output``, pipe ``(topic, key, value, timestamp)``
-    records (values through ``serdes[topic]`` or strings); return the output records."""
-    b = table.builder
-    table.to_stream().to("output")
-    config = {} if cached else {"statestore.cache.max.bytes": 0}
-    d = drive(b.build(), **config)
-    topics: dict[str, Any] = {}
-    for topic, key, value, ts in inputs:
-        if topic not in topics:
-            topics[topic] = d.create_input_topic(topic, S, serdes.get(topic, S))
-        topics[topic].pipe_input(key, value, ts)
-    out = d.create_output_topic("output", S, value_serde).read_records_to_list()
-    return [(r.key, r.value, r.timestamp) for r in out]
-
-
-CACHED = pytest.mark.parametrize("cached", [True, False], ids=["cached", "uncached"])
-
-
 @CACHED
 def test_should_cogroup_and_aggregate_single_kstreams(drive: Any, cached: bool) -> None:
     """CogroupedKStreamImplTest.shouldCogroupAndAggregateSingleKStreams"""
@@ -383,6 +342,21 @@ SHARED_KEYS = [
     ("two", "k3", "B", 500),
     ("two", "k2", "B", 100),
 ]
+#: what the string aggregators make of ``SHARED_KEYS``, from two grouped streams or three
+SHARED_KEYS_OUTPUT = [
+    ("k1", "A", 0),
+    ("k2", "A", 1),
+    ("k1", "AA", 10),
+    ("k2", "AA", 100),
+    ("k2", "AAB", 100),
+    ("k2", "AABB", 200),
+    ("k1", "AAB", 10),
+    ("k2", "AABBB", 500),
+    ("k1", "AABB", 500),
+    ("k2", "AABBBB", 500),
+    ("k3", "B", 500),
+    ("k2", "AABBBBB", 500),
+]
 
 
 @CACHED
@@ -393,20 +367,7 @@ def test_should_cogroup_and_aggregate_two_kstreams_with_shared_keys(
     reads the first ten of the twelve updates; all twelve here)"""
     b = StreamsBuilder()
     table = two_cogrouped(b, string_aggregator, string_aggregator).aggregate(lambda: "")
-    assert piped(drive, table, SHARED_KEYS, cached) == [
-        ("k1", "A", 0),
-        ("k2", "A", 1),
-        ("k1", "AA", 10),
-        ("k2", "AA", 100),
-        ("k2", "AAB", 100),
-        ("k2", "AABB", 200),
-        ("k1", "AAB", 10),
-        ("k2", "AABBB", 500),
-        ("k1", "AABB", 500),
-        ("k2", "AABBBB", 500),
-        ("k3", "B", 500),
-        ("k2", "AABBBBB", 500),
-    ]
+    assert piped(drive, table, SHARED_KEYS, cached) == SHARED_KEYS_OUTPUT
 
 
 SUMS = [
@@ -494,20 +455,7 @@ def test_cogroup_with_three_grouped_streams(drive: Any, cached: bool) -> None:
         ("three" if i >= 8 else topic, key, value, ts)
         for i, (topic, key, value, ts) in enumerate(SHARED_KEYS)
     ]
-    assert piped(drive, table, records, cached) == [
-        ("k1", "A", 0),
-        ("k2", "A", 1),
-        ("k1", "AA", 10),
-        ("k2", "AA", 100),
-        ("k2", "AAB", 100),
-        ("k2", "AABB", 200),
-        ("k1", "AAB", 10),
-        ("k2", "AABBB", 500),
-        ("k1", "AABB", 500),
-        ("k2", "AABBBB", 500),
-        ("k3", "B", 500),
-        ("k2", "AABBBBB", 500),
-    ]
+    assert piped(drive, table, records, cached) == SHARED_KEYS_OUTPUT
 
 
 @CACHED

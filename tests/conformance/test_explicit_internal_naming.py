@@ -56,11 +56,23 @@ def _materialized(named: bool, logging: bool, value_serde: Any = S) -> Materiali
     return mat if logging else mat.with_logging_disabled()
 
 
+def _repartition_named(option: Any, named: bool) -> Any:
+    """``option`` (a Grouped, Joined, StreamJoined or Repartitioned) named
+    ``repartition-name`` if ``named``."""
+    return option.with_name("repartition-name") if named else option
+
+
+def _strict(record: Recorder) -> StreamsBuilder:
+    """A builder with the key set, ``record``'s topology recorded in it."""
+    strict = StreamsBuilder(NAMING)
+    record(strict)
+    return strict
+
+
 def _check(drive: Any, record: Recorder, valid: bool) -> None:
     """Build ``record``'s topology with the key set: refused unless ``valid``; build it
     without, then start a driver with the key: refused likewise, else it runs."""
-    strict = StreamsBuilder(NAMING)
-    record(strict)
+    strict = _strict(record)
     lenient = StreamsBuilder()
     record(lenient)
     topology = lenient.build()
@@ -77,44 +89,35 @@ def _check(drive: Any, record: Recorder, valid: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("grouped_named", "materialized_named", "logging", "valid"),
-    GROUPED_ROWS,
+    "group",
+    [
+        pytest.param(
+            lambda stream, grouped: stream.group_by(lambda k, v: v, grouped),
+            id="groupByWithAggregationTest",
+        ),
+        pytest.param(
+            lambda stream, grouped: stream.select_key(lambda k, v: v).group_by_key(grouped),
+            id="groupByKeyWithAggregationTest",
+        ),
+    ],
 )
-def test_group_by_with_aggregation(
-    drive: Any, grouped_named: bool, materialized_named: bool, logging: bool, valid: bool
+@pytest.mark.parametrize(("grouped_named", "materialized_named", "logging", "valid"), GROUPED_ROWS)
+def test_group_by_with_aggregation(  # noqa: PLR0917 - the fixture, the grouping, the row
+    drive: Any,
+    group: Callable[[Any, Grouped], Any],
+    grouped_named: bool,
+    materialized_named: bool,
+    logging: bool,
+    valid: bool,
 ) -> None:
-    """StreamsBuilderTest.groupByWithAggregationTest"""
+    """StreamsBuilderTest.groupByWithAggregationTest and groupByKeyWithAggregationTest:
+    ``input1`` grouped by its value (``group_by``, or ``select_key`` then
+    ``group_by_key``), counted."""
 
     def record(b: StreamsBuilder) -> None:
-        grouped = Grouped.with_(S, S)
-        grouped = grouped.with_name("repartition-name") if grouped_named else grouped
+        grouped = _repartition_named(Grouped.with_(S, S), grouped_named)
         (
-            b.stream("input1")
-            .group_by(lambda k, v: v, grouped)
-            .count(_materialized(materialized_named, logging, L))
-            .to_stream()
-            .to("output", Produced.with_(S, L).with_name("sink"))
-        )
-
-    _check(drive, record, valid)
-
-
-@pytest.mark.parametrize(
-    ("grouped_named", "materialized_named", "logging", "valid"),
-    GROUPED_ROWS,
-)
-def test_group_by_key_with_aggregation(
-    drive: Any, grouped_named: bool, materialized_named: bool, logging: bool, valid: bool
-) -> None:
-    """StreamsBuilderTest.groupByKeyWithAggregationTest"""
-
-    def record(b: StreamsBuilder) -> None:
-        grouped = Grouped.with_(S, S)
-        grouped = grouped.with_name("repartition-name") if grouped_named else grouped
-        (
-            b.stream("input1")
-            .select_key(lambda k, v: v)
-            .group_by_key(grouped)
+            group(b.stream("input1"), grouped)
             .count(_materialized(materialized_named, logging, L))
             .to_stream()
             .to("output", Produced.with_(S, L).with_name("sink"))
@@ -151,9 +154,7 @@ def test_join_kstream_kstream(
     drive: Any, repartition_named: bool, store_named: bool, logging: bool, valid: bool
 ) -> None:
     """StreamsBuilderTest.joinKStreamKStreamTest"""
-    joined = StreamJoined.with_(S, S, S)
-    if repartition_named:
-        joined = joined.with_name("repartition-name")
+    joined = _repartition_named(StreamJoined.with_(S, S, S), repartition_named)
     if store_named:
         joined = joined.with_store_name("store-name")
     if not (repartition_named or store_named or logging):
@@ -179,8 +180,7 @@ def test_join_kstream_ktable(
     drive: Any, repartition_named: bool, materialized_named: bool, logging: bool, valid: bool
 ) -> None:
     """StreamsBuilderTest.joinKStreamKTableTest"""
-    joined = Joined.with_(S, S, S)
-    joined = joined.with_name("repartition-name") if repartition_named else joined
+    joined = _repartition_named(Joined.with_(S, S, S), repartition_named)
 
     def record(b: StreamsBuilder) -> None:
         table = b.table("input2", None, _materialized(materialized_named, logging))
@@ -204,9 +204,7 @@ def test_join_kstream_global_ktable(drive: Any, materialized_named: bool, valid:
 @pytest.mark.parametrize(("repartition_named", "valid"), [(False, False), (True, True)])
 def test_repartition(drive: Any, repartition_named: bool, valid: bool) -> None:
     """StreamsBuilderTest.repartitionTest"""
-    repartitioned = Repartitioned.with_(S, S)
-    if repartition_named:
-        repartitioned = repartitioned.with_name("repartition-name")
+    repartitioned = _repartition_named(Repartitioned.with_(S, S), repartition_named)
 
     def record(b: StreamsBuilder) -> None:
         b.stream("input1").repartition(repartitioned).to("output")
@@ -222,8 +220,7 @@ def test_cogroup(
     drive: Any, repartition_named: bool, materialized_named: bool, logging: bool, valid: bool
 ) -> None:
     """StreamsBuilderTest.coGroupTest"""
-    grouped = Grouped.with_(S, S)
-    grouped = grouped.with_name("repartition-name") if repartition_named else grouped
+    grouped = _repartition_named(Grouped.with_(S, S), repartition_named)
 
     def record(b: StreamsBuilder) -> None:
         one = b.stream("input1").group_by(lambda k, v: v, grouped)
@@ -242,9 +239,7 @@ def test_cogroup(
     # both grouped streams unnamed: both repartition topics would be named after the store
     # (Kafka's KAFKA-10659), refused as it is recorded here, when built in Kafka
     with pytest.raises(TopologyError, match="-repartition is already used"):
-        strict = StreamsBuilder(NAMING)
-        record(strict)
-        strict.build()
+        _strict(record).build()
 
 
 def _unnamed_count(b: StreamsBuilder, mat: Materialized | None = None) -> None:

@@ -13,140 +13,63 @@ calls ``restoreBatch``; the restored store must answer as one that took the puts
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from common.errors import ConfigError
 from statestores.api import PUT_RETURN_CODE_NOT_PUT as NOT_PUT
-from statestores.api import VersionedRecord
-from statestores.bytes_layer import bottom
 from statestores.stores import Stores
-from tests.conformance.conftest import I, L, S
-from topology import Consumed, Materialized, Processor, Produced, Record, StreamsBuilder
-
-HR = 300_000  # history retention
-GRACE = HR
-SI = HR // 3  # segment interval
-BASE = 10
-LATEST = -1  # PUT_RETURN_CODE_VALID_TO_UNDEFINED
-NAME = "versioned-store"
-CHANGELOG = f"app-{NAME}-changelog"
-
-
-class PutProcessor(Processor[str, str, str, int]):
-    """Put each record into the versioned store; forward the put's result."""
-
-    def init(self, context: Any) -> None:
-        super().init(context)
-        self.store = context.get_state_store(NAME)
-
-    def process(self, record: Record[str, str]) -> None:
-        code = self.store.put(record.key, record.value, record.timestamp)
-        self.context.forward(record.with_value(code))
+from tests.conformance.versioned_store_kit import (
+    BASE,
+    GRACE,
+    HR,
+    LATEST,
+    MOVES,
+    MULTI,
+    NAME,
+    NULLS,
+    REPEATS,
+    SI,
+    Store,
+    check_moves_history,
+    check_multi_history,
+    check_nulls_history,
+)
 
 
-class Store:
-    """A topology whose processor puts into a versioned store; reads from the driver."""
-
-    def __init__(self, drive: Any, retention: int = HR, interval: int = SI) -> None:
-        builder = StreamsBuilder()
-        supplier = Stores.persistent_versioned_key_value_store(NAME, retention, interval)
-        builder.add_state_store(Stores.versioned_key_value_store_builder(supplier, S, S))
-        stream = builder.stream("in", Consumed.with_(S, S))
-        stream.process(PutProcessor, NAME).to("out", Produced.with_(S, L))
-        self.driver = drive(builder.build())
-        self.input = self.driver.create_input_topic("in", S, S)
-        self.out = self.driver.create_output_topic("out", S, L)
-        self.store = self.driver.get_versioned_key_value_store(NAME)
-
-    def put(self, key: str, value: str | None, ts: int, expected: int) -> None:
-        self.input.pipe_input(key, value, ts)
-        assert self.out.read_value() == expected, (key, value, ts)
-
-    def delete(self, key: str, ts: int) -> VersionedRecord[str] | None:
-        found: VersionedRecord[str] | None = self.store.delete(key, ts)
-        return found
-
-    def latest(self, key: str, value: str | None, ts: int = 0) -> None:
-        found = self.store.get(key)
-        assert found == (None if value is None else VersionedRecord(value, ts, None))
-
-    def as_of(self, key: str, as_of: int, value: str | None, ts: int = 0, to: int = -1) -> None:
-        found = self.store.get(key, as_of)
-        expected = None if value is None else VersionedRecord(value, ts, None if to < 0 else to)
-        assert found == expected, (key, as_of)
-
-    def versions(
-        self, key: str, lo: int | None, hi: int | None, expected: list[Any], *, asc: bool = False
-    ) -> None:
-        found = self.store.get_versions(key, lo, hi, ascending=asc)
-        assert found == [VersionedRecord(v, ts, None if to < 0 else to) for v, ts, to in expected]
-
-    def changelog(self) -> list[tuple[bytes, bytes | None]]:
-        """The changelog records the store wrote so far (and takes them)."""
-        queue = self.driver.output_queue(CHANGELOG)
-        records = [(r.key, r.value) for r in queue]
-        queue.clear()
-        return records
-
-    def restore(self, drive: Any, *batches: list[tuple[str, str | None, int]]) -> None:
-        """Restore this (empty) store from the changelog of another that took the puts
-        (Kafka's ``restoreBatch``), one restore batch per ``batches``."""
-        source = Store(drive)
-        b = bottom(self.store)
-        for batch in batches:
-            for key, value, ts in batch:
-                source.input.pipe_input(key, value, ts)
-            records = source.changelog()
-            b.restore_batch(records, (b.committed_offset() or 0) + len(records))
-        self.store.on_restored()
-
-
-def test_should_put_latest(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldPutLatest"""
+@pytest.mark.parametrize(
+    ("kafka_method", "first", "second"),
+    [("shouldPutLatest", "v", "v2"), ("shouldPutNullAsLatest", None, None)],
+)
+def test_should_put_latest(
+    drive: Any, kafka_method: str, first: str | None, second: str | None
+) -> None:
+    """RocksDBVersionedStoreTest.shouldPutLatest and shouldPutNullAsLatest"""
     s = Store(drive)
-    s.put("k", "v", BASE, LATEST)
-    s.put("k", "v2", BASE + 1, LATEST)
-    s.latest("k", "v2", BASE + 1)
-    s.as_of("k", BASE, "v", BASE, BASE + 1)
-    s.as_of("k", BASE + 1, "v2", BASE + 1)
-    s.as_of("k", BASE + 2, "v2", BASE + 1)
+    s.put("k", first, BASE, LATEST)
+    s.put("k", second, BASE + 1, LATEST)
+    s.latest("k", second, BASE + 1)
+    s.as_of("k", BASE, first, BASE, BASE + 1)
+    s.as_of("k", BASE + 1, second, BASE + 1)
+    s.as_of("k", BASE + 2, second, BASE + 1)
 
 
-def test_should_put_null_as_latest(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldPutNullAsLatest"""
+@pytest.mark.parametrize(
+    ("kafka_method", "latest"),
+    [("shouldPutOlderWithNonNullLatest", "v"), ("shouldPutOlderWithNullLatest", None)],
+)
+def test_should_put_older(drive: Any, kafka_method: str, latest: str | None) -> None:
+    """RocksDBVersionedStoreTest.shouldPutOlderWithNonNullLatest and
+    shouldPutOlderWithNullLatest"""
     s = Store(drive)
-    s.put("k", None, BASE, LATEST)
-    s.put("k", None, BASE + 1, LATEST)
-    s.latest("k", None)
-    for t in (BASE, BASE + 1, BASE + 2):
-        s.as_of("k", t, None)
-
-
-def test_should_put_older_with_non_null_latest(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldPutOlderWithNonNullLatest"""
-    s = Store(drive)
-    s.put("k", "v", BASE, LATEST)
+    s.put("k", latest, BASE, LATEST)
     s.put("k", "v2", BASE - 2, BASE)
     s.put("k", "v1", BASE - 1, BASE)
     s.put("k", "v4", BASE - 4, BASE - 2)
-    s.latest("k", "v", BASE)
-    s.as_of("k", BASE, "v", BASE)
-    s.as_of("k", BASE - 1, "v1", BASE - 1, BASE)
-    s.as_of("k", BASE - 2, "v2", BASE - 2, BASE - 1)
-    s.as_of("k", BASE - 3, "v4", BASE - 4, BASE - 2)
-
-
-def test_should_put_older_with_null_latest(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldPutOlderWithNullLatest"""
-    s = Store(drive)
-    s.put("k", None, BASE, LATEST)
-    s.put("k", "v2", BASE - 2, BASE)
-    s.put("k", "v1", BASE - 1, BASE)
-    s.put("k", "v4", BASE - 4, BASE - 2)
-    s.latest("k", None)
-    s.as_of("k", BASE, None)
+    s.latest("k", latest, BASE)
+    s.as_of("k", BASE, latest, BASE)
     s.as_of("k", BASE - 1, "v1", BASE - 1, BASE)
     s.as_of("k", BASE - 2, "v2", BASE - 2, BASE - 1)
     s.as_of("k", BASE - 3, "v4", BASE - 4, BASE - 2)
@@ -208,119 +131,25 @@ def test_should_put_repeat_timestamp_as_latest(drive: Any) -> None:
     s.as_of("k", BASE - 1, None)
 
 
-#: the history ``shouldPutRepeatTimestamps`` and ``shouldRestoreWithNullsAndRepeatTimestamps``
-#: write (key ``k``): value, timestamp, and the put's result
-REPEATS = [
-    ("to_be_replaced", SI + 20, LATEST),
-    (None, SI - 10, SI + 20),
-    ("to_be_replaced", SI - 10, SI + 20),  # replaces a null, timestamps spanning segments
-    (None, SI - 10, SI + 20),  # replaces a non-null with null
-    ("to_be_replaced", SI - 1, SI + 20),
-    ("to_be_replaced", SI + 1, SI + 20),
-    (None, SI - 1, SI + 1),
-    (None, SI + 1, SI + 20),
-    (None, SI + 10, SI + 20),
-    (None, SI + 5, SI + 10),
-    ("vp5", SI + 5, SI + 10),  # replaces a null with non-null
-    ("to_be_replaced", SI - 5, SI - 1),
-    ("vn5", SI - 5, SI - 1),  # replaces a non-null with non-null
-    (None, SI + 20, LATEST),  # replaces the latest value with null
-    (None, SI + 20, LATEST),  # replaces null with null
-    ("vn6", SI - 6, SI - 5),
-]
-
-#: the history ``shouldMoveRecordToOlderSegmentWithNullsDuringPut`` and
-#: ``shouldRestoreWithNulls`` write
-NULLS = [
-    (None, SI + 20, LATEST),
-    (None, SI - 1, SI + 20),
-    (None, SI + 1, SI + 20),
-    (None, SI - 10, SI - 1),
-    (None, SI + 10, SI + 20),
-    ("vp5", SI + 5, SI + 10),
-    ("vn5", SI - 5, SI - 1),
-    ("vn6", SI - 6, SI - 5),
-]
-
-#: the history ``shouldMoveRecordToOlderSegmentDuringPut`` and ``shouldRestore`` write
-MOVES = [
-    ("vp20", SI + 20, LATEST),
-    ("vp10", SI + 10, SI + 20),
-    ("vn10", SI - 10, SI + 10),
-    ("vn2", SI - 2, SI + 10),
-    ("vn1", SI - 1, SI + 10),
-    ("vp1", SI + 1, SI + 10),
-]
-
-#: the history ``shouldPutIntoMultipleSegments`` and ``shouldRestoreMultipleBatches`` write
-MULTI = [
-    (None, SI - 20, LATEST),
-    ("vn10", SI - 10, LATEST),
-    (None, SI - 1, LATEST),
-    (None, SI + 1, LATEST),
-    ("vp10", SI + 10, LATEST),
-    (None, SI + 20, LATEST),
-]
-
-
-def _check_nulls_history(s: Store) -> None:
-    s.latest("k", None)
-    for t in (SI + 30, SI + 15, SI + 2, SI, SI - 1, SI - 8):
-        s.as_of("k", t, None)
-    s.as_of("k", SI + 6, "vp5", SI + 5, SI + 10)
-    s.as_of("k", SI - 5, "vn5", SI - 5, SI - 1)
-    s.as_of("k", SI - 6, "vn6", SI - 6, SI - 5)
-
-
-def _check_moves_history(s: Store) -> None:
-    s.latest("k", "vp20", SI + 20)
-    s.as_of("k", SI + 30, "vp20", SI + 20)
-    s.as_of("k", SI + 15, "vp10", SI + 10, SI + 20)
-    s.as_of("k", SI + 5, "vp1", SI + 1, SI + 10)
-    s.as_of("k", SI, "vn1", SI - 1, SI + 1)
-    s.as_of("k", SI - 1, "vn1", SI - 1, SI + 1)
-    s.as_of("k", SI - 2, "vn2", SI - 2, SI - 1)
-    s.as_of("k", SI - 5, "vn10", SI - 10, SI - 2)
-
-
-def _check_multi_history(s: Store) -> None:
-    s.latest("k", None)
-    for t in (SI + 30, SI + 5, SI + 2, SI, SI - 1, SI - 15):
-        s.as_of("k", t, None)
-    s.as_of("k", SI + 15, "vp10", SI + 10, SI + 20)
-    s.as_of("k", SI - 5, "vn10", SI - 10, SI - 1)
-
-
-def test_should_put_repeat_timestamps(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldPutRepeatTimestamps"""
+@pytest.mark.parametrize(
+    ("kafka_method", "history", "check"),
+    [
+        ("shouldPutRepeatTimestamps", REPEATS, check_nulls_history),
+        ("shouldPutIntoMultipleSegments", MULTI, check_multi_history),
+        ("shouldMoveRecordToOlderSegmentDuringPut", MOVES, check_moves_history),
+        ("shouldMoveRecordToOlderSegmentWithNullsDuringPut", NULLS, check_nulls_history),
+    ],
+)
+def test_should_put_history(
+    drive: Any, kafka_method: str, history: list[Any], check: Callable[[Store], None]
+) -> None:
+    """RocksDBVersionedStoreTest.shouldPutRepeatTimestamps, shouldPutIntoMultipleSegments,
+    shouldMoveRecordToOlderSegmentDuringPut and
+    shouldMoveRecordToOlderSegmentWithNullsDuringPut: each put's result, then the store's
+    answers."""
     s = Store(drive)
-    for value, ts, expected in REPEATS:
-        s.put("k", value, ts, expected)
-    _check_nulls_history(s)
-
-
-def test_should_put_into_multiple_segments(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldPutIntoMultipleSegments"""
-    s = Store(drive)
-    for value, ts, expected in MULTI:
-        s.put("k", value, ts, expected)
-    _check_multi_history(s)
-
-
-def test_should_move_record_to_older_segment_during_put(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldMoveRecordToOlderSegmentDuringPut"""
-    s = Store(drive)
-    for value, ts, expected in MOVES:
-        s.put("k", value, ts, expected)
-    _check_moves_history(s)
-
-
-def test_should_move_record_to_older_segment_with_nulls_during_put(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldMoveRecordToOlderSegmentWithNullsDuringPut"""
-    s = Store(drive)
-    for value, ts, expected in NULLS:
-        s.put("k", value, ts, expected)
-    _check_nulls_history(s)
+    s.put_all("k", history)
+    check(s)
 
 
 def test_should_fall_through_to_existing_older_segment_as_latest_during_put(drive: Any) -> None:
@@ -452,12 +281,7 @@ def test_should_distinguish_empty_and_null(drive: Any) -> None:
     s.put("k", "", SI + 5, SI + 10)  # an empty string is a value, not a tombstone
     s.put("k", "", SI - 5, SI - 1)
     s.put("k", "", SI - 6, SI - 5)
-    s.latest("k", None)
-    for t in (SI + 30, SI + 15, SI + 2, SI, SI - 1, SI - 8):
-        s.as_of("k", t, None)
-    s.as_of("k", SI + 6, "", SI + 5, SI + 10)
-    s.as_of("k", SI - 5, "", SI - 5, SI - 1)
-    s.as_of("k", SI - 6, "", SI - 6, SI - 5)
+    check_nulls_history(s, ("", "", ""))  # the empty strings answered as values
 
 
 ALL4 = [("v4", SI - 5, LATEST), ("v3", SI - 10, SI - 5), ("v2", SI - 25, SI - 20)]
@@ -550,25 +374,22 @@ def test_should_get_expired_if_latest_version_value(drive: Any) -> None:
     s.versions("ko", 0, 10, [])
 
 
-def test_should_restore(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldRestore"""
+@pytest.mark.parametrize(
+    ("kafka_method", "history", "check"),
+    [
+        ("shouldRestore", MOVES, check_moves_history),
+        ("shouldRestoreWithNulls", NULLS, check_nulls_history),
+        ("shouldRestoreWithNullsAndRepeatTimestamps", REPEATS, check_nulls_history),
+    ],
+)
+def test_should_restore(
+    drive: Any, kafka_method: str, history: list[Any], check: Callable[[Store], None]
+) -> None:
+    """RocksDBVersionedStoreTest.shouldRestore, shouldRestoreWithNulls and
+    shouldRestoreWithNullsAndRepeatTimestamps: the history restored in one batch."""
     s = Store(drive)
-    s.restore(drive, [("k", v, ts) for v, ts, _ in MOVES])
-    _check_moves_history(s)
-
-
-def test_should_restore_with_nulls(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldRestoreWithNulls"""
-    s = Store(drive)
-    s.restore(drive, [("k", v, ts) for v, ts, _ in NULLS])
-    _check_nulls_history(s)
-
-
-def test_should_restore_with_nulls_and_repeat_timestamps(drive: Any) -> None:
-    """RocksDBVersionedStoreTest.shouldRestoreWithNullsAndRepeatTimestamps"""
-    s = Store(drive)
-    s.restore(drive, [("k", v, ts) for v, ts, _ in REPEATS])
-    _check_nulls_history(s)
+    s.restore(drive, [("k", v, ts) for v, ts, _ in history])
+    check(s)
 
 
 def test_should_restore_multiple_batches(drive: Any) -> None:
@@ -576,7 +397,7 @@ def test_should_restore_multiple_batches(drive: Any) -> None:
     s = Store(drive)
     records = [("k", v, ts) for v, ts, _ in MULTI]
     s.restore(drive, records[:3], records[3:])
-    _check_multi_history(s)
+    check_multi_history(s)
 
 
 def test_should_not_restore_expired(drive: Any) -> None:
@@ -618,16 +439,6 @@ def test_should_allow_zero_history_retention(drive: Any) -> None:
     s.latest("k2", None)
 
 
-def test_should_survive_a_commit_and_see_the_same_history(drive: Any) -> None:
-    """VersionedKeyValueStoreIntegrationTest.shouldPutGetAndDelete (the store read after
-    every record's commit keeps its whole history)"""
-    s = Store(drive)
-    for value, ts, expected in MOVES:
-        s.put("k", value, ts, expected)
-    s.driver.advance_wall_clock_time(1)
-    _check_moves_history(s)
-
-
 @pytest.mark.parametrize(
     ("retention", "interval"),
     [
@@ -667,99 +478,3 @@ def test_should_create_versioned_store(drive: Any) -> None:
     assert s.store.persistent()
     assert s.store.history_retention == 12
     assert s.driver.get_key_value_store(NAME) is None  # not a plain key-value store
-
-
-class ContentChecker(Processor[int, str, int, int]):
-    """Kafka's ``VersionedStoreContentCheckerProcessor``: put (or, for ``"delete"``,
-    delete) each record, then check the store's latest and as-of answers against what was
-    written so far; forward the number of failed checks."""
-
-    def init(self, context: Any) -> None:
-        super().init(context)
-        self.store = context.get_state_store(NAME)
-        self.written: dict[int, dict[int, str | None]] = {}
-
-    def process(self, record: Record[int, str]) -> None:
-        key, value, ts = record.key, record.value, record.timestamp
-        if value == "delete":
-            self.store.delete(key, ts)
-            value = None
-        else:
-            self.store.put(key, value, ts)
-        versions = self.written.setdefault(key, {})
-        versions[ts] = value
-        failed = 0
-        latest = versions[max(versions)]
-        found = self.store.get(key)
-        failed += (None if found is None else found.value) != latest
-        for at in sorted(versions):
-            expected = versions[at]
-            found = self.store.get(key, at)
-            failed += (None if found is None else found.value) != expected
-            failed += found is not None and found.timestamp != at
-        self.context.forward(record.with_value(failed))
-
-
-def test_should_put_get_and_delete(drive: Any) -> None:
-    """VersionedKeyValueStoreIntegrationTest.shouldPutGetAndDelete"""
-    builder = StreamsBuilder()
-    supplier = Stores.persistent_versioned_key_value_store(NAME, 60_000)
-    builder.add_state_store(Stores.versioned_key_value_store_builder(supplier, I, S))
-    stream = builder.stream("in", Consumed.with_(I, S))
-    stream.process(ContentChecker, NAME).to("out", Produced.with_(I, I))
-    driver = drive(builder.build())
-    source = driver.create_input_topic("in", I, S)
-    out = driver.create_output_topic("out", I, I)
-    base = 1_000
-    rounds = [
-        (0, {1: "a0", 2: "b0", 3: None}),
-        (5, {1: "a5", 2: None, 3: "c5"}),
-        (2, {1: "a2", 2: "b2", 3: None}),  # out of order
-        (5, {1: "a5_new", 2: "b5", 3: None}),  # replaces existing versions
-        (7, {1: "delete", 2: "delete", 3: "delete"}),
-    ]
-    for offset, values in rounds:
-        for key, value in values.items():
-            source.pipe_input(key, value, base + offset)
-    assert out.read_values_to_list() == [0] * 15
-
-
-def test_should_set_changelog_topic_properties() -> None:
-    """VersionedKeyValueStoreIntegrationTest.shouldSetChangelogTopicProperties"""
-    supplier = Stores.persistent_versioned_key_value_store(NAME, 60_000)
-    builder = Stores.versioned_key_value_store_builder(supplier, I, S)
-    assert builder.changelog_config() == {
-        "cleanup.policy": "compact",
-        "min.compaction.lag.ms": str(60_000 + 24 * 60 * 60 * 1000),
-    }
-
-
-def test_should_answer_versioned_key_queries(drive: Any) -> None:
-    """IQv2VersionedStoreIntegrationTest.verifyStore (VersionedKeyQuery and
-    MultiVersionedKeyQuery, KIP-960 and KIP-968, on the test driver's store)"""
-    builder = StreamsBuilder()
-    supplier = Stores.persistent_versioned_key_value_store(NAME, 86_400_000, 3_600_000)
-    builder.table("input-topic", Consumed.with_(I, I), Materialized.as_(supplier))
-    driver = drive(builder.build())
-    source = driver.create_input_topic("input-topic", I, I)
-    base = 1_672_567_200
-    values, stamps = [2, 20, 200, 2000], [base, base + 10, base + 20, base + 30]
-    for value, ts in zip(values, stamps, strict=True):
-        source.pipe_input(2, value, ts)
-    store = driver.get_versioned_key_value_store(NAME)
-    now = 1_900_000_000_000
-    for at in (None, now, stamps[3]):  # the latest value
-        assert store.get(2, at) == VersionedRecord(2000, stamps[3], None)
-    assert store.get(2, stamps[0]) == VersionedRecord(2, stamps[0], stamps[1])  # an old one
-    assert store.get(2, stamps[0] - 50) is None  # none at that time
-    assert store.get(3, now) is None  # no such key
-    every = [
-        VersionedRecord(v, t, stamps[i + 1] if i < 3 else None)
-        for i, (v, t) in enumerate(zip(values, stamps, strict=True))
-    ]
-    assert store.get_versions(2) == every[::-1]  # ResultOrder.ANY: newest first
-    assert store.get_versions(2, ascending=True) == every
-    assert store.get_versions(2, stamps[1] + 5, now) == every[1:][::-1]
-    for ascending in (False, True):
-        assert store.get_versions(2, stamps[0] - 100, stamps[0] - 50, ascending=ascending) == []
-        assert store.get_versions(3, ascending=ascending) == []

@@ -11,62 +11,38 @@ off. Kafka's assertions read the output's plain key, value and timestamp; so do 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from common.errors import TopologyError
 from statestores.stores import Stores
+from tests.conformance.cogroup_kit import (
+    CACHED,
+    Setup,
+    adder,
+    golden,
+    init,
+    merger,
+    named_foo,
+    piped,
+    preserved_structure,
+    refused,
+    unwindowed,
+)
 from tests.conformance.conftest import S
-from topology import Consumed, Grouped, Materialized, Named, SessionWindows, StreamsBuilder
+from topology import Materialized, Named, SessionWindows
 from topology.api.windowed_serdes import SessionWindowedSerde
 
-GOLDEN = Path(__file__).parent / "golden"
 DAY = 24 * 60 * 60 * 1000
+#: Kafka's ``setup``: sessions of a 100 ms gap and a day's grace
+WINDOWS = SessionWindows.of_inactivity_gap_and_grace(100, DAY)
 
 
-def adder(key: Any, value: Any, agg: Any) -> str:
-    return f"{agg}+{value}"
-
-
-def remover(key: Any, value: Any, agg: Any) -> str:
-    return f"{agg}-{value}"
-
-
-def merger(key: Any, agg1: Any, agg2: Any) -> str:
-    return f"{agg1}+{agg2}"
-
-
-def init() -> str:
-    return "0"
-
-
-class Setup:
-    """Kafka's ``setup``: ``topic`` and ``topic2`` grouped by key and cogrouped into
-    sessions of a 100 ms gap and a day's grace."""
-
-    def __init__(self) -> None:
-        self.builder = StreamsBuilder()
-        stream = self.builder.stream("topic", Consumed.with_(S, S))
-        stream2 = self.builder.stream("topic2", Consumed.with_(S, S))
-        self.grouped = stream.group_by_key(Grouped.with_(S, S))
-        grouped2 = stream2.group_by_key(Grouped.with_(S, S))
-        cogrouped = self.grouped.cogroup(adder).cogroup(grouped2, remover)
-        self.windowed = cogrouped.windowed_by(SessionWindows.of_inactivity_gap_and_grace(100, DAY))
-
-    def run(
-        self, drive: Any, table: Any, records: list[tuple[str, str, str, int]], cached: bool
-    ) -> list[tuple[str, str | None, int]]:
-        """Send ``table`` to ``output``, pipe ``(topic, key, value, timestamp)``; return the
-        output's (key, value, timestamp)."""
-        table.to_stream().to("output")
-        d = drive(self.builder.build(), **({} if cached else {"statestore.cache.max.bytes": 0}))
-        topics = {name: d.create_input_topic(name, S, S) for name in ("topic", "topic2")}
-        for topic, key, value, ts in records:
-            topics[topic].pipe_input(key, value, ts)
-        out = d.create_output_topic("output", SessionWindowedSerde(S), S)
-        return [(r.key.key, r.value, r.timestamp) for r in out.read_records_to_list()]
+def run(drive: Any, table: Any, records: list[tuple[str, str, str, int]], cached: bool) -> Any:
+    """Pipe ``(topic, key, value, timestamp)`` through ``table``; return the output's
+    (key, value, timestamp)."""
+    key_serde = SessionWindowedSerde(S)
+    return unwindowed(piped(drive, table, records, cached, key_serde=key_serde))
 
 
 # -- argument checks -----------------------------------------------------------------------
@@ -104,8 +80,7 @@ def test_should_not_have_null_arguments_on_aggregate(
     Materialized,Named}[2,3]OnAggregate: a missing initializer or merger is refused; as
     ``None`` is the option left out in Python, a ``Named``/``Materialized`` of the wrong
     type is refused instead of a null one."""
-    with pytest.raises(TopologyError, match=message):
-        Setup().windowed.aggregate(*args)
+    refused(WINDOWS, message, *args)
 
 
 # -- descriptions --------------------------------------------------------------------------
@@ -113,39 +88,24 @@ def test_should_not_have_null_arguments_on_aggregate(
 
 def test_named_param_should_set_name() -> None:
     """SessionWindowedCogroupedKStreamImplTest.namedParamShouldSetName"""
-    b = StreamsBuilder()
-    grouped = b.stream("topic", Consumed.with_(S, S)).group_by_key(Grouped.with_(S, S))
-    grouped.cogroup(adder).windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(1)).aggregate(
-        init, merger, named=Named.as_("foo")
-    )
-    path = GOLDEN / "session_windowed_cogrouped__named_param_should_set_name.txt"
-    assert str(b.build().describe()) == path.read_text()
+    windows = SessionWindows.of_inactivity_gap_with_no_grace(1)
+    expected = golden("session_windowed_cogrouped__named_param_should_set_name")
+    assert named_foo(windows, init, merger) == expected
 
 
-@pytest.mark.parametrize("named", [False, True], ids=["zero_arg", "named_materialized"])
-def test_session_windowed_cogrouped_count_should_preserve_topology_structure(named: bool) -> None:
+@pytest.mark.parametrize("kind", ["zero_arg", "named_materialized"])
+def test_session_windowed_cogrouped_count_should_preserve_topology_structure(kind: str) -> None:
     """TopologyTest.sessionWindowedCogroupedZeroArgCountShouldPreserveTopologyStructure (and
     NamedMaterializedCount: an in-memory store named ``aggregate-store``)"""
-    b = StreamsBuilder()
-    windowed = (
-        b.stream("input-topic")
-        .group_by_key()
-        .cogroup(lambda k, v, agg: v)
-        .windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(1))
-    )
-    if named:
-        supplier = Stores.in_memory_session_store("aggregate-store", 1)
-        windowed.aggregate(lambda: "", lambda k, a, b: "", Materialized.as_(supplier))
-    else:
-        windowed.aggregate(lambda: "", lambda k, a, b: "")
-    kind = "named_materialized" if named else "zero_arg"
-    name = f"topology__session_windowed_cogrouped_{kind}_count_should_preserve_topology_structure"
-    assert str(b.build().describe()) == (GOLDEN / f"{name}.txt").read_text()
+    named = kind == "named_materialized"
+    store = Stores.in_memory_session_store("aggregate-store", 1) if named else None
+    windows = SessionWindows.of_inactivity_gap_with_no_grace(1)
+    got = preserved_structure(windows, store, lambda: "", lambda k, a, b: "")
+    name = f"session_windowed_cogrouped_{kind}_count_should_preserve_topology_structure"
+    assert got == golden(f"topology__{name}")
 
 
 # -- behaviour -----------------------------------------------------------------------------
-
-CACHED = pytest.mark.parametrize("cached", [True, False], ids=["cached", "uncached"])
 
 
 def single(s: Setup) -> Any:
@@ -160,10 +120,10 @@ def single(s: Setup) -> Any:
 @CACHED
 def test_session_window_aggregate_test(drive: Any, cached: bool) -> None:
     """SessionWindowedCogroupedKStreamImplTest.sessionWindowAggregateTest"""
-    s = Setup()
+    s = Setup(WINDOWS)
     records = [("topic", "k1", "A", 0), ("topic", "k2", "A", 0), ("topic", "k1", "B", 599)]
     records.append(("topic", "k2", "B", 607))
-    assert s.run(drive, single(s), records, cached) == [
+    assert run(drive, single(s), records, cached) == [
         ("k1", "0+A", 0),
         ("k2", "0+A", 0),
         ("k1", "0+B", 599),
@@ -175,10 +135,10 @@ def test_session_window_aggregate_test(drive: Any, cached: bool) -> None:
 def test_session_window_aggregate2_test(drive: Any, cached: bool) -> None:
     """SessionWindowedCogroupedKStreamImplTest.sessionWindowAggregate2Test: a second record
     at the same time joins its session, whose window stays the same (no tombstone)."""
-    s = Setup()
+    s = Setup(WINDOWS)
     records = [("topic", "k1", "A", 0), ("topic", "k1", "A", 0), ("topic", "k2", "B", 599)]
     records.append(("topic", "k1", "B", 607))
-    got = s.run(drive, single(s), records, cached)
+    got = run(drive, single(s), records, cached)
     assert got == [
         ("k1", "0+A", 0),
         ("k1", "0+0+A+A", 0),
@@ -190,12 +150,12 @@ def test_session_window_aggregate2_test(drive: Any, cached: bool) -> None:
 @CACHED
 def test_session_window_aggregate_test2_streams_test(drive: Any, cached: bool) -> None:
     """SessionWindowedCogroupedKStreamImplTest.sessionWindowAggregateTest2StreamsTest"""
-    s = Setup()
+    s = Setup(WINDOWS)
     table = s.windowed.aggregate(init, merger, Materialized.with_(S, S))
     records = [("topic", "k1", "A", t) for t in (0, 84, 113, 199)]
     records += [("topic", "k1", "B", 300), ("topic", "k2", "B", 301), ("topic", "k2", "B", 400)]
     records.append(("topic", "k1", "B", 400))
-    assert s.run(drive, table, records, cached) == [
+    assert run(drive, table, records, cached) == [
         ("k1", "0+A", 0),
         ("k1", None, 0),
         ("k1", "0+0+A+A", 84),
@@ -229,11 +189,11 @@ MIX_OUTPUT = [
 @CACHED
 def test_session_window_mix_aggregators_test(drive: Any, cached: bool) -> None:
     """SessionWindowedCogroupedKStreamImplTest.sessionWindowMixAggregatorsTest"""
-    s = Setup()
+    s = Setup(WINDOWS)
     table = s.windowed.aggregate(init, merger, Materialized.with_(S, S))
     records = [*MIX_INPUT, ("topic2", "k2", "B", 3), ("topic2", "k2", "B", 444)]
     records.append(("topic2", "k1", "B", 444))
-    assert s.run(drive, table, records, cached) == [
+    assert run(drive, table, records, cached) == [
         *MIX_OUTPUT,
         ("k2", None, 1),
         ("k2", "0+0+0+A+A-B", 3),
@@ -245,11 +205,11 @@ def test_session_window_mix_aggregators_test(drive: Any, cached: bool) -> None:
 @CACHED
 def test_session_window_mix_aggregators_many_windows_test(drive: Any, cached: bool) -> None:
     """SessionWindowedCogroupedKStreamImplTest.sessionWindowMixAggregatorsManyWindowsTest"""
-    s = Setup()
+    s = Setup(WINDOWS)
     table = s.windowed.aggregate(init, merger, Materialized.with_(S, S))
     records = [*MIX_INPUT, ("topic2", "k2", "B", 500), ("topic2", "k2", "B", 501)]
     records.append(("topic2", "k1", "B", 501))
-    assert s.run(drive, table, records, cached) == [
+    assert run(drive, table, records, cached) == [
         *MIX_OUTPUT,
         ("k2", "0-B", 500),
         ("k2", None, 500),

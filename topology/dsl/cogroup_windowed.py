@@ -23,8 +23,7 @@ from statestores.api import Windowed
 from topology.api.options import Materialized, Named
 from topology.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
 from topology.api.windows import SessionWindows, SlidingWindows, TimeWindows, UnlimitedWindows
-from topology.dsl.windowed import _retention
-from topology.graph.stores import SessionStoreFactory, StoreFactory, WindowStoreFactory
+from topology.dsl.windowed import window_store_maker
 from topology.processors.proc_cogroup import CogroupTimeWindowAggregateProcessor
 from topology.processors.proc_session import SessionWindowAggregateProcessor
 from topology.processors.proc_sliding import SlidingWindowAggregateProcessor
@@ -97,25 +96,7 @@ class TimeWindowedCogroupedKStream(Generic[K, V]):
         where = f"{type(self).__name__}.aggregate"
         require_function(initializer, "initializer", where)
         check_options(materialized, named, where)
-        windows, key_serde = self.windows, self.cogrouped.key_serde
-        what = (
-            "2 * time difference plus the grace period"
-            if isinstance(windows, SlidingWindows)
-            else "its window size plus the grace period"
-        )
-
-        def make_store(name: str, mat: Materialized) -> StoreFactory:
-            return WindowStoreFactory(
-                name=name,
-                retention_ms=_retention(name, mat, windows.retention_ms(), what),
-                window_size_ms=windows.size(),
-                key_serde=mat.key_serde or key_serde,
-                value_serde=mat.value_serde,
-                supplier=mat.supplier,
-                caching_enabled=mat.caching_enabled,
-                logging_enabled=mat.logging_enabled,
-                logging_config=mat.logging_config,
-            )
+        windows = self.windows
 
         def make(name: str, params: TableParams, aggregator: Aggregator) -> Any:
             if isinstance(windows, SlidingWindows):
@@ -127,7 +108,10 @@ class TimeWindowedCogroupedKStream(Generic[K, V]):
             )
 
         table = self.cogrouped.build(
-            materialized=materialized, named=named, make_processor=make, make_store=make_store
+            materialized=materialized,
+            named=named,
+            make_processor=make,
+            make_store=window_store_maker(windows, self.cogrouped.key_serde),
         )
         table.key_serde = TimeWindowedSerde(table.key_serde, windows.size())
         table.window_grace_ms = windows.close_grace_ms()
@@ -166,21 +150,7 @@ class SessionWindowedCogroupedKStream(Generic[K, V]):
         require_function(initializer, "initializer", where)
         require_function(session_merger, "session_merger", where)
         check_options(materialized, named, where)
-        windows, key_serde = self.windows, self.cogrouped.key_serde
-
-        def make_store(name: str, mat: Materialized) -> StoreFactory:
-            what = "the inactivity gap plus the grace period"
-            return SessionStoreFactory(
-                name=name,
-                retention_ms=_retention(name, mat, windows.retention_ms(), what),
-                key_serde=mat.key_serde or key_serde,
-                value_serde=mat.value_serde,
-                supplier=mat.supplier,
-                caching_enabled=mat.caching_enabled,
-                logging_enabled=mat.logging_enabled,
-                logging_config=mat.logging_config,
-            )
-
+        windows = self.windows
         gap, grace = windows.gap_ms, windows.grace_ms
 
         def make(name: str, params: TableParams, aggregator: Aggregator) -> Any:
@@ -189,7 +159,10 @@ class SessionWindowedCogroupedKStream(Generic[K, V]):
             )
 
         table = self.cogrouped.build(
-            materialized=materialized, named=named, make_processor=make, make_store=make_store
+            materialized=materialized,
+            named=named,
+            make_processor=make,
+            make_store=window_store_maker(windows, self.cogrouped.key_serde),
         )
         table.key_serde = SessionWindowedSerde(table.key_serde)
         table.window_grace_ms = windows.close_grace_ms()

@@ -10,7 +10,8 @@ serde.
 
 The store keeps windows for ``Materialized.with_retention`` ms of stream time, by default
 the least the windows need (see :mod:`topology.api.windows`); a smaller retention raises
-:class:`~common.errors.TopologyError` naming the store.
+:class:`~common.errors.TopologyError` naming the store. :func:`window_store_maker` makes
+that store, here and for the windowed cogroups (:mod:`topology.dsl.cogroup_windowed`).
 
 ``emit_strategy(EmitStrategy.on_window_close())`` records that the aggregation forwards
 each window once, when it closes (Kafka's KIP-825), instead of every update; a session
@@ -21,6 +22,7 @@ shuffle.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from common.errors import TopologyError
@@ -69,6 +71,55 @@ def _retention(store: str, mat: Materialized, needed: int, what: str) -> int:
     return retention
 
 
+def window_store_maker(
+    windows: Windows | SessionWindows,
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None = None,
+    *,
+    emit: EmitStrategy = ON_WINDOW_UPDATE,
+) -> Callable[[str, Materialized], StoreFactory]:
+    """Return the maker of a windowed aggregation's store: a session store over
+    SessionWindows, else a window store of the windows' size.
+
+    The maker takes the store's name and its ``Materialized``, whose serdes win over
+    ``key_serde`` and ``value_serde``; the store keeps windows for
+    ``Materialized.with_retention`` ms, by default the least ``windows`` need.
+
+    Raises:
+        TopologyError: from the maker, when the retention is below what ``windows`` need
+            (fatal; the message names the store).
+    """
+    factory: Callable[..., StoreFactory]
+    if isinstance(windows, SessionWindows):
+        what, factory = "the inactivity gap plus the grace period", SessionStoreFactory
+    else:
+        what = (
+            "2 * time difference plus the grace period"
+            if isinstance(windows, SlidingWindows)
+            else "its window size plus the grace period"
+        )
+        # Kafka's DSL stores a closing aggregation's windows in its time-ordered store
+        factory = partial(
+            WindowStoreFactory, window_size_ms=windows.size(), time_ordered=emit.on_close
+        )
+    # Kafka never caches the session or sliding-window store of a closing aggregation
+    uncached = isinstance(windows, (SessionWindows, SlidingWindows)) and emit.on_close
+
+    def make(name: str, mat: Materialized) -> StoreFactory:
+        return factory(
+            name=name,
+            retention_ms=_retention(name, mat, windows.retention_ms(), what),
+            key_serde=mat.key_serde or key_serde,
+            value_serde=mat.value_serde or value_serde,
+            supplier=mat.supplier,
+            caching_enabled=mat.caching_enabled and not uncached,
+            logging_enabled=mat.logging_enabled,
+            logging_config=mat.logging_config,
+        )
+
+    return make
+
+
 class TimeWindowedKStream(Generic[K, V]):
     """A grouped stream over time, sliding or unlimited windows."""
 
@@ -98,29 +149,6 @@ class TimeWindowedKStream(Generic[K, V]):
             raise ValueError("ON_WINDOW_CLOSE emit strategy cannot be used for UnlimitedWindows")
         return TimeWindowedKStream(self.grouped, self.windows, strategy)
 
-    def _make_store(self, value_serde: Serde[Any] | None) -> Callable[..., StoreFactory]:
-        windows, key_serde = self.windows, self.grouped.key_serde
-        what = (
-            "2 * time difference plus the grace period"
-            if isinstance(windows, SlidingWindows)
-            else "its window size plus the grace period"
-        )
-
-        def make(name: str, mat: Materialized) -> StoreFactory:
-            return WindowStoreFactory(
-                name=name,
-                retention_ms=_retention(name, mat, windows.retention_ms(), what),
-                window_size_ms=windows.size(),
-                key_serde=mat.key_serde or key_serde,
-                value_serde=mat.value_serde or value_serde,
-                supplier=mat.supplier,
-                caching_enabled=mat.caching_enabled,
-                logging_enabled=mat.logging_enabled,
-                logging_config=mat.logging_config,
-            )
-
-        return make
-
     def _processor(
         self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any]
     ) -> Callable[[str, TableParams], Processor[Any, Any, Any, Any]]:
@@ -148,7 +176,9 @@ class TimeWindowedKStream(Generic[K, V]):
             materialized=materialized,
             named=named,
             make_processor=self._processor(initializer, aggregator),
-            make_store=self._make_store(value_serde),
+            make_store=window_store_maker(
+                self.windows, self.grouped.key_serde, value_serde, emit=self.emit
+            ),
             value_serde=value_serde,
             combiner=combiner,
         )
@@ -245,22 +275,7 @@ class SessionWindowedKStream(Generic[K, V]):
         merger: Callable[[Any, Any, Any], Any],
         value_serde: Serde[Any] | None,
     ) -> KTable[Windowed[K], Any]:
-        windows, key_serde, emit = self.windows, self.grouped.key_serde, self.emit
-
-        def make_store(name: str, mat: Materialized) -> StoreFactory:
-            what = "the inactivity gap plus the grace period"
-            return SessionStoreFactory(
-                name=name,
-                retention_ms=_retention(name, mat, windows.retention_ms(), what),
-                key_serde=mat.key_serde or key_serde,
-                value_serde=mat.value_serde or value_serde,
-                supplier=mat.supplier,
-                # Kafka never caches the session store of a closing aggregation
-                caching_enabled=mat.caching_enabled and not emit.on_close,
-                logging_enabled=mat.logging_enabled,
-                logging_config=mat.logging_config,
-            )
-
+        windows, emit = self.windows, self.emit
         gap, grace = windows.gap_ms, windows.grace_ms
         table = self.grouped.aggregate_with(
             prefix,
@@ -269,7 +284,7 @@ class SessionWindowedKStream(Generic[K, V]):
             make_processor=lambda n, p: SessionWindowAggregateProcessor(
                 n, p, gap, grace, initializer, aggregator, merger, emit=emit
             ),
-            make_store=make_store,
+            make_store=window_store_maker(windows, self.grouped.key_serde, value_serde, emit=emit),
             value_serde=value_serde,
         )
         table.key_serde = SessionWindowedSerde(table.key_serde)
