@@ -11,6 +11,11 @@ The dirty keys are also kept apart, in the order they were last written (Kafka's
 ``NamedCache.dirtyKeys``: a rewrite moves the key to the end), so a flush costs the dirty
 entries only, not the whole cache: the test driver and the runtime commit often, while the
 cache keeps many clean entries.
+
+Over a window store (Kafka's ``CachingWindowStore``) a read does not fill the cache, and
+the cache knows nothing of retention: an entry stays until it is evicted, and a read
+returns it, merged over the store below, after that store expired its window; a flush
+writes it below (which may drop it) and forwards it all the same.
 """
 
 from __future__ import annotations
@@ -58,10 +63,13 @@ class CachingBytesStore(WrappingBytesStore):
 
     Args:
         wrapped: the inner bytes store (change-logging or the bottom store).
+        cache_reads: keep what a read finds below (Kafka's key-value cache); False for a
+            window store, whose reads go below on a miss and leave the cache as it is.
     """
 
-    def __init__(self, wrapped: BytesKeyValue) -> None:
+    def __init__(self, wrapped: BytesKeyValue, *, cache_reads: bool = True) -> None:
         super().__init__(wrapped)
+        self._cache_reads = cache_reads
         self._cache: dict[bytes, _Entry] = {}
         self._dirty: dict[bytes, None] = {}  # dirty keys, oldest write first
         self._keys = SortedKeys(self._cache)
@@ -94,7 +102,8 @@ class CachingBytesStore(WrappingBytesStore):
         if entry is not None:
             return entry.value
         value = self.wrapped.get(key)
-        self._insert(key, _Entry(value, False, 0))
+        if self._cache_reads:
+            self._insert(key, _Entry(value, False, 0))
         return value
 
     def put(self, key: bytes, value: bytes | None) -> None:
@@ -115,11 +124,17 @@ class CachingBytesStore(WrappingBytesStore):
                 found.append(entry.value)
         if missing:
             below = self.wrapped.get_many([keys[i] for i in missing])
-            insert = self._insert
+            insert = self._insert if self._cache_reads else None
             for i, value in zip(missing, below, strict=True):
                 found[i] = value
-                insert(keys[i], _Entry(value, False, 0))
+                if insert is not None:
+                    insert(keys[i], _Entry(value, False, 0))
         return found
+
+    def first_key(self, lo: bytes, hi: bytes) -> bytes | None:
+        """Return the smallest cached key in ``[lo, hi)``, or None."""
+        keys = self._keys.between(lo, hi)
+        return next((key for key in keys if key < hi), None)
 
     def put_many(
         self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]

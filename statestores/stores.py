@@ -29,6 +29,13 @@ from statestores.bytes_layer import BytesKeyValue
 from statestores.caching import CachingBytesStore
 from statestores.logging_layer import ChangeLoggingBytesStore
 from statestores.metered import MeteredKeyValueStore, MeteredStore
+from statestores.segments import (
+    IN_MEMORY,
+    PERSISTENT,
+    TIME_ORDERED,
+    Expiry,
+    SegmentedBytesStore,
+)
 from statestores.session import MeteredSessionStore
 from statestores.transactional import TransactionalBytesStore
 from statestores.versioned import default_segment_interval
@@ -58,11 +65,19 @@ class KeyValueBytesStoreSupplier:
 
 @dataclass(frozen=True, slots=True)
 class WindowBytesStoreSupplier(KeyValueBytesStoreSupplier):
-    """Supplies the bytes store of a window store."""
+    """Supplies the bytes store of a window store; ``time_ordered``: Kafka's time-ordered
+    RocksDB store of emit-on-close aggregations (it keeps a window one ms longer)."""
 
     retention_ms: int = 0
     window_size_ms: int = 0
     retain_duplicates: bool = False
+    time_ordered: bool = False
+
+    def expiry(self) -> Expiry:
+        """Return how this store expires windows (see :class:`statestores.segments.Expiry`)."""
+        if not self.persistent:
+            return IN_MEMORY
+        return TIME_ORDERED if self.time_ordered else PERSISTENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,14 +169,21 @@ class WindowStoreBuilder(_Builder):
     """Builds :class:`~statestores.window.MeteredWindowStore` instances."""
 
     def build(self) -> MeteredWindowStore[Any, Any]:
-        """Return a new, unopened window store."""
+        """Return a new, unopened window store: metered → caching → change-logging →
+        segments (expiry, below the cache as in Kafka) → the transactional bytes store."""
         supplier = self.supplier
         assert isinstance(supplier, WindowBytesStoreSupplier)
+        segmented = SegmentedBytesStore(supplier.get(), supplier.retention_ms, supplier.expiry())
+        inner: BytesKeyValue = segmented
+        if self.logging_enabled:
+            inner = ChangeLoggingBytesStore(inner)
+        if self.caching_enabled:
+            inner = CachingBytesStore(inner, cache_reads=False)
         return MeteredWindowStore(
-            self._stack(),
+            inner,
+            segmented,
             self.key_serde,
             self.value_serde,
-            retention_ms=supplier.retention_ms,
             window_size_ms=supplier.window_size_ms,
             retain_duplicates=supplier.retain_duplicates,
         )
@@ -257,6 +279,23 @@ class Stores:
         _check_window(name, retention_ms, window_size_ms)
         return WindowBytesStoreSupplier(
             _check_name(name), True, retention_ms, window_size_ms, retain_duplicates
+        )
+
+    @staticmethod
+    def persistent_time_ordered_window_store(
+        name: str, retention_ms: int, window_size_ms: int
+    ) -> WindowBytesStoreSupplier:
+        """The RocksDB window store Kafka's DSL gives an emit-on-close aggregation
+        (``RocksDbIndexedTimeOrderedWindowBytesStoreSupplier``): a window is kept while its
+        start is at least ``stream time - retention``, one ms longer than
+        :meth:`persistent_window_store` keeps it.
+
+        Raises:
+            ConfigError: a negative time, or a window larger than the retention.
+        """
+        _check_window(name, retention_ms, window_size_ms)
+        return WindowBytesStoreSupplier(
+            _check_name(name), True, retention_ms, window_size_ms, time_ordered=True
         )
 
     @staticmethod

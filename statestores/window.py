@@ -16,8 +16,17 @@ from typing import Any, Generic, TypeVar, cast
 from common.serdes import Serde, deserialize_many, serialize_many
 from statestores.api import Window, Windowed
 from statestores.bytes_layer import BytesKeyValue
+from statestores.caching import CachingBytesStore
 from statestores.metered import BatchListener, FlushListener, MeteredStore
-from statestores.segments import NO_TIME, Segments, decode_time, encode_time
+from statestores.segments import (
+    META_END,
+    NO_TIME,
+    SegmentedBytesStore,
+    decode_time,
+    encode_time,
+    read_meta,
+    write_meta,
+)
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -30,11 +39,16 @@ _MAX_SEQ = b"\xff\xff\xff\xff"
 class MeteredWindowStore(MeteredStore, Generic[K, V]):
     """A typed :class:`~statestores.api.WindowStore` over a bytes stack.
 
+    As Kafka's ``MeteredWindowStore``: serdes and counters only. Expiry is the business of
+    the :class:`~statestores.segments.SegmentedBytesStore` at the bottom of the stack, below
+    the cache: a read merges the cache, which may still hold a window the store below
+    expired, over the live windows below.
+
     Args:
         wrapped: the bytes stack.
+        segmented: the segments at its bottom.
         key_serde: serde of the record keys.
         value_serde: serde of the values.
-        retention_ms: how long windows are kept, in stream time.
         window_size_ms: the size of the windows (end = start + size).
         retain_duplicates: keep every put of the same key and window start.
     """
@@ -42,19 +56,24 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
     def __init__(
         self,
         wrapped: BytesKeyValue,
+        segmented: SegmentedBytesStore,
         key_serde: Serde[Any],
         value_serde: Serde[Any],
         *,
-        retention_ms: int,
         window_size_ms: int,
         retain_duplicates: bool = False,
     ) -> None:
         super().__init__(wrapped, key_serde, value_serde)
-        self._retention = retention_ms
+        self._segmented = segmented
+        self._segments = segmented.segments
+        self._cache = wrapped if isinstance(wrapped, CachingBytesStore) else None
+        self._retention = segmented.segments.retention
         self._size = window_size_ms
         self._dups = retain_duplicates
-        self._segments = Segments(wrapped, retention_ms)
         self._seq = 0
+        #: The largest window start put here (Kafka's ``CachingWindowStore``
+        #: ``maxObservedTimestamp``): the cache may hold windows up to it.
+        self._top = NO_TIME
 
     @property
     def window_size(self) -> int:
@@ -71,7 +90,8 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
 
     def on_restored(self) -> None:
         """Recompute stream time and the sequence counter from the stored entries."""
-        self._seq = self._segments.recover(_SUFFIX)
+        self._seq = self._segmented.recover()
+        self._top = NO_TIME
 
     def abort(self) -> None:
         """Discard uncommitted writes; stream time goes back to what is stored."""
@@ -84,12 +104,12 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
 
     def put(self, key: K, value: V | None, window_start: int) -> None:
         """Store ``value`` for ``key`` in the window starting at ``window_start``; ``None``
-        deletes (ignored with ``retain_duplicates``). Expired windows are dropped."""
+        deletes (ignored with ``retain_duplicates``). The store below drops a put to an
+        expired window; a cache above it keeps it."""
         self.metrics["put"] += 1
-        segments = self._segments
-        segments.observe(window_start)
-        if segments.expired(window_start) or (value is None and self._dups):
+        if value is None and self._dups:
             return
+        self._top = max(self._top, window_start)
         if self._dups:
             self._seq = (self._seq + 1) & 0xFFFFFFFF
             seq = self._seq.to_bytes(4, "big")
@@ -104,8 +124,6 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
         self.metrics["get"] += 1
         if self._dups:
             return next((v for _, v in self.fetch(key, window_start, window_start)), None)
-        if self._segments.expired(window_start):
-            return None
         raw = self.wrapped.get(self._entry(self._key(key), window_start))
         return None if raw is None else self.value_serde.deserialize(self.topic, raw)
 
@@ -115,18 +133,10 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
         if self._dups:
             return [self.fetch_value(k, s) for k, s in zip(keys, window_starts, strict=True)]
         self.metrics["get"] += len(keys)
-        expired = self._segments.expired
-        live = [i for i, start in enumerate(window_starts) if not expired(start)]
-        out: list[V | None] = [None] * len(keys)
-        if not live:
-            return out
-        raws = self.wrapped.get_many(
-            self._entries([keys[i] for i in live], [window_starts[i] for i in live])
-        )
-        values = deserialize_many(self.value_serde, self.topic, raws)
-        for i, value in zip(live, values, strict=True):
-            out[i] = value
-        return out
+        if not keys:
+            return []
+        raws = self.wrapped.get_many(self._entries(keys, window_starts))
+        return deserialize_many(self.value_serde, self.topic, raws)
 
     def put_many(
         self,
@@ -136,31 +146,52 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
         timestamps: list[int],
     ) -> None:
         """Write each key's value in its window, in order, as :meth:`put` one by one with
-        the record timestamp ``timestamps[i]``: an entry whose window start is expired by
-        then (stream time being the largest start observed before it) is not written, and
-        segments out of retention are dropped after the writes, as the one-by-one puts
-        would have dropped them (an entry written before a drop is dropped with it)."""
+        the record timestamp ``timestamps[i]`` (the store below drops what is expired by
+        then, as one put after another)."""
         if self._dups:
             for key, value, start in zip(keys, values, window_starts, strict=True):
                 self.put(key, value, start)
             return
         self.metrics["put"] += len(keys)
-        segments = self._segments
-        retention, stream = self._retention, segments.stream_time
-        kept: list[int] = []
-        for i, start in enumerate(window_starts):
-            stream = max(stream, start)
-            if start >= stream - retention + 1:
-                kept.append(i)
-        if kept:
-            topic, vser = self.topic, self.value_serde.serialize
-            self.wrapped.put_many(
-                self._entries([keys[i] for i in kept], [window_starts[i] for i in kept]),
-                [None if values[i] is None else vser(topic, values[i]) for i in kept],
-                [timestamps[i] for i in kept],
-            )
-        if window_starts:
-            segments.observe(max(window_starts))
+        if not keys:
+            return
+        self._top = max(self._top, *window_starts)
+        topic, vser = self.topic, self.value_serde.serialize
+        self.wrapped.put_many(
+            self._entries(keys, window_starts),
+            [None if value is None else vser(topic, value) for value in values],
+            timestamps,
+        )
+
+    def _segment_ids(self, time_from: int, time_to: int, reverse: bool) -> list[int]:
+        """The segments that may hold windows starting in ``[time_from, time_to]``: the
+        live ones below, and older ones the cache still holds entries of."""
+        segmented, segments = self._segmented, self._segments
+        below = segmented.stream_time
+        top = max(self._top, below)
+        if top == NO_TIME or time_to < time_from:
+            return []
+        high = segments.segment_of(min(time_to, top))
+        if below == NO_TIME:  # nothing below yet: only what the cache holds
+            low = high + 1
+        else:
+            low = segments.segment_of(max(time_from, segmented.min_read_time()))
+        ids = list(range(low, high + 1))
+        cache = self._cache
+        older = segments.segment_of(time_from)
+        if cache is not None and older < low:
+            bound, found = segments.prefix(min(low, high + 1)), []
+            while True:
+                first = cache.first_key(segments.prefix(older), bound)
+                if first is None or first < META_END:
+                    break
+                older = decode_time(first, 0)
+                found.append(older)
+                older += 1
+            ids = found + ids
+        if reverse:
+            ids.reverse()
+        return ids
 
     def _entries(self, keys: list[K], window_starts: list[int]) -> list[bytes]:
         """The stored key of each key and window start (no duplicates kept)."""
@@ -192,9 +223,8 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
         raw_key = self._key(key)
         size = 8 + len(raw_key) + _SUFFIX
         segments, topic, vde = self._segments, self.topic, self.value_serde.deserialize
-        low = max(time_from, segments.min_live_time())
-        lo_time, hi_time = encode_time(low), encode_time(time_to)
-        for segment in segments.live_segments(time_from, time_to, reverse=reverse):
+        lo_time, hi_time = encode_time(time_from), encode_time(time_to)
+        for segment in self._segment_ids(time_from, time_to, reverse):
             prefix = segments.prefix(segment) + raw_key
             items = self.wrapped.items(
                 prefix + lo_time + _ZERO_SEQ, prefix + hi_time + _MAX_SEQ, reverse=reverse
@@ -222,8 +252,7 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
         self.metrics["range"] += 1
         segments, topic = self._segments, self.topic
         kde, vde = self.key_serde.deserialize, self.value_serde.deserialize
-        low = max(time_from, segments.min_live_time())
-        for segment in segments.live_segments(time_from, time_to, reverse=reverse):
+        for segment in self._segment_ids(time_from, time_to, reverse):
             prefix = segments.prefix(segment)
             hi = segments.prefix(segment + 1)
             for entry, value in self.wrapped.items(prefix, hi, reverse=reverse):
@@ -235,7 +264,7 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
                 ):
                     continue
                 start = decode_time(entry, len(entry) - _SUFFIX)
-                if low <= start <= time_to:
+                if time_from <= start <= time_to:
                     window = Window(start, start + self._size)
                     yield Windowed(kde(topic, raw_key), window), vde(topic, value)
 
@@ -258,21 +287,19 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
         order of Kafka's time-ordered window store, which emit-on-close range-scans).
 
         ``pending``: values by ``(key, window start)`` not written yet (a batch's), read
-        over the stored ones. As Kafka's time-first key schema, a stored window is kept one
-        ms longer than :meth:`fetch_all` keeps it: from ``stream time - retention`` on.
+        over the stored ones. What is kept is what :meth:`fetch_all` returns: the windows
+        the cache holds and the live ones below (Kafka's emit-on-close store is the
+        time-ordered one, which keeps a window from ``stream time - retention`` on).
         """
         self.metrics["range"] += 1
         segments, topic, size = self._segments, self.topic, self._size
         found: dict[tuple[int, bytes], tuple[Any, Any]] = {}
-        if segments.stream_time != NO_TIME:
-            low = max(time_from, segments.stream_time - self._retention)
-            high = min(time_to, segments.stream_time)
-            for segment in range(segments.segment_of(low), segments.segment_of(high) + 1):
-                prefix, hi = segments.prefix(segment), segments.prefix(segment + 1)
-                for entry, value in self.wrapped.items(prefix, hi):
-                    start = decode_time(entry, len(entry) - _SUFFIX)
-                    if entry != hi and low <= start <= high:
-                        found[(start, entry[8:-_SUFFIX])] = (None, value)
+        for segment in self._segment_ids(time_from, time_to, False):
+            prefix, hi = segments.prefix(segment), segments.prefix(segment + 1)
+            for entry, value in self.wrapped.items(prefix, hi):
+                start = decode_time(entry, len(entry) - _SUFFIX)
+                if entry != hi and time_from <= start <= time_to:
+                    found[(start, entry[8:-_SUFFIX])] = (None, value)
         stored = sorted(found)
         keys = deserialize_many(self.key_serde, topic, [raw for _, raw in stored])
         values = deserialize_many(self.value_serde, topic, [found[s][1] for s in stored])
@@ -291,11 +318,11 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
     def read_meta(self, name: str) -> int | None:
         """Return the int metadata entry ``name`` kept with the windows (see
         :mod:`statestores.segments`), or None."""
-        return self._segments.read_meta(name)
+        return read_meta(self.wrapped, name)
 
     def write_meta(self, name: str, value: int) -> None:
         """Write the int metadata entry ``name``, logged and committed with the windows."""
-        self._segments.write_meta(name, value)
+        write_meta(self.wrapped, name, value)
 
     def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Windowed[K], V]]:
         """Every window starting in ``[time_from, time_to]``."""

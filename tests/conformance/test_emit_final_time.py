@@ -1,6 +1,7 @@
 """More emit-on-window-close halves (KIP-825, ``EmitStrategy.ON_WINDOW_CLOSE``) of Kafka's
 time-window tests, beside ``test_emit_on_window_close.py``: ``KStreamWindowAggregateTest``
-(``testJoin``, ``shouldEmitFromLastEmitTime``).
+(``shouldEmitFromLastEmitTime``; its ``testJoin``, which reads a closing table's store as
+its windows expire, is in ``test_window_store_expiry.py``).
 
 Each window goes out once, when stream time passes its end plus grace, with its final
 aggregate; a closing node keeps the last window close it emitted in its window store's
@@ -24,6 +25,7 @@ from topology.api.windowed_serdes import WindowedSerdes
 from topology.api.windows import TimeWindows
 
 CLOSE = EmitStrategy.on_window_close()
+DAY = 24 * 60 * 60 * 1000
 WINDOWED = WindowedSerdes.time_windowed_serde_from(S, 10)
 Rows = list[tuple[str, str, int]]
 CACHING = pytest.mark.parametrize("caching", [True, False], ids=["cache", "no-cache"])
@@ -62,65 +64,13 @@ def _read(d: Any, topic: str = "output") -> Rows:
 # -- KStreamWindowAggregateTest ---------------------------------------------------------------
 
 
-@CACHING
-def test_join(drive: Any, caching: bool) -> None:
-    """KStreamWindowAggregateTest.testJoin (emit final): two closing hopping-window tables
-    (size 10, advance 5, grace 5) joined; each side forwards each window once, when it
-    closes, and nothing reaches the join while only table 1 has windows. (The join's own
-    results once table 2 closes windows read table 1's store at the edge of its retention,
-    where Kafka's time-ordered store and its cache keep one window more than this
-    project's store: not asserted here.)"""
-    windows = TimeWindows.of_size_and_grace(10, 5).advance_by(5)
-    b = StreamsBuilder()
-    table1 = _closing_table(
-        b, "topic1", windows, _cache(Materialized.as_("topic1-Canonized"), caching)
-    )
-    table2 = _closing_table(
-        b, "topic2", windows, _cache(Materialized.as_("topic2-Canonized"), caching)
-    )
-    table1.to_stream().to("table1", Produced.with_(WINDOWED, S))
-    table2.to_stream().to("table2", Produced.with_(WINDOWED, S))
-    joined = table1.join(table2, lambda p1, p2: f"{p1}%{p2}")
-    joined.to_stream().to("joined", Produced.with_(WINDOWED, S))
-    d = drive(b.build())
-
-    _pipe(d, [("A", "1", 0), ("B", "2", 1), ("C", "3", 2), ("D", "4", 3), ("A", "1", 9),
-              ("A", "1", 15)], "topic1")  # fmt: skip
-    assert _read(d, "table1") == [
-        ("[A@0/10]", "0+1+1", 9), ("[B@0/10]", "0+2", 1), ("[C@0/10]", "0+3", 2),
-        ("[D@0/10]", "0+4", 3),
-    ]  # fmt: skip
-    assert _read(d, "table2") == _read(d, "joined") == []
-
-    _pipe(d, [("A", "1", 10), ("B", "2", 11), ("D", "4", 12), ("B", "2", 13), ("C", "3", 14),
-              ("A", "1", 20)], "topic1")  # fmt: skip
-    assert _read(d, "table1") == [
-        ("[A@5/15]", "0+1+1", 10), ("[B@5/15]", "0+2+2", 13), ("[C@5/15]", "0+3", 14),
-        ("[D@5/15]", "0+4", 12),
-    ]  # fmt: skip
-    assert _read(d, "table2") == _read(d, "joined") == []
-
-    _pipe(d, [("A", "a", 0), ("B", "b", 1), ("C", "c", 2), ("D", "d", 10), ("A", "a", 15)],
-          "topic2")  # fmt: skip
-    assert _read(d, "table1") == []
-    assert _read(d, "table2") == [("[A@0/10]", "0+a", 0), ("[B@0/10]", "0+b", 1),
-                                  ("[C@0/10]", "0+c", 2)]  # fmt: skip
-
-    _pipe(d, [("A", "a", 5), ("B", "b", 6), ("D", "d", 7), ("D", "d", 18), ("A", "a", 21)],
-          "topic2")  # fmt: skip
-    assert _read(d, "table1") == []
-    assert _read(d, "table2") == [
-        ("[A@5/15]", "0+a", 5), ("[B@5/15]", "0+b", 6), ("[D@5/15]", "0+d+d", 10),
-    ]  # fmt: skip
-
-
 def _grace5(drive: Any, caching: bool) -> Any:
-    """The processor scenarios' node: size 10, advance 5, grace 5, on persistent stores."""
+    """The processor scenarios' node: size 10, advance 5, grace 5, on Kafka's store of
+    those scenarios (``getWindowStore``: the time-ordered store, retention one day)."""
     b = StreamsBuilder()
     windows = TimeWindows.of_size_and_grace(10, 5).advance_by(5)
-    table = _closing_table(
-        b, "topic", windows, _cache(Materialized.as_("dummy-store-name"), caching)
-    )
+    mat = _cache(Materialized.as_("dummy-store-name"), caching).with_retention(DAY)
+    table = _closing_table(b, "topic", windows, mat)
     table.to_stream().to("output", Produced.with_(WINDOWED, S))
     return drive(b.build(), **{"default.dsl.store": "rocksDB"})
 

@@ -22,6 +22,7 @@ from topology.api.windowed_serdes import WindowedSerdes
 from topology.api.windows import SessionWindows, TimeWindows, UnlimitedWindows
 
 CLOSE = EmitStrategy.on_window_close()
+DAY = 24 * 60 * 60 * 1000
 WINDOWED = WindowedSerdes.time_windowed_serde_from(S, 10)
 SESSION = WindowedSerdes.session_windowed_serde_from(S)
 Rows = list[tuple[str, Any, int]]
@@ -74,9 +75,11 @@ def _dropped(d: Any) -> int:
 
 
 def _grace5(drive: Any, caching: bool, **config: Any) -> Any:
-    """The processor scenarios' windows: size 10, advance 5, grace 5."""
+    """The processor scenarios' windows: size 10, advance 5, grace 5, on Kafka's store of
+    those scenarios (``getWindowStore``: the time-ordered store, retention one day)."""
     windows = TimeWindows.of_size_and_grace(10, 5).advance_by(5)
-    return _closing(drive, windows, _mat("dummy-store-name", caching), **config)
+    mat = _mat("dummy-store-name", caching).with_retention(DAY)
+    return _closing(drive, windows, mat, **{"default.dsl.store": "rocksDB", **config})
 
 
 # -- KStreamWindowAggregateTest ---------------------------------------------------------------

@@ -13,7 +13,7 @@ The windows phase adds window and session factories beside :class:`KeyValueStore
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -136,7 +136,9 @@ class KeyValueStoreFactory:
 class WindowStoreFactory:
     """A DSL window store (windowed aggregations); values are kept as
     :class:`~topology.api.record.ValueAndTimestamp`. ``retention_ms`` and ``window_size_ms``
-    are settled by the window specification (see :mod:`topology.dsl.windowed`)."""
+    are settled by the window specification (see :mod:`topology.dsl.windowed`).
+    ``time_ordered``: the store of an emit-on-close aggregation, which Kafka's DSL makes
+    its time-ordered RocksDB store (an in-memory one stays as it is, as Kafka's)."""
 
     name: str
     retention_ms: int
@@ -148,6 +150,7 @@ class WindowStoreFactory:
     logging_enabled: bool = True
     logging_config: Mapping[str, str] = field(default_factory=dict)
     retain_duplicates: bool = False
+    time_ordered: bool = False
 
     @property
     def kind(self) -> str:
@@ -158,11 +161,13 @@ class WindowStoreFactory:
         """Build through :class:`statestores.stores.Stores`, honouring ``default.dsl.store``."""
         supplier = self.supplier
         if supplier is None:
-            make = (
-                Stores.in_memory_window_store
-                if config.default_dsl_store == "in_memory"
-                else Stores.persistent_window_store
-            )
+            make: Callable[[str, int, int, bool], Any]
+            if config.default_dsl_store == "in_memory":
+                make = Stores.in_memory_window_store
+            elif self.time_ordered and not self.retain_duplicates:
+                make = _time_ordered
+            else:
+                make = Stores.persistent_window_store
             supplier = make(
                 self.name, self.retention_ms, self.window_size_ms, self.retain_duplicates
             )
@@ -173,6 +178,11 @@ class WindowStoreFactory:
             ValueAndTimestampSerde(value_serde),
         )
         return _configure(builder, config, self)
+
+
+def _time_ordered(name: str, retention_ms: int, size_ms: int, _dups: bool) -> Any:
+    """Kafka's DSL store of an emit-on-close aggregation (never with duplicates)."""
+    return Stores.persistent_time_ordered_window_store(name, retention_ms, size_ms)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -50,14 +50,14 @@ def build_topology() -> Topology:
 
 
 def generate(n: int) -> dict[str, list[tuple[str, str, int]]]:
-    """Six products with three prices each and a future one; ``6 n`` orders (a join is
-    quick: enough to run through five kills) of seven products (one unknown), every fourth
-    5 ms late."""
+    """Six products with three prices each and a future one; ``12 n`` orders (a join is
+    quick: enough to run through five kills on a busy machine) of seven products (one
+    unknown), every fourth 5 ms late."""
     prices = [(f"p{j}", f"{j}.{v}", START_MS + v) for v in range(3) for j in range(6)]
     prices += [(f"p{j}", f"future-{j}", START_MS + 1_000_000 + j) for j in range(6)]
     orders = [
         (f"p{i % 7}", f"o{i:04d}", START_MS + 100 + 2 * i - (5 if i % 4 == 3 else 0))
-        for i in range(6 * n)
+        for i in range(12 * n)
     ]
     # a last order of every product, 10 s later: every partition's buffer lets the
     # orders before out (these stay buffered, in every partition as in the reference)
