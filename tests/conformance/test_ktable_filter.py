@@ -381,10 +381,11 @@ def test_skip_null_to_repartition_on_materialization(drive: Any) -> None:
 
 
 def test_skip_null_if_materialized_downstream(drive: Any) -> None:
-    """KTableFilterTest.shouldSkipNullIfVersionedDownstream: materializing the filter's
-    result does not stop it skipping the deletions (whether the input table is versioned
-    decides). This project has no versioned stores: the filter's store here is a plain
-    key-value store, over a materialized source table."""
+    """KTableFilterTest.shouldSkipNullIfVersionedDownstream, the filter's store a plain
+    key-value store: materializing the filter's result does not stop it skipping the
+    deletions (whether the input table is versioned decides). Kafka's case itself, the
+    filter's store versioned, and shouldNotSkipNullIfVersionedUpstream are in
+    ``test_ktable_versioned_semantics``."""
     b = StreamsBuilder()
     t1 = b.table("topic1", Consumed.with_(S, S), Materialized.as_("store"))
     t2 = t1.filter(accept, Materialized.as_("versioned"))

@@ -3,9 +3,13 @@ driver, inner and left, with the result materialized (queryable store ``store``)
 and re-joined with the left table or not.
 
 Left values are ``"<value>|<foreign key>"``; the joiner writes ``(left,right)`` and the
-re-joiner ``rejoin(joined,left)``, ``null`` for a missing side. Kafka's other parameters are
-not rewritten: ``topology.optimization`` (this project has no optimizer) and versioned
-tables (no versioned stores here): the cases run are Kafka's unversioned ones.
+re-joiner ``rejoin(joined,left)``, ``null`` for a missing side. Either table may be
+versioned (``Materialized.as_`` a persistent versioned store, five minutes of history).
+The cases are Kafka's ``testCases``: its unversioned ones (left join, materialized,
+re-joined) and its ``versionedData`` (no re-join, each table versioned or not), each run
+with the foreign key extracted from the value or from the key and the value (KIP-1104).
+``topology.optimization``, Kafka's other parameter, is not rewritten (this project has no
+optimizer). The versioned-only scenario is in ``test_ktable_fk_join_integration_versioned``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from statestores.stores import Stores
 from tests.conformance.conftest import S
 from topology import Consumed, ForeignKeyExtractor, Materialized, StreamsBuilder
 
@@ -22,13 +27,27 @@ LEFT_TABLE, RIGHT_TABLE = "left_table", "right_table"
 OUTPUT, REJOIN_OUTPUT = "output-topic", "rejoin-output-topic"
 BASE = 1_700_000_000_000  # Kafka's MockTime start: any base timestamp
 
-CASES = [
-    pytest.param((left_join, materialized, rejoin), id=f"{kind}-{mat}-{rj}")
-    for left_join, kind in ((True, "left"), (False, "inner"))
-    for materialized, mat in ((True, "materialized"), (False, "unmaterialized"))
-    for rejoin, rj in ((True, "rejoin"), (False, "no-rejoin"))
+HISTORY = 300_000  # Kafka's Duration.ofMinutes(5)
+BOTH = (True, False)
+#: (left join, materialized, re-join, left versioned, right versioned): Kafka's ``data()``
+#: (unversioned) then its ``versionedData()`` (no re-join), without the duplicates.
+Case = tuple[bool, bool, bool, bool, bool]
+_DATA: list[Case] = [(lj, m, rj, False, False) for lj in BOTH for m in BOTH for rj in BOTH]
+VERSIONED_DATA: list[Case] = [
+    (lj, m, False, lv, rv) for lj in BOTH for m in BOTH for lv in BOTH for rv in BOTH
 ]
-LEFT_CASES = [pytest.param(*p.values[0][1:], id=str(p.id)[5:]) for p in CASES[:4]]
+TEST_CASES: list[Case] = list(dict.fromkeys(_DATA + VERSIONED_DATA))
+#: Kafka's ``testCasesWithoutLeftJoinArg``: the cases without their first argument.
+LeftCase = tuple[bool, bool, bool, bool]
+LEFT_CASES: list[LeftCase] = list(dict.fromkeys(case[1:] for case in TEST_CASES))
+
+
+def case_id(case: tuple[bool, ...]) -> str:
+    """``left-materialized-rejoin-versioned-unversioned`` (the left join flag optional)."""
+    *head, lv, rv = case
+    words = (("left", "inner"), ("materialized", "unmaterialized"), ("rejoin", "no-rejoin"))
+    flags = [w[0] if flag else w[1] for w, flag in zip(words[3 - len(head) :], head, strict=True)]
+    return "-".join([*flags, *("versioned" if v else "unversioned" for v in (lv, rv))])
 
 
 def _java(value: Any) -> str:
@@ -39,16 +58,21 @@ def _fk(value: str) -> str | None:
     return value.split("|")[1]
 
 
+def _table(b: StreamsBuilder, topic: str, versioned: str | None) -> Any:
+    """The table of ``topic``, in a versioned store of that name unless it is None."""
+    if versioned is None:
+        return b.table(topic, Consumed.with_(S, S))
+    supplier = Stores.persistent_versioned_key_value_store(versioned, HISTORY)
+    return b.table(topic, Consumed.with_(S, S), Materialized.as_(supplier))
+
+
 def _topology(
-    *,
-    left_join: bool,
-    materialized: bool,
-    rejoin: bool,
-    extractor: Callable[[str], str | None] | ForeignKeyExtractor = _fk,
+    case: Case, extractor: Callable[[str], str | None] | ForeignKeyExtractor = _fk
 ) -> Any:
+    left_join, materialized, rejoin, left_versioned, right_versioned = case
     b = StreamsBuilder()
-    left = b.table(LEFT_TABLE, Consumed.with_(S, S))
-    right = b.table(RIGHT_TABLE, Consumed.with_(S, S))
+    left = _table(b, LEFT_TABLE, "left" if left_versioned else None)
+    right = _table(b, RIGHT_TABLE, "right" if right_versioned else None)
     # the cache would hide some of the needless tombstones the scenarios look at
     main = (
         Materialized.as_("store").with_value_serde(S)
@@ -79,16 +103,12 @@ class _Run:
     def __init__(
         self,
         drive: Any,
-        left_join: bool,
-        materialized: bool,
-        rejoin: bool,
+        case: Case,
         extractor: Callable[[str], str | None] | ForeignKeyExtractor = _fk,
     ) -> None:
-        self.left_join, self.materialized, self.rejoin = left_join, materialized, rejoin
-        topology = _topology(
-            left_join=left_join, materialized=materialized, rejoin=rejoin, extractor=extractor
-        )
-        self.d = drive(topology)
+        self.left_join, self.materialized, self.rejoin = case[:3]
+        self.left_versioned, self.right_versioned = case[3:]
+        self.d = drive(_topology(case, extractor))
         self.left = self.d.create_input_topic(LEFT_TABLE, S, S)
         self.right = self.d.create_input_topic(RIGHT_TABLE, S, S)
         self.out = self.d.create_output_topic(OUTPUT, S, S)
@@ -109,7 +129,7 @@ class _Run:
 
 #: The foreign key read from the value alone, or through a ``ForeignKeyExtractor`` given
 #: the key too (KIP-1104): the same results either way.
-EXTRACTORS = {
+EXTRACTORS: dict[str, Callable[[str], str | None] | ForeignKeyExtractor] = {
     "function": _fk,
     "bi-function": ForeignKeyExtractor.from_bi_function(lambda key, value: _fk(value)),
 }
@@ -117,16 +137,16 @@ EXTRACTORS = {
 
 @pytest.fixture(
     params=[
-        pytest.param((*case.values[0], kind), id=f"{case.id}-{kind}")
-        for case in CASES
+        pytest.param((case, kind), id=f"{case_id(case)}-{kind}")
+        for case in TEST_CASES
         for kind in EXTRACTORS
     ]
 )
 def r(request: pytest.FixtureRequest, drive: Any) -> _Run:
-    """A run of one of Kafka's unversioned cases (left join, materialized, re-joined), with
-    the foreign key extracted from the value, or from the key and the value."""
-    *case, kind = request.param
-    return _Run(drive, *case, extractor=EXTRACTORS[kind])
+    """A run of one of Kafka's ``testCases``, with the foreign key extracted from the
+    value, or from the key and the value."""
+    case, kind = request.param
+    return _Run(drive, case, extractor=EXTRACTORS[kind])
 
 
 def test_do_join_from_left_then_delete_left_entity(r: _Run) -> None:
@@ -245,27 +265,23 @@ def test_should_unsubscribe_old_foreign_key_if_left_side_is_updated(r: _Run) -> 
     r.check({}, {"lhs1": "(lhsValue1|rhs2,rhsValue2)"})
 
 
-@pytest.mark.parametrize(("materialized", "rejoin"), LEFT_CASES)
-def test_should_emit_record_on_null_foreign_key_for_left_joins(
-    drive: Any, materialized: bool, rejoin: bool
-) -> None:
+@pytest.mark.parametrize("case", LEFT_CASES, ids=case_id)
+def test_should_emit_record_on_null_foreign_key_for_left_joins(drive: Any, case: LeftCase) -> None:
     """KTableKTableForeignKeyJoinIntegrationTest.shouldEmitRecordOnNullForeignKeyForLeftJoins"""
-    r = _Run(drive, True, materialized, rejoin, lambda v: None)
+    r = _Run(drive, (True, *case), lambda v: None)
     r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE)
     r.check({"lhs1": "(lhsValue1|rhs1,null)"})
 
 
-@pytest.mark.parametrize(("materialized", "rejoin"), LEFT_CASES)
-def test_should_emit_record_when_old_and_new_fk_differ(
-    drive: Any, materialized: bool, rejoin: bool
-) -> None:
+@pytest.mark.parametrize("case", LEFT_CASES, ids=case_id)
+def test_should_emit_record_when_old_and_new_fk_differ(drive: Any, case: LeftCase) -> None:
     """KTableKTableForeignKeyJoinIntegrationTest.shouldEmitRecordWhenOldAndNewFkDiffer"""
 
     def extractor(value: str) -> str | None:
         fk = value.split("|")[1]
         return None if fk == "returnNull" else fk
 
-    r = _Run(drive, True, materialized, rejoin, extractor)
+    r = _Run(drive, (True, *case), extractor)
     [subscriptions] = [n for n in r.d.get_all_state_stores() if "SUBSCRIPTION-STATE-STORE" in n]
     store = r.d.get_key_value_store(subscriptions)
     r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE)
@@ -276,56 +292,13 @@ def test_should_emit_record_when_old_and_new_fk_differ(
     assert store.get(("rhs1", "lhs1")) is None  # the old subscription is gone
 
 
-@pytest.mark.parametrize(("left_join", "materialized"), [p.values[0][:2] for p in CASES[::2]])
-def test_should_ignore_out_of_order_records_iff_versioned(
-    drive: Any, left_join: bool, materialized: bool
-) -> None:
-    """KTableKTableForeignKeyJoinIntegrationTest.shouldIgnoreOutOfOrderRecordsIffVersioned
-    (unversioned tables: out-of-order records are applied)"""
-    r = _Run(drive, left_join, materialized, False)
-    r.right.pipe_input("rhs1", "rhsValue1", BASE + 4)
-    r.check({})
-    r.left.pipe_input("lhs1", "lhsValue1|rhs1", BASE + 3)
-    r.left.pipe_input("lhs2", "lhsValue2|rhs1", BASE + 5)
-    r.check({"lhs1": "(lhsValue1|rhs1,rhsValue1)", "lhs2": "(lhsValue2|rhs1,rhsValue1)"})
-    r.left.pipe_input("lhs2", None, BASE + 6)
-    r.check({"lhs2": None}, {"lhs1": "(lhsValue1|rhs1,rhsValue1)"})
-    r.left.pipe_input("lhs1", "lhsValue1_ooo|rhs1", BASE + 2)
-    r.left.pipe_input("lhs2", "lhsValue2_ooo|rhs1", BASE + 2)
-    r.check({"lhs1": "(lhsValue1_ooo|rhs1,rhsValue1)", "lhs2": "(lhsValue2_ooo|rhs1,rhsValue1)"})
-    r.left.pipe_input("lhs1", None, BASE + 2)
-    r.check({"lhs1": None}, {"lhs2": "(lhsValue2_ooo|rhs1,rhsValue1)"})
-    r.left.pipe_input("lhs1", "lhsValue1_new|rhs1", BASE + 8)
-    r.left.pipe_input("lhs2", "lhsValue2_new|rhs1", BASE + 8)
-    r.check({"lhs1": "(lhsValue1_new|rhs1,rhsValue1)", "lhs2": "(lhsValue2_new|rhs1,rhsValue1)"})
-    r.right.pipe_input("rhs1", "rhsValue1_ooo", BASE + 1)
-    r.check(
-        {
-            "lhs1": "(lhsValue1_new|rhs1,rhsValue1_ooo)",
-            "lhs2": "(lhsValue2_new|rhs1,rhsValue1_ooo)",
-        }
-    )
-    r.right.pipe_input("rhs1", None, BASE + 1)
-    if left_join:
-        r.check({"lhs1": "(lhsValue1_new|rhs1,null)", "lhs2": "(lhsValue2_new|rhs1,null)"})
-    else:
-        r.check({"lhs1": None, "lhs2": None}, {})
-    r.right.pipe_input("rhs1", "rhsValue1_new", BASE + 6)
-    r.check(
-        {
-            "lhs1": "(lhsValue1_new|rhs1,rhsValue1_new)",
-            "lhs2": "(lhsValue2_new|rhs1,rhsValue1_new)",
-        }
-    )
-
-
 def test_a_foreign_key_extractor_may_read_the_key(drive: Any) -> None:
     """KIP-1104 (``ForeignKeyExtractor.fromBiFunction``): the foreign key computed from the
     left row's key; a row whose extractor returns None joins nothing (inner join)."""
     extractor = ForeignKeyExtractor.from_bi_function(
         lambda key, value: None if value == "skip" else "rhs" + key[-1]
     )
-    r = _Run(drive, False, True, False, extractor=extractor)
+    r = _Run(drive, (False, True, False, False, False), extractor=extractor)
     r.right.pipe_input("rhs1", "rhsValue1", BASE)
     r.left.pipe_input("lhs1", "any", BASE + 1)
     r.left.pipe_input("lhs2", "skip", BASE + 2)

@@ -65,7 +65,7 @@ class _FkProcessor(Processor[Any, Any, Any, Any]):
     def init(self, context: Any) -> None:
         """Bind the serdes."""
         self.context = context
-        self.serdes.bind(context.app_config)
+        self.serdes.bind(context.app_config, context.application_id)
 
     def _emit(self, record: Record[Any, Any], key: Any, value: Any, ts: int | None = None) -> None:
         stamp = record[2] if ts is None else ts

@@ -5,6 +5,13 @@ Murmur3 hash of the left value that lets the final join drop stale responses.
 Internal serdes resolve the default key/value serdes of the configuration when a task's
 processor binds them (:meth:`FkSerdes.bind`), since the join's input serdes may be left to
 ``default.key.serde`` / ``default.value.serde``.
+
+The user's serdes are called with Kafka's topics: the registration and response topics
+for what is written to them, and, for what is serialized inside the join's own formats,
+Kafka's pseudo-topics ``<application.id>-<registration topic>-fk`` (a foreign key, in a
+store key or compared), ``-pk`` (a primary key, in a subscription or a store key) and
+``-vh`` (a left value, hashed) whatever topic or changelog the wrapper is written to, so
+that a serde that registers a schema per topic sees the same topics as under Kafka.
 """
 
 from __future__ import annotations
@@ -100,27 +107,37 @@ class FkSerdes:
     foreign_key: Serde[Any] | None
     value: Serde[Any] | None
     foreign_value: Serde[Any] | None
-    topic: str = ""  # the pseudo-topic internal (de)serialization passes to the serdes
+    topic: str = ""  # the subscription registration topic (raw, as in the graph)
+    #: Kafka's pseudo-topics (``<application.id>-<topic>-fk``, ``-pk``, ``-vh``), at bind
+    fk_topic: str = ""
+    pk_topic: str = ""
+    vh_topic: str = ""
 
-    def bind(self, app_config: Any) -> None:
-        """Resolve missing serdes from ``default.key.serde`` / ``default.value.serde``."""
+    def bind(self, app_config: Any, application_id: str) -> None:
+        """Resolve missing serdes from ``default.key.serde`` / ``default.value.serde`` and
+        name the pseudo-topics, prefixed with the application id as an internal topic is
+        (Kafka's ``decoratePseudoTopic``)."""
         key, value = app_config["default.key.serde"], app_config["default.value.serde"]
         self.primary_key = self.primary_key or serde_from_name(key)
         self.foreign_key = self.foreign_key or serde_from_name(key)
         self.value = self.value or serde_from_name(value)
         self.foreign_value = self.foreign_value or serde_from_name(value)
+        pseudo = f"{application_id}-{self.topic}"
+        self.fk_topic, self.pk_topic, self.vh_topic = (f"{pseudo}-{s}" for s in ("fk", "pk", "vh"))
 
     def value_hash(self, value: Any) -> bytes | None:
         """Return the Murmur3 hash of the serialized left ``value`` (None for None)."""
         if value is None:
             return None
         assert self.value is not None
-        return murmur3_128(self.value.serialize(self.topic, value) or b"")
+        return murmur3_128(self.value.serialize(self.vh_topic, value) or b"")
 
     def fk_bytes(self, foreign_key: Any) -> bytes | None:
         """Return the serialized foreign key (FKs are compared as bytes, as Kafka)."""
         assert self.foreign_key is not None
-        return None if foreign_key is None else self.foreign_key.serialize(self.topic, foreign_key)
+        if foreign_key is None:
+            return None
+        return self.foreign_key.serialize(self.fk_topic, foreign_key)
 
 
 def _opt(data: bytes | None) -> bytes:
@@ -135,7 +152,8 @@ def _read_opt(data: bytes, pos: int) -> tuple[bytes | None, int]:
 
 
 class SubscriptionSerde:
-    """``instruction byte | optional hash | optional primary key bytes``."""
+    """``instruction byte | optional hash | optional primary key bytes``; the primary key
+    (de)serialized for the ``-pk`` pseudo-topic, whatever the ``topic`` argument."""
 
     def __init__(self, serdes: FkSerdes) -> None:
         self.serdes = serdes
@@ -145,7 +163,7 @@ class SubscriptionSerde:
         if data is None:
             return None
         assert self.serdes.primary_key is not None
-        pk = self.serdes.primary_key.serialize(topic, data.primary_key)
+        pk = self.serdes.primary_key.serialize(self.serdes.pk_topic, data.primary_key)
         return bytes((int(data.instruction),)) + _opt(data.value_hash) + _opt(pk)
 
     def deserialize(self, topic: str, data: bytes | None) -> Subscription | None:
@@ -157,9 +175,8 @@ class SubscriptionSerde:
         assert self.serdes.primary_key is not None
         value_hash, pos = _read_opt(data, 1)
         pk, _ = _read_opt(data, pos)
-        return Subscription(
-            value_hash, Instruction(data[0]), self.serdes.primary_key.deserialize(topic, pk)
-        )
+        primary_key = self.serdes.primary_key.deserialize(self.serdes.pk_topic, pk)
+        return Subscription(value_hash, Instruction(data[0]), primary_key)
 
 
 class ResponseSerde:
@@ -189,7 +206,8 @@ class ResponseSerde:
 class CombinedKeySerde:
     """The subscription store key ``(foreign key, primary key)``: the 4-byte length of the
     foreign key's bytes, those bytes, then the primary key's bytes (Kafka's
-    ``CombinedKeySchema``), so that one foreign key's subscriptions are one prefix."""
+    ``CombinedKeySchema``), so that one foreign key's subscriptions are one prefix; the
+    keys are (de)serialized for the ``-fk`` and ``-pk`` pseudo-topics, whatever ``topic``."""
 
     def __init__(self, serdes: FkSerdes) -> None:
         self.serdes = serdes
@@ -200,7 +218,7 @@ class CombinedKeySerde:
             return None
         assert self.serdes.primary_key is not None
         prefix = self.prefix(topic, data[0])
-        return prefix + (self.serdes.primary_key.serialize(topic, data[1]) or b"")
+        return prefix + (self.serdes.primary_key.serialize(self.serdes.pk_topic, data[1]) or b"")
 
     def prefix(self, topic: str, foreign_key: Any) -> bytes:
         """Return the key prefix of every subscription to ``foreign_key``."""
@@ -213,8 +231,8 @@ class CombinedKeySerde:
             return None
         assert self.serdes.foreign_key is not None and self.serdes.primary_key is not None
         size = _LEN.unpack_from(data)[0]
-        fk = self.serdes.foreign_key.deserialize(topic, data[4 : 4 + size])
-        return fk, self.serdes.primary_key.deserialize(topic, data[4 + size :])
+        fk = self.serdes.foreign_key.deserialize(self.serdes.fk_topic, data[4 : 4 + size])
+        return fk, self.serdes.primary_key.deserialize(self.serdes.pk_topic, data[4 + size :])
 
 
 class PrefixSerializer:
