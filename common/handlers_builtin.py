@@ -39,6 +39,57 @@ def exception_name(exc: BaseException) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+def format_stacktrace(exception: BaseException) -> str:
+    """Return the stack trace of ``exception`` and of its own causes, as Kafka's header
+    holds the exception's stack trace: its ``__cause__`` chain, and an implicit
+    ``__context__`` only when that error was raised and caught inside the exception's own
+    frames (an error the user's code was handling). A context caught outside them is the
+    runtime's (a host process forked inside an ``except`` block raises everything in that
+    block's context) and has nothing to do with the record: it is left out."""
+    links: list[tuple[BaseException, str]] = []
+    seen: set[int] = set()
+    current: BaseException | None = exception
+    note = ""
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        links.append((current, note))
+        current, note = _own_cause(current)
+    parts: list[str] = []
+    for exc, link in reversed(links):
+        parts.extend(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False))
+        if link:
+            parts.append(link)
+    return "".join(parts)
+
+
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+def _own_cause(exc: BaseException) -> tuple[BaseException | None, str]:
+    """The error ``exc`` was raised from (and the line that links them), or (None, "")."""
+    if exc.__cause__ is not None:
+        return exc.__cause__, _CAUSE
+    context = exc.__context__
+    if context is None or exc.__suppress_context__ or not _caught_within(context, exc):
+        return None, ""
+    return context, _CONTEXT
+
+
+def _caught_within(inner: BaseException, outer: BaseException) -> bool:
+    """Whether ``inner`` was caught in a frame ``outer`` was raised through (not the
+    frame that caught ``outer``: what that frame was handling is its own business)."""
+    tb = inner.__traceback__
+    if tb is None or outer.__traceback__ is None:
+        return False
+    frames = set()
+    walk = outer.__traceback__.tb_next
+    while walk is not None:
+        frames.add(id(walk.tb_frame))
+        walk = walk.tb_next
+    return id(tb.tb_frame) in frames
+
+
 def build_dead_letter_queue_record(
     topic: str,
     key: bytes | None,
@@ -49,7 +100,7 @@ def build_dead_letter_queue_record(
     """Return the dead letter of a failed record: ``key``/``value`` (normally the raw
     input's), the input's headers, then the error headers (class, message, stack trace,
     and the input's topic, partition and offset), as Kafka's ``ExceptionHandlerUtils``."""
-    trace = "".join(traceback.format_exception(exception))
+    trace = format_stacktrace(exception)
     errors = (
         (HEADER_EXCEPTION, exception_name(exception)),
         (HEADER_MESSAGE, str(exception)),

@@ -110,6 +110,12 @@ class CachingBytesStore(WrappingBytesStore):
         """Write ``key`` into the cache (dirty); evict past the size bound."""
         self._insert(key, _Entry(value, True, self._timestamp()))
 
+    def put_through(self, key: bytes, value: bytes | None) -> None:
+        """Write ``key`` below the cache at once, never to a flush listener (a metadata
+        entry: bookkeeping kept with the data, not a record of it)."""
+        self._drop(key)
+        self.wrapped.put(key, value)
+
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """The cached values; the others read below at once, then cached."""
         cache = self._cache

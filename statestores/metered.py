@@ -40,6 +40,8 @@ class MeteredStore:
         self.topic = ""
         self.metrics: dict[str, int] = {"put": 0, "get": 0, "delete": 0, "range": 0, "flush": 0}
         self._open = False
+        #: metadata entry -> [its source, the value last written or read]
+        self._kept: dict[str, list[Any]] = {}
 
     @property
     def name(self) -> str:
@@ -58,9 +60,32 @@ class MeteredStore:
         """Cache bound methods of the stack (called after ``init``)."""
 
     def flush(self) -> None:
-        """Flush caches and (outside a task's transactions) commit."""
+        """Write the kept metadata entries that changed, flush caches and (outside a task's
+        transactions) commit."""
         self.metrics["flush"] += 1
+        for name, kept in self._kept.items():
+            value = kept[0]()
+            if value != kept[1] and value is not None:
+                self.write_meta(name, value)
+                kept[1] = value
         self.wrapped.flush()
+
+    def keep_meta(self, name: str, source: Callable[[], int | None]) -> int | None:
+        """Keep the int metadata entry ``name`` equal to ``source()`` as of every flush, so
+        it commits with the data (a processor's bookkeeping: a rebuilt task starts from the
+        committed value, as the run that was not interrupted went on); return its committed
+        value (None: never written)."""
+        found = self.read_meta(name)
+        self._kept[name] = [source, found]
+        return found
+
+    def read_meta(self, name: str) -> int | None:
+        """Return the int metadata entry ``name`` (stores that keep such entries)."""
+        raise TypeError(f"store {self.name} keeps no metadata entries ({name})")
+
+    def write_meta(self, name: str, value: int) -> None:
+        """Write the int metadata entry ``name`` (stores that keep such entries)."""
+        raise TypeError(f"store {self.name} keeps no metadata entries ({name})")
 
     def close(self) -> None:
         """Close the stack."""

@@ -165,8 +165,10 @@ def read_meta(store: BytesKeyValue, name: str) -> int | None:
 
 
 def write_meta(store: BytesKeyValue, name: str, value: int) -> None:
-    """Write the metadata entry ``name`` of ``store`` through its layers."""
-    store.put(META_PREFIX + name.encode(), value.to_bytes(8, "big", signed=True))
+    """Write the metadata entry ``name`` of ``store`` through its layers (below a cache at
+    once: no flush listener sees it)."""
+    put = getattr(store, "put_through", store.put)
+    put(META_PREFIX + name.encode(), value.to_bytes(8, "big", signed=True))
 
 
 @dataclass(frozen=True, slots=True)

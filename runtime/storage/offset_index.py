@@ -46,7 +46,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.errors import StorageError
-from runtime.storage.delta_log import LogEntry, relative_file_path
+from runtime.storage.delta_log import (
+    PARTITIONS_PROPERTY,
+    LogDamageError,
+    LogEntry,
+    PartitionCountError,
+    relative_file_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +173,8 @@ class OffsetIndex:
         self.logs: dict[int, PartitionLog] = {}
         #: Files removed from the log and not vacuumed yet: path -> when (epoch ms).
         self.removed: dict[str, int] = {}
+        #: ``(old count, new count, version)`` while ``streams.partitions`` is lowered.
+        self.shrunk: tuple[int, int, int, str] | None = None
 
     def log(self, partition: int) -> PartitionLog:
         """Return the log of ``partition`` (empty when nothing was written there yet)."""
@@ -195,8 +203,8 @@ class OffsetIndex:
                 f"topic {self.topic}: offset index at version {self.version} "
                 f"cannot apply version {entry.version}"
             )
-        if entry.partitions is not None:
-            self.num_partitions = entry.partitions
+        self._set_partitions(entry)
+        check_whole(self.topic, entry)
         when = int(entry.commit_info.get("timestamp") or 0)
         for action in entry.removes:
             path = relative_file_path(action["path"])
@@ -212,6 +220,35 @@ class OffsetIndex:
         else:
             self._apply_foreign(entry, count_rows)
         self.version = entry.version
+
+    def _set_partitions(self, entry: LogEntry) -> None:
+        """Take a metaData action's partition count; a lowered one is kept aside (the
+        largest count stays, so no partition vanishes) until the property is set back."""
+        count = entry.partitions
+        if count is None:
+            return
+        if count < self.num_partitions:
+            self.shrunk = (self.num_partitions, count, entry.version, entry.path)
+            return
+        self.num_partitions = count
+        self.shrunk = None
+
+    def check_partitions(self) -> None:
+        """Raise PartitionCountError while the log's newest partition count is lower than
+        the count it had: its records would vanish from every partition above it."""
+        if self.shrunk is None:
+            return
+        old, new, version, path = self.shrunk
+        raise PartitionCountError(
+            f"topic {self.topic}: the table property {PARTITIONS_PROPERTY} was lowered from "
+            f"{old} to {new} at version {version} ({path}); a topic's partitions only grow "
+            f"and partitions {new}..{old - 1} would vanish. Set it back: 'streams-eos topics "
+            f"--alter --topic {self.topic} --partitions {old}' (or more)",
+            path=path,
+            version=version,
+            old=old,
+            new=new,
+        )
 
     def vacuumed(self, paths: Iterable[str]) -> None:
         """Forget removed files that the vacuum deleted."""
@@ -234,12 +271,30 @@ class OffsetIndex:
         for path, partition, base, count, max_ts in meta.get("files", []):
             plog = self.log(int(partition))
             if base != plog.end:
-                raise StorageError(
-                    f"topic {self.topic} version {entry.version}: file {path} claims base "
-                    f"offset {base} but partition {partition} ends at {plog.end}; the log "
-                    "was changed by a writer that does not keep offsets"
+                raise self._offsets_error(
+                    entry,
+                    f"file {path} starts partition {partition} at offset {base}, "
+                    f"but the commits before it end that partition at {plog.end}",
                 )
             plog.append(Segment(int(base), int(count), path, max_ts, None, sizes.get(path)))
+        ends = meta.get("end") or []
+        for p, end in enumerate(ends):
+            if p in self.logs and int(end) != self.logs[p].end:
+                raise self._offsets_error(
+                    entry,
+                    f"it records partition {p}'s end offset as {end}, but its files "
+                    f"end it at {self.logs[p].end}",
+                )
+
+    def _offsets_error(self, entry: LogEntry, what: str) -> LogDamageError:
+        return LogDamageError(
+            f"topic {self.topic}: the offsets of commit {entry.version} ({entry.path}) do not "
+            f"follow: {what}. The log was changed by hand or by a writer that does not keep "
+            "offsets; restore the commit from a backup or a copy of the table",
+            kind="offsets",
+            path=entry.path,
+            version=entry.version,
+        )
 
     def _apply_foreign(self, entry: LogEntry, count_rows: Callable[[str], int]) -> None:
         for add in entry.adds:
@@ -324,13 +379,55 @@ def compaction_metadata(entry: LogEntry) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError as exc:
-        raise StorageError(
-            f"version {entry.version}: commit metadata {COMPACTION_KEY!r} is not JSON: {exc}"
-        ) from exc
+    except ValueError:
+        data = None
     if not isinstance(data, dict):
-        raise StorageError(f"version {entry.version}: {COMPACTION_KEY!r} is not an object")
+        raise LogDamageError(
+            f"{entry.path or f'version {entry.version}'}: commit metadata "
+            f"{COMPACTION_KEY!r} is not a JSON object: the commit is damaged; restore the "
+            "file from a backup",
+            kind="unparsable",
+            path=entry.path,
+            version=entry.version,
+        )
     return data
+
+
+def check_whole(topic: str, entry: LogEntry) -> None:
+    """Raise LogDamageError when a commit of ours lacks actions its metadata lists.
+
+    Our producer's and the log cleaner's commits list their files in their commitInfo
+    (written first) and carry a ``txn`` action when a transaction wrote them: a commit
+    whose adds, removes or ``txn`` do not match was cut short (a crash or a full disk
+    during a write that was not atomic). Delta has no checksum of a commit: delta-rs reads
+    such a file as a commit of what is left, so a reader that trusted it would serve fewer
+    records than were committed, and a roll-forward that found no ``txn`` would add its
+    files again. Every reader here refuses it instead, naming it.
+    """
+    meta = compaction_metadata(entry) or entry.offsets_metadata
+    if meta is None:
+        return
+    listed = sorted(str(f[0]) for f in meta.get("files", []))
+    added = sorted(relative_file_path(a["path"]) for a in entry.adds)
+    missing = []
+    if listed != added:
+        missing.append(f"{len(added)} of the {len(listed)} files its commitInfo lists")
+    removed = meta.get("removed")
+    if removed is not None and len(removed) != len(entry.removes):
+        missing.append(f"{len(entry.removes)} of the {len(removed)} files it removes")
+    txn = meta.get("txn")
+    if txn and entry.txn_version(str(txn[0])) != int(txn[1]):
+        missing.append(f"no txn action of transaction {txn[0]!r} {txn[1]}")
+    if missing:
+        raise LogDamageError(
+            f"topic {topic}: commit {entry.version} ({entry.path}) is torn: it holds "
+            f"{'; '.join(missing)}: a write cut short. Every reader here refuses it (delta-rs "
+            "would read it short); 'streams-eos doctor --repair' moves it away if a "
+            "transaction still to be rolled forward wrote it, else restore it from a backup",
+            kind="torn",
+            path=entry.path,
+            version=entry.version,
+        )
 
 
 def _parse_stats(raw: Any) -> dict[str, Any]:

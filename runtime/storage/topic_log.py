@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from common.errors import StorageError, UnknownTopicError
-from runtime.storage.delta_log import LogEntry, log_path, read_entry
+from runtime.storage.delta_log import LogDamageError, LogEntry, log_path, read_entry, unreadable
 from runtime.storage.fs import StorageRoot
 from runtime.storage.offset_index import (
     GAP_CHECK_AFTER_S,
@@ -66,10 +66,28 @@ class TopicLog:
 
         Raises:
             UnknownTopicError: the topic table does not exist.
-            StorageError: the log cannot be read or interpreted.
+            LogDamageError: the log is damaged (a missing, torn or unparsable commit,
+                offsets that do not follow, a lowered partition count) or unreadable.
+            StorageError: the log cannot be interpreted otherwise.
         """
         with self._lock:
-            return self._refresh(upto)
+            try:
+                return self._refresh(upto)
+            except LogDamageError:
+                raise
+            except StorageError as exc:
+                if self._log_unreadable():
+                    raise unreadable(self.table_path, exc) from exc
+                raise
+
+    def _log_unreadable(self) -> bool:
+        """Whether the log's directory is there but cannot be listed (a file in its place,
+        no permission)."""
+        try:
+            self.root.list_dir(f"{self.table_path}/_delta_log")
+        except StorageError:
+            return True
+        return False
 
     def _refresh(self, upto: int | None) -> OffsetIndex:
         if self._index is None:
@@ -103,6 +121,7 @@ class TopicLog:
             raise StorageError(
                 f"topic {self.topic}: version {index.version + 1} of the Delta log is missing"
             )
+        index.check_partitions()
         if index.version - self._snapshot_version >= SNAPSHOT_EVERY:
             self._write_snapshot(index)
         self._refreshed_at = time.monotonic()
@@ -148,12 +167,16 @@ class TopicLog:
         newer = [v for v in later if v > version + 1]
         if newer:
             missing = version + 1
-            raise StorageError(
+            path = log_path(self.root, self.table_path, missing)
+            raise LogDamageError(
                 f"topic {self.topic}: commit {missing} of the Delta log is missing "
-                f"({log_path(self.root, self.table_path, missing)}), but commits up to "
+                f"({path}), but commits up to "
                 f"{max(newer)} exist: the records of version {missing} and after cannot be "
                 "read in order. Restore the file from a backup or a copy of the table, then "
-                "read again; no offset past the gap is served meanwhile"
+                "read again; no offset past the gap is served meanwhile",
+                kind="gap",
+                path=path,
+                version=missing,
             )
 
     def _reload(self, version: int) -> OffsetIndex:

@@ -25,8 +25,8 @@ from common.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from runtime.storage.delta_log import PARTITIONS_PROPERTY
-from runtime.storage.fs import StorageRoot, storage_options
+from runtime.storage.delta_log import PARTITIONS_PROPERTY, PartitionCountError
+from runtime.storage.fs import StorageRoot, storage_message, storage_options
 from runtime.storage.leases import FileLeases
 from runtime.storage.names import collides, validate_topic_name
 from runtime.storage.offset_index import OffsetIndex
@@ -239,11 +239,13 @@ class TopicAdmin:
                 configuration=properties,
                 raise_if_key_not_exists=False,
             )
-        except DeltaError as exc:
+        except (DeltaError, OSError) as exc:
             if self.exists(topic) and not if_not_exists:
                 raise TopicExistsError(f"topic {topic!r} already exists") from exc
             if not self.exists(topic):
-                raise StorageError(f"cannot create topic {topic!r}: {exc}") from exc
+                raise StorageError(
+                    f"cannot create topic {topic!r}: {storage_message(exc)}"
+                ) from exc
         log.info("created topic=%s partitions=%d", topic, partitions)
 
     def list(self) -> list[str]:
@@ -303,12 +305,18 @@ class TopicAdmin:
     def alter_partitions(self, topic: str, partitions: int) -> None:
         """Increase the partition count (Kafka never decreases it).
 
+        Also the repair of a count lowered by hand (:class:`PartitionCountError`): the
+        property is set back to at least the count the log had.
+
         Raises:
             InvalidPartitionsError: ``partitions`` is not larger than the current count.
         """
         _check_partition_count(partitions)
-        current = self.num_partitions(topic)
-        if partitions <= current:
+        try:
+            current, lowered = self.num_partitions(topic), False
+        except PartitionCountError as exc:
+            current, lowered = exc.old, True
+        if partitions < current or (partitions == current and not lowered):
             raise InvalidPartitionsError(
                 f"topic {topic!r} has {current} partitions; the count can only be increased "
                 f"(asked for {partitions})"
@@ -342,15 +350,15 @@ class TopicAdmin:
         try:
             uri = self.table_uri(topic)
             return DeltaTable(uri, storage_options=storage_options(uri))
-        except DeltaError as exc:
-            raise StorageError(f"cannot open topic {topic!r}: {exc}") from exc
+        except (DeltaError, OSError) as exc:
+            raise StorageError(f"cannot open topic {topic!r}: {storage_message(exc)}") from exc
 
     def _set_properties(self, topic: str, properties: Mapping[str, str]) -> None:
         table = self._table(topic)
         try:
             table.alter.set_table_properties(dict(properties), raise_if_not_exists=False)
-        except DeltaError as exc:
-            raise StorageError(f"cannot alter topic {topic!r}: {exc}") from exc
+        except (DeltaError, OSError) as exc:
+            raise StorageError(f"cannot alter topic {topic!r}: {storage_message(exc)}") from exc
 
 
 def _stored(overrides: Mapping[str, str]) -> dict[str, str]:

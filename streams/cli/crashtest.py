@@ -4,6 +4,7 @@
 
     streams-eos crashtest examples/wordcount.py --generate 200 --kills 5 --report r.json
     streams-eos crashtest app.py --input orders=orders.jsonl --kills 20 --seed 7
+    streams-eos crashtest examples/wordcount.py --generate 400 --poison 0.02
 
 Prints the report (kills and where they hit, restarts, recovery p50/max, records in and
 out, duplicates, losses, store and transaction checks, the first mismatches) and exits 0
@@ -65,6 +66,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config", action="append", default=[], metavar="KEY=VALUE", help="for every run"
     )
+    p.add_argument(
+        "--poison",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="make this fraction of the input poison (a value no deserializer accepts) and "
+        "check each lands in the dead-letter topic once (default 0)",
+    )
     p.add_argument("--workdir", metavar="DIR", help="root, state and logs (default: new tmp)")
     p.add_argument("--report", metavar="PATH", help="also write the report as JSON")
     p.set_defaults(handler=run, needs_root=False, creates_root=True)
@@ -107,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         lose_checkpoint=args.lose_checkpoint,
         report=args.report,
         on_run=on_run,
+        poison=args.poison,
     )
     bar.close()
     print(report.text())

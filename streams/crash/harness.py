@@ -12,7 +12,8 @@
    of its own, which is SIGKILLed ``kills`` times (see :mod:`streams.crash.plan`) and started
    again after each kill with the same application.id and state directory; the last run
    goes to its end.
-3. The orphan sweep runs, then the checks of :mod:`streams.crash.check`.
+3. The orphan sweep runs, then the checks of :mod:`streams.crash.check` (and, with
+   ``poison``, of :mod:`streams.crash.poison`: each poison record a dead letter once).
 
 This module holds the runs and their kills; the setup before them, the commit counts
 during them and the comparison after them are :mod:`streams.crash.workspace`'s.
@@ -75,10 +76,10 @@ class CrashTest(Workspace):
     """One crash test: runs of the application in its workspace, killed as planned.
 
     Args:
-        file, inputs, generate, workdir, guarantee, config: the workspace's (see
+        file, inputs, generate, workdir, guarantee, config, poison: the workspace's (see
             :class:`~streams.crash.workspace.Workspace`).
         env: more environment variables for the runs.
-        seed: seeds the kill plan.
+        seed: seeds the kill plan (and the choice of poison records).
         run_timeout_s: a run taking longer is killed and reported as an error.
     """
 
@@ -94,6 +95,7 @@ class CrashTest(Workspace):
         env: Mapping[str, str] | None = None,
         seed: int = 0,
         run_timeout_s: float = 600.0,
+        poison: float = 0.0,
     ) -> None:
         super().__init__(
             file,
@@ -102,6 +104,8 @@ class CrashTest(Workspace):
             workdir=workdir,
             guarantee=guarantee,
             config=config,
+            poison=poison,
+            seed=seed,
         )
         self.seed = seed
         self.env = dict(env or {})
@@ -304,6 +308,7 @@ def crashtest(
     lose_checkpoint: bool = False,
     report: str | os.PathLike[str] | None = None,
     on_run: Callable[[RunRecord], None] | None = None,
+    poison: float = 0.0,
 ) -> CrashReport:
     """Run ``file`` under ``kills`` SIGKILLs and check it against the reference.
 
@@ -312,6 +317,9 @@ def crashtest(
         generate: records from FILE's ``generate(n)`` (instead of, or besides, inputs).
         report: also write the JSON report there.
         on_run: told each run's record as it ends.
+        poison: make this fraction of the input poison (a value no deserializer accepts)
+            and check that each lands in the dead-letter topic exactly once and the rest
+            of the output equals the reference without them (:mod:`streams.crash.poison`).
 
     Returns:
         The report; ``report.exactly_once`` is the verdict.
@@ -334,6 +342,7 @@ def crashtest(
         config=config,
         env=env,
         seed=seed,
+        poison=poison,
     )
     result = test.run(
         kills, points=points, kinds=kinds, lose_checkpoint=lose_checkpoint, on_run=on_run

@@ -150,6 +150,8 @@ class CrashReport:
     staged_swept: int = 0
     staged_left: list[str] = field(default_factory=list)
     offsets_lag: dict[str, int] = field(default_factory=dict)
+    #: With poison: the dead-letter check (streams.crash.poison.DeadLetterCheck's fields).
+    dead_letters: dict[str, Any] | None = None
     diff: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -191,6 +193,7 @@ class CrashReport:
             or self.open_transactions
             or self.staged_left
             or self.offsets_lag
+            or (self.dead_letters is not None and not self.dead_letters["ok"])
         )
 
     @property
@@ -246,6 +249,7 @@ class CrashReport:
         )
         lag = ", ".join(f"{k}={v}" for k, v in self.offsets_lag.items())
         lines.append(f"committed positions: {'past the input' if not lag else 'behind: ' + lag}")
+        lines += _dead_letter_lines(self.dead_letters)
         if self.diff:
             lines.append("first mismatches:")
             lines += [f"  {d}" for d in self.diff]
@@ -253,6 +257,18 @@ class CrashReport:
         lines += [f"note: {n}" for n in self.notes]
         lines.append(f"exactly-once {verdict}")
         return "\n".join(lines)
+
+
+def _dead_letter_lines(check: dict[str, Any] | None) -> list[str]:
+    if check is None:
+        return []
+    verdict = "each poison record once" if check["ok"] else "DIFFERS"
+    lines = [
+        f"dead letters ({check['topic']}): {verdict} (poison={check['expected']} "
+        f"found={check['found']} duplicates={check['duplicates']} losses={check['losses']} "
+        f"strays={check['strays']})"
+    ]
+    return lines + [f"  {d}" for d in check["diff"]]
 
 
 def _secs(value: float | None) -> str:

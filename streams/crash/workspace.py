@@ -37,6 +37,14 @@ from streams.crash.check import (
 )
 from streams.crash.inputs import CrashTestError, InputRecord, generated
 from streams.crash.plan import GUARANTEES, CrashReport, fault_points
+from streams.crash.poison import (
+    check_rejected,
+    compare_dead_letters,
+    is_poison,
+    poison_config,
+    poison_positions,
+    poison_records,
+)
 from streams.crash.stores import compare_store, local_store_dirs, restore_changelog
 
 #: Settings of every run unless the caller's config sets them. Time retention is off: the
@@ -56,6 +64,8 @@ class Workspace:
             ``storage.options.*``) puts the root there instead; it must be empty.
         guarantee: ``processing.guarantee`` of the runs.
         config: more ``--config`` pairs for the runs.
+        poison: the fraction of the input made poison (see :mod:`streams.crash.poison`).
+        seed: chooses the poison records.
 
     Raises:
         ConfigError: an unknown guarantee, or FILE's configuration is invalid.
@@ -71,7 +81,11 @@ class Workspace:
         workdir: str | os.PathLike[str] | None = None,
         guarantee: str = "exactly_once_v2",
         config: Mapping[str, object] | None = None,
+        poison: float = 0.0,
+        seed: int = 0,
     ) -> None:
+        if poison:
+            config = poison_config(config)
         if guarantee not in GUARANTEES:
             raise ConfigError(f"guarantee {guarantee!r}: expected one of {', '.join(GUARANTEES)}")
         self.file = str(file)
@@ -89,7 +103,9 @@ class Workspace:
             "statestore.cache.max.bytes": "0",
         }
         self.module = load_topology_file(self.file)
-        self.records = list(inputs) + (generated(self.module, generate) if generate else [])
+        records = list(inputs) + (generated(self.module, generate) if generate else [])
+        self.records = poison_records(records, poison, seed)
+        self.poison = poison
         if not self.records:
             raise CrashTestError("no input: give input files (--input TOPIC=PATH) or --generate")
         self.config = build_config(
@@ -100,6 +116,7 @@ class Workspace:
         )
         self.topology = build_topology_of(self.module, str(self.file))
         self.application_id = self.config.application_id
+        self.poisoned: list[tuple[str, int, int]] = []
         self._reference: Reference | None = None
 
     # -- before the runs -----------------------------------------------------------------
@@ -124,7 +141,10 @@ class Workspace:
             key, value, headers = r.raw()
             producer.send(r.topic, key, value, timestamp=r.timestamp, headers=headers or None)
         producer.flush()
-        self.plan = plan_topics(self.topology, admin, self.application_id)
+        if self.poison:
+            check_rejected(self.topology, self.config, self.records)
+            self.poisoned = poison_positions(admin, {r.topic for r in self.records})
+        self.plan = plan_topics(self.topology, admin, self.application_id, config=self.config)
         self.outputs = output_topics(self.topology, self.application_id)
         self.partitions = {t: admin.num_partitions(t) for t in self.outputs}
 
@@ -132,8 +152,9 @@ class Workspace:
         """Return the reference run's outputs and stores (computed once)."""
         if self._reference is None:
             inputs = {t: self.admin.num_partitions(t) for t in {r.topic for r in self.records}}
+            clean = [r for r in self.records if not is_poison(r.value)]
             self._reference = compute_reference(
-                self.topology, self.config, self.records, self.partitions, inputs
+                self.topology, self.config, clean, self.partitions, inputs
             )
         return self._reference
 
@@ -210,6 +231,10 @@ class Workspace:
         report.open_transactions = open_transactions(self.admin)
         report.staged_swept, report.staged_left = sweep_and_list_staged(self.admin, self.root)
         report.offsets_lag = offsets_lag(self.admin, self.application_id, self.plan.sources)
+        dead_letters = self.config.errors_dead_letter_queue_topic_name
+        if self.poison and dead_letters:
+            check = compare_dead_letters(self.admin, dead_letters, self.poisoned)
+            report.dead_letters = {**check.__dict__, "ok": check.ok}
 
     def _check_stores(self, ref: Reference, reader: TopicReader) -> list[dict[str, Any]]:
         changelogs = self.topology.changelog_topics(self.application_id)

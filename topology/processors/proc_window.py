@@ -85,6 +85,14 @@ class WindowedAggregating(Processor[Any, Any, Any, Any]):
         assert self.params.store_name is not None
         self.store: Any = context.get_state_store(self.params.store_name)
         self.send_old = self.params.send_old_values
+        # the observed stream time commits with the windows: a task rebuilt from its
+        # committed state (a crash, a batch run again) drops the records the run that was
+        # not interrupted dropped
+        keep = getattr(self.store, "keep_meta", None)
+        if keep is not None:
+            found = keep(f"stream-time:{self.name}", self._stream_time)
+            if found is not None:
+                self.observed_stream_time = max(self.observed_stream_time, found)
         if self.emit_strategy.on_close:
             self.emitter = WindowCloseEmitter(self.name, self.store, context)
             self.forwarder: Any = SilentForwarder()
@@ -116,6 +124,9 @@ class WindowedAggregating(Processor[Any, Any, Any, Any]):
             window,
             self.observed_stream_time,
         )
+
+    def _stream_time(self) -> int | None:
+        return None if self.observed_stream_time == NO_TIME else self.observed_stream_time
 
     def observe(self, timestamp: int) -> None:
         """Advance the observed stream time to ``timestamp``."""

@@ -1,0 +1,313 @@
+"""Check a storage root's logs and repair what can be repaired without losing a record.
+
+Kafka checks its log on start (index and offset sanity, a torn segment tail) and
+``kafka-dump-log`` shows what is there; :class:`Doctor` does both for a storage root: it
+reads every topic's Delta log as a reader would (a missing, torn or unparsable commit,
+offsets that do not follow, a lowered partition count, a log that cannot be read), checks
+the offset index snapshots, and looks for stray files where only directories belong
+(``_transactions/``, ``_groups/``, a topic's ``txn-staging/``). The transaction and group
+logs are checked by a :class:`CoordinatorView` the caller passes in (they live in a layer
+above this package).
+
+Each damage is a :class:`Finding`: where, what, and the repair. A finding whose repair
+loses no committed record carries it (``fix``): rebuilding index snapshots (derived
+data), setting a lowered partition count back, moving stray files to
+``<root>/_quarantine/``, moving away a torn newest commit that a transaction still in
+PrepareCommit wrote (its commit phase adds the files again, with its ``txn`` guard), and
+completing decided transactions (the view's). Every other finding is refused with the
+reason: a missing middle commit, a commit that does not parse, offsets that do not follow
+must be restored from a backup.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pyarrow.fs as pafs
+
+from common.errors import StorageError, StreamsError
+from runtime.storage.delta_log import LogDamageError, PartitionCountError, log_path
+from runtime.storage.fs import StorageRoot
+from runtime.storage.offset_index import INDEX_DIR, OffsetIndex
+from runtime.storage.topic_log import TopicLog
+from runtime.storage.topics import TopicAdmin
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_DIR = "_quarantine"
+#: Directories of the root where only directories (one log each) belong.
+COORDINATOR_DIRS = ("_transactions", "_groups")
+STAGING_DIR = "txn-staging"
+_RESTORE = "restore it from a backup or a copy of the table (no repair can recreate it)"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One damage: where (a table or file), what, and how to repair it.
+
+    ``fix`` carries out a repair that loses no committed record and returns what it did;
+    None when the damage cannot be repaired here (``repair`` then says what to do).
+    """
+
+    where: str
+    damage: str
+    repair: str
+    fix: Callable[[], str] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def repairable(self) -> bool:
+        """Return True when ``--repair`` can fix it without losing a record."""
+        return self.fix is not None
+
+    def line(self) -> str:
+        """Return the finding as one line."""
+        how = "--repair" if self.repairable else "by hand"
+        return f"{self.where}: {self.damage}; repair ({how}): {self.repair}"
+
+
+@dataclass(slots=True)
+class Report:
+    """What a repair did: the findings, the repairs made and those refused."""
+
+    findings: list[Finding]
+    repaired: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+class CoordinatorView(Protocol):
+    """The transaction and group logs, as the doctor needs them."""
+
+    def pending_commit(self, transactional_id: str, sequence: int) -> bool:
+        """Return True if transaction ``sequence`` of ``transactional_id`` is decided as
+        committed (PrepareCommit) and not complete: its commit phase will add its files."""
+        ...
+
+    def findings(self) -> list[Finding]:
+        """Return the damage of the transaction and group logs."""
+        ...
+
+
+class Doctor:
+    """Checks the logs of one storage root and repairs what can be repaired without loss.
+
+    Args:
+        admin: the topic admin of the root.
+        coordinators: the transaction and group logs' view (None: not checked, and a torn
+            commit is never moved away, since nothing proves it uncommitted).
+    """
+
+    def __init__(self, admin: TopicAdmin, *, coordinators: CoordinatorView | None = None) -> None:
+        self.admin = admin
+        self.root = admin.root
+        self.coordinators = coordinators
+
+    def check(self, topic: str | None = None) -> list[Finding]:
+        """Return the damage of one topic, or of the whole root (``topic`` None).
+
+        Raises:
+            UnknownTopicError: ``topic`` does not exist.
+        """
+        if topic is not None:
+            self.admin.topic_log(topic)  # validates the name
+            if not self.admin.exists(topic):
+                self.admin.index(topic)  # raises UnknownTopicError naming what to do
+            return self.check_topic(topic)
+        found = [f for name in self.admin.list() for f in self.check_topic(name)]
+        for directory in COORDINATOR_DIRS:
+            found += self._stray(self.root.path(directory), "only transaction or group logs")
+        if self.coordinators is not None:
+            found += self.coordinators.findings()
+        return found
+
+    def repair(self, findings: Sequence[Finding]) -> Report:
+        """Carry out every repair that loses no record; refuse the others, naming why."""
+        report = Report(list(findings))
+        for finding in findings:
+            if finding.fix is None:
+                report.refused.append(finding.line())
+                continue
+            try:
+                report.repaired.append(f"{finding.where}: {finding.fix()}")
+            except StreamsError as exc:
+                report.refused.append(f"{finding.where}: repair failed: {exc}")
+        return report
+
+    # -- one topic -------------------------------------------------------------------------
+
+    def check_topic(self, topic: str) -> list[Finding]:
+        """Return the damage of one topic's log, index snapshots and staging area."""
+        table = self.admin.table_path(topic)
+        found = self._snapshots(topic, table)
+        try:
+            TopicLog(self.root, topic, table).refresh()  # a new reader: checks the log end
+        except LogDamageError as exc:
+            found.insert(0, self._log_finding(topic, table, exc))
+        except StorageError as exc:
+            found.insert(0, Finding(table, str(exc), _RESTORE))
+        found += self._stray(f"{table}/{STAGING_DIR}", "only transactions' staging directories")
+        return found
+
+    def _log_finding(self, topic: str, table: str, exc: LogDamageError) -> Finding:
+        if isinstance(exc, PartitionCountError):
+            old = exc.old
+
+            def restore_count() -> str:
+                self.admin.alter_partitions(topic, old)
+                return f"set {topic}'s partition count back to {old}"
+
+            return Finding(
+                exc.path, str(exc), f"set streams.partitions back to {old}", restore_count
+            )
+        if exc.kind == "torn":
+            return self._torn_finding(topic, table, exc)
+        if exc.kind == "unreadable":
+            return Finding(exc.path, str(exc), "make the directory readable and writable")
+        return Finding(exc.path, str(exc), _RESTORE)
+
+    def _torn_finding(self, topic: str, table: str, exc: LogDamageError) -> Finding:
+        """A torn commit may be moved away only when it is the newest and a transaction
+        still in PrepareCommit wrote it: its commit phase adds the files again (the table
+        holds no ``txn`` of it, so the roll-forward is not skipped), and until then no
+        reader has served its records."""
+        why = self._torn_owner(table, exc.version)
+        if isinstance(why, str):
+            return Finding(exc.path, str(exc), f"{why}; {_RESTORE}")
+        tid, sequence = why
+
+        def move_away() -> str:
+            self._drop_snapshots(table, exc.version)
+            moved = self.quarantine(exc.path)
+            return (
+                f"moved the torn commit {exc.version} to {moved}; transaction {tid!r} "
+                f"{sequence} (PrepareCommit) adds its files again at the next sweep "
+                "('streams-eos transactions --sweep') or its producer's restart"
+            )
+
+        return Finding(
+            exc.path,
+            str(exc),
+            f"move it away: transaction {tid!r} {sequence} is in PrepareCommit and its "
+            "commit phase adds the files again",
+            move_away,
+        )
+
+    def _torn_owner(self, table: str, version: int) -> tuple[str, int] | str:
+        """Return the transaction still to roll forward that wrote the torn ``version``,
+        or why none can be proved."""
+        newest = max(_versions(self.root, table), default=-1)
+        if version != newest:
+            return f"commits up to {newest} follow it"
+        try:
+            raw = self.root.read_bytes(log_path(self.root, table, version)) or b""
+            first = json.loads(raw.splitlines()[0]) if raw.strip() else {}
+            meta = json.loads(first.get("commitInfo", {}).get("streams.offsets") or "{}")
+        except (ValueError, AttributeError, TypeError):
+            return "its commitInfo, naming the transaction that wrote it, is lost"
+        txn = meta.get("txn") if isinstance(meta, dict) else None
+        if not txn:
+            return "no transaction wrote it (a plain producer's commit may have been read)"
+        tid, sequence = str(txn[0]), int(txn[1])
+        if self.coordinators is None or not self.coordinators.pending_commit(tid, sequence):
+            return f"transaction {tid!r} {sequence} is not in PrepareCommit (it may be complete)"
+        return tid, sequence
+
+    # -- offset index snapshots ------------------------------------------------------------
+
+    def _snapshots(self, topic: str, table: str) -> list[Finding]:
+        newest = max(_versions(self.root, table), default=-1)
+        found = []
+        for info in self.root.list_dir(f"{table}/{INDEX_DIR}"):
+            if not info.base_name.endswith(".json.gz"):
+                continue
+            raw = self.root.read_bytes(info.path) or b""
+            try:
+                index = OffsetIndex.from_json(json.loads(gzip.decompress(raw)))
+            except (OSError, ValueError, KeyError, TypeError, StorageError) as exc:
+                damage = f"offset index snapshot does not parse ({exc})"
+            else:
+                if index.version <= newest:
+                    continue
+                damage = (
+                    f"offset index snapshot of version {index.version} is ahead of the "
+                    f"Delta log (newest commit {newest}): readers would skip commits"
+                )
+            found.append(
+                Finding(
+                    info.path,
+                    damage,
+                    "move it away and rebuild the snapshot from the log (derived data)",
+                    self._rebuild(topic, table, info.path),
+                )
+            )
+        return found
+
+    def _rebuild(self, topic: str, table: str, path: str) -> Callable[[], str]:
+        def rebuild() -> str:
+            moved = self.quarantine(path)
+            index = TopicLog(self.root, topic, table).write_snapshot()
+            return f"moved {path} to {moved}; rebuilt the index at version {index.version}"
+
+        return rebuild
+
+    def _drop_snapshots(self, table: str, version: int) -> None:
+        """Move away the index snapshots of ``version`` and later (they hold it)."""
+        for info in self.root.list_dir(f"{table}/{INDEX_DIR}"):
+            head = info.base_name[:20]
+            if info.base_name.endswith(".json.gz") and head.isdigit() and int(head) >= version:
+                self.quarantine(info.path)
+
+    # -- stray files -----------------------------------------------------------------------
+
+    def _stray(self, directory: str, belongs: str) -> list[Finding]:
+        found = []
+        for info in self.root.list_dir(directory):
+            if info.type == pafs.FileType.Directory:
+                continue
+            path = info.path
+            found.append(
+                Finding(
+                    path,
+                    f"a stray file where {belongs} belong (readers skip it)",
+                    f"move it to {self.root.path(QUARANTINE_DIR)}",
+                    self._mover(path),
+                )
+            )
+        return found
+
+    def _mover(self, path: str) -> Callable[[], str]:
+        return lambda: f"moved to {self.quarantine(path)}"
+
+    def quarantine(self, path: str) -> str:
+        """Move ``path`` (under the root) to the same place under ``<root>/_quarantine/``;
+        return where it went (a numbered name when one is there already)."""
+        relative = path.removeprefix(self.root.base).lstrip("/")
+        target = self.root.path(QUARANTINE_DIR, relative)
+        n = 0
+        while self.root.exists(target):
+            n += 1
+            target = self.root.path(QUARANTINE_DIR, f"{relative}.{n}")
+        try:
+            self.root.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            self.root.fs.move(path, target)
+        except OSError as exc:
+            raise StorageError(f"cannot move {path} to {target}: {exc}") from exc
+        log.warning("doctor: moved %s to %s", path, target)
+        return target
+
+
+def _versions(root: StorageRoot, table: str) -> list[int]:
+    """The versions of a table's Delta log commits that are there (unreadable: none)."""
+    try:
+        infos = root.list_dir(f"{table}/_delta_log")
+    except StorageError:
+        return []
+    return [
+        int(i.base_name[:20])
+        for i in infos
+        if i.base_name.endswith(".json") and i.base_name[:20].isdigit()
+    ]

@@ -1,0 +1,197 @@
+"""Every read path checks what it reads: a torn newest commit (cut at a line boundary or
+mid-line), a commit that does not parse, a lowered partition count, offsets that do not
+follow and an unreadable log are refused by the project's readers and CLI in one line
+naming the table, the version or file, and what to do; where they read at all, deltalake
+and polars then agree with the project's readers or the project's readers refuse. None
+answers shorter with exit 0.
+
+What delta-rs does with a torn commit (checked below): a file cut at a line boundary is a
+valid commit of the actions left (an empty file: a commit of nothing), so deltalake and
+polars read fewer records and no error; a file cut mid-line fails to load ("Truncated
+record"). Delta has no checksum of a commit, so only the project's commitInfo (which lists
+the commit's files, and its transaction) can tell; the project's readers refuse the table
+naming the torn commit rather than agree with a shorter answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+from deltalake import DeltaTable
+
+from runtime.storage.delta_log import LogDamageError, PartitionCountError, log_path
+from runtime.storage.producer import Producer
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin
+from runtime.txn.producer import TransactionalProducer
+from tests.clitools import cli
+from tests.delta_readers import readers_agree
+
+COMMANDS = [
+    ["get-offsets", "--topic", "t"],
+    ["console-consume", "--topic", "t", "--from-beginning", "--timeout-ms", "200"],
+    ["topics", "--describe", "--topic", "t"],
+]
+FULL = 190  # 3 x 50 plain records and a transaction of 40
+
+
+def _fill(admin: TopicAdmin) -> str:
+    """Create topic t (2 partitions): three plain commits, then a transaction's commit
+    (version 4, the newest); return the newest commit's path."""
+    admin.create("t", 2)
+    producer = Producer(admin)
+    for i in range(3):
+        for j in range(50):
+            producer.send("t", b"k%d" % j, b"v%d" % i, timestamp=i)
+        producer.flush()
+    txn = TransactionalProducer(admin, "app")
+    txn.init_transactions()
+    txn.begin_transaction()
+    for j in range(40):
+        txn.send("t", b"k%d" % j, b"x", timestamp=9)
+    txn.commit_transaction()
+    return log_path(admin.root, admin.table_path("t"), 4)
+
+
+def _delta_rows(admin: TopicAdmin) -> int | None:
+    """Rows deltalake reads (None: it refuses the table); polars must read the same."""
+    path = admin.table_path("t")
+    try:
+        rows: int | None = int(DeltaTable(path).to_pyarrow_table().num_rows)
+    except Exception:  # delta-rs refuses the table: nobody reads it short
+        rows = None
+    try:
+        assert pl.read_delta(path).height == rows
+    except AssertionError:
+        raise
+    except Exception:
+        assert rows is None
+    return rows
+
+
+def _refused(root: str, match: str) -> None:
+    """The project's reader and every read command refuse, in one plain line."""
+    with pytest.raises(LogDamageError, match=match):
+        TopicReader(root).end_offsets("t")
+    for command in COMMANDS:
+        done = cli(root, *command)
+        assert done.returncode != 0, (command, done.stdout)
+        assert len(done.stderr.strip().splitlines()) == 1, (command, done.stderr)
+        assert "unexpected" not in done.stderr and "\x1b[" not in done.stderr
+        assert match.split(".*", maxsplit=1)[0] in done.stderr, (command, done.stderr)
+
+
+@pytest.mark.parametrize("keep", [0, 1, 2, 3])
+def test_a_newest_commit_torn_at_a_line_boundary_is_refused(
+    admin: TopicAdmin, root: str, keep: int
+) -> None:
+    path = _fill(admin)
+    assert sum(TopicReader(root).end_offsets("t").values()) == FULL
+    lines = Path(path).read_bytes().splitlines(keepends=True)
+    assert len(lines) == 4  # commitInfo, two adds, the transaction's txn
+    Path(path).write_bytes(b"".join(lines[:keep]))
+    rows = _delta_rows(admin)
+    assert rows is not None and rows <= FULL  # delta-rs reads what is left, no error
+    what = "is empty" if keep == 0 else "is torn"
+    _refused(root, f"commit 4 .*{what}")
+    produced = cli(root, "console-produce", "--topic", "t", stdin="a\n")
+    assert produced.returncode != 0 and what in produced.stderr  # nothing lands past it
+
+
+def test_a_newest_commit_torn_mid_line_is_refused_by_every_reader(
+    admin: TopicAdmin, root: str
+) -> None:
+    path = _fill(admin)
+    raw = Path(path).read_bytes()
+    Path(path).write_bytes(raw[: len(raw) // 2])
+    assert _delta_rows(admin) is None  # delta-rs: "Truncated record"
+    _refused(root, "commit 4 of the Delta log of .* does not parse")
+
+
+def test_a_commit_that_does_not_parse_is_named(admin: TopicAdmin, root: str) -> None:
+    _fill(admin)
+    Path(log_path(admin.root, admin.table_path("t"), 2)).write_bytes(b"garbage{\n")
+    assert _delta_rows(admin) is None
+    _refused(root, "commit 2 of the Delta log of .* does not parse")
+
+
+def test_a_lowered_partition_count_is_refused_and_set_back(admin: TopicAdmin, root: str) -> None:
+    _fill(admin)
+    before = TopicReader(root).end_offsets("t")
+    DeltaTable(admin.table_path("t")).alter.set_table_properties(
+        {"streams.partitions": "1"}, raise_if_not_exists=False
+    )
+    assert _delta_rows(admin) == FULL
+    with pytest.raises(PartitionCountError, match="lowered from 2 to 1") as err:
+        TopicReader(root).end_offsets("t")
+    assert err.value.old == 2 and err.value.new == 1
+    assert "streams.partitions" in str(err.value) and "--partitions 2" in str(err.value)
+    _refused(root, "the table property streams.partitions was lowered")
+    less = cli(root, "topics", "--alter", "--topic", "t", "--partitions", "1")
+    assert less.returncode != 0 and "can only be increased" in less.stderr
+    fixed = cli(root, "topics", "--alter", "--topic", "t", "--partitions", "2")
+    assert fixed.returncode == 0, fixed.stderr
+    assert TopicReader(root).end_offsets("t") == before
+    assert sum(readers_agree(admin, root, "t").values()) == FULL
+
+
+def test_offsets_that_do_not_follow_are_named(admin: TopicAdmin, root: str) -> None:
+    _fill(admin)
+    path = Path(log_path(admin.root, admin.table_path("t"), 3))
+    lines = path.read_text().splitlines()
+    info = json.loads(lines[0])
+    meta = json.loads(info["commitInfo"]["streams.offsets"])
+    meta["files"][0][2] += 5  # a base offset that is not the partition's end
+    info["commitInfo"]["streams.offsets"] = json.dumps(meta)
+    path.write_text("\n".join([json.dumps(info), *lines[1:]]))
+    assert _delta_rows(admin) == FULL  # delta-rs does not read offsets
+    _refused(root, "the offsets of commit 3 .* do not follow")
+
+
+def test_an_unreadable_log_is_one_plain_line(admin: TopicAdmin, root: str, tmp_path: Path) -> None:
+    _fill(admin)
+    log_dir = Path(admin.table_path("t")) / "_delta_log"
+    shutil.move(log_dir, tmp_path / "moved")
+    log_dir.write_text("in the way")
+    with pytest.raises(LogDamageError, match="cannot read the Delta log of"):
+        TopicReader(root).end_offsets("t")
+    for command in [
+        *COMMANDS,
+        ["topics", "--alter", "--topic", "t", "--partitions", "3"],
+        ["console-produce", "--topic", "t"],
+    ]:
+        done = cli(root, *command, stdin="a\n")
+        assert done.returncode != 0, (command, done.stdout)
+        assert len(done.stderr.strip().splitlines()) == 1, (command, done.stderr)
+        assert "cannot read the Delta log of" in done.stderr, (command, done.stderr)
+
+
+def test_a_read_only_log_is_one_plain_line(admin: TopicAdmin, root: str) -> None:
+    _fill(admin)
+    log_dir = os.path.join(admin.table_path("t"), "_delta_log")
+    bind = subprocess.run(["mount", "--bind", log_dir, log_dir], capture_output=True, check=False)
+    if bind.returncode != 0:
+        pytest.skip("no bind mounts here (needs root)")
+    try:
+        ro = ["mount", "-o", "remount,bind,ro", log_dir]
+        if subprocess.run(ro, capture_output=True, check=False).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        assert sum(TopicReader(root).end_offsets("t").values()) == FULL  # reads still work
+        for command in (
+            ["console-produce", "--topic", "t"],
+            ["topics", "--alter", "--topic", "t", "--partitions", "3"],
+            ["topics", "--alter", "--topic", "t", "--config", "retention.ms=5"],
+        ):
+            done = cli(root, *command, stdin="a\n")
+            assert done.returncode != 0, command
+            assert len(done.stderr.strip().splitlines()) == 1, (command, done.stderr)
+            assert "\x1b[" not in done.stderr and "unexpected" not in done.stderr
+            assert "Read-only file system" in done.stderr and "topic" in done.stderr
+    finally:
+        subprocess.run(["umount", log_dir], capture_output=True, check=False)
