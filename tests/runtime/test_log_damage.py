@@ -114,6 +114,7 @@ def test_a_coordinator_log_that_lost_a_middle_version_still_answers_its_newest(
         producer.begin_transaction()
         producer.send("t", b"k", b"v%d" % i)
         producer.commit_transaction()
+    producer.close()  # its last CompleteCommit lands (written in the background)
     log = TransactionCoordinator(admin).cas_log("app-1")
     before = TransactionCoordinator(TopicAdmin(root)).load("app-1")
     versions = log.versions()
