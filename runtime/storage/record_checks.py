@@ -54,7 +54,8 @@ def check_record(
     if size > max_request_size:
         raise InvalidRecordError(
             f"the record is {size} bytes, larger than max_request_size ({max_request_size}): "
-            "send smaller values, or raise max_request_size on the producer",
+            "send smaller values, or raise max_request_size on the producer (console-produce: "
+            "--producer-property max.request.size=BYTES)",
             topic=topic,
             field="value",
         )

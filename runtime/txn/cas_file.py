@@ -9,6 +9,7 @@ fsync are here too.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import shutil
@@ -24,6 +25,11 @@ from runtime.txn.cas_backend import VERSION_FILE, parse_document
 _TMP_FILE = re.compile(r"^\.\d{20}\.[0-9a-f]{32}\.tmp$")
 _LOCK_NAME = ".lock"
 _LOCK_WAIT_SECONDS = 0.5
+#: A shared lock not granted this long is said in a warning (then every 30 s): another
+#: process holds the log exclusively (compacting or deleting it) or died holding it.
+_LOCK_WARN_SECONDS = 5.0
+
+log = logging.getLogger(__name__)
 
 
 class _LogBusyError(CoordinatorError):
@@ -100,7 +106,7 @@ class FileLog:
                 except FileNotFoundError:
                     yield False
                     return
-            _flock(fd, exclusive, deadline)
+            _flock(fd, exclusive, deadline, self._lock_path)
             if _same_file(fd, self._lock_path):
                 try:
                     yield True
@@ -169,23 +175,36 @@ class FileLog:
                 shutil.rmtree(self.dir)
 
 
-def _flock(fd: int, exclusive: bool, deadline: float) -> None:
-    """Lock ``fd``; an exclusive lock is polled for until ``deadline``.
+def _flock(fd: int, exclusive: bool, deadline: float, path: str) -> None:
+    """Lock ``fd`` (the lock file ``path``); an exclusive lock is polled for until
+    ``deadline``, a shared one for as long as it takes, said in a warning after
+    :data:`_LOCK_WARN_SECONDS`.
 
     Raises:
         _LogBusyError: the exclusive lock was not granted in time.
     """
-    if not exclusive:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        return
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    started = time.monotonic()
+    warn_at = started + _LOCK_WARN_SECONDS
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if exclusive and now > deadline:
                 raise _LogBusyError("appenders hold the log; try again later") from None
-            time.sleep(0.002)
+            if now >= warn_at:
+                log.warning(
+                    "waiting %.0f s for the lock %s: another process holds it exclusively "
+                    "(compacting or deleting this log); if none should, find it with "
+                    "'fuser %s'",
+                    now - started,
+                    path,
+                    path,
+                )
+                warn_at = now + 30.0
+            time.sleep(0.002 if exclusive else 0.01)
 
 
 def _same_file(fd: int, path: str) -> bool:

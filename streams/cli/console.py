@@ -30,6 +30,9 @@ INTERNAL_PREFIX = "__"
 DEFAULT_TXN_BATCH = 1000
 
 _PRODUCE_PROPS = {"parse.key", "key.separator", "null.marker"}
+#: ``--producer-property`` keys (Kafka's producer configs) and the producer's argument each
+#: sets: an int of bytes.
+_PRODUCER_SETTINGS = {"max.request.size": "max_request_size", "batch.size": "batch_size"}
 _CONSUME_PROPS = {
     "print.key",
     "print.partition",
@@ -61,6 +64,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="produce to an internal topic (__consumer_offsets, ...): only to repair one",
     )
     _add_property_option(prod, _PRODUCE_PROPS)
+    prod.add_argument(
+        "--producer-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"a producer setting, as Kafka's: {', '.join(sorted(_PRODUCER_SETTINGS))}",
+    )
     prod.add_argument(
         "--batch-size", type=int, default=10_000, help="lines per commit at most (default 10000)"
     )
@@ -139,14 +149,30 @@ def _add_property_option(parser: argparse.ArgumentParser, allowed: set[str]) -> 
     )
 
 
-def _properties(items: list[str], allowed: set[str]) -> dict[str, str]:
+def _producer_settings(items: list[str]) -> dict[str, Any]:
+    """Return the producer's keyword arguments from ``--producer-property`` items."""
+    settings = {}
+    for key, value in _properties(items, set(_PRODUCER_SETTINGS), "--producer-property").items():
+        try:
+            number = int(value)
+        except ValueError:
+            number = 0
+        if number <= 0:
+            raise StreamsError(
+                f"--producer-property {key}={value}: give a positive number of bytes"
+            )
+        settings[_PRODUCER_SETTINGS[key]] = number
+    return settings
+
+
+def _properties(items: list[str], allowed: set[str], option: str = "--property") -> dict[str, str]:
     props = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise StreamsError(f"--property {item!r} is not KEY=VALUE")
+            raise StreamsError(f"{option} {item!r} is not KEY=VALUE")
         if key not in allowed:
-            raise StreamsError(f"unknown --property {key!r}; allowed: {', '.join(sorted(allowed))}")
+            raise StreamsError(f"unknown {option} {key!r}; allowed: {', '.join(sorted(allowed))}")
         props[key] = value.encode().decode("unicode_escape")
     return props
 
@@ -176,7 +202,7 @@ def run_produce(args: argparse.Namespace) -> int:
         return _produce_transactional(args, parse)
     if args.batch is not None:
         raise StreamsError("--batch needs --transactional-id (without it, use --batch-size)")
-    producer = Producer(args.root)
+    producer = Producer(args.root, **_producer_settings(args.producer_property))
     producer.admin.index(args.topic)  # fail before reading stdin on an unknown topic
     pending = 0
     try:
@@ -213,7 +239,10 @@ def _produce_transactional(args: argparse.Namespace, parse: _LineParser) -> int:
     if batch < 1:
         raise StreamsError(f"--batch must be at least 1, got {batch}")
     producer = TransactionalProducer(
-        args.root, args.transactional_id, transaction_timeout_ms=args.transaction_timeout_ms
+        args.root,
+        args.transactional_id,
+        transaction_timeout_ms=args.transaction_timeout_ms,
+        **_producer_settings(args.producer_property),
     )
     producer.admin.index(args.topic)  # fail before reading stdin on an unknown topic
     producer.init_transactions()
@@ -311,25 +340,31 @@ def _lines(stream: BinaryIO, linger: float) -> Iterator[tuple[int, bytes | None]
 def _read_lines(
     fd: int, linger: float, bar: ProgressBar | None
 ) -> Iterator[tuple[int, bytes | None]]:
-    partial = b""
-    lineno = 0
+    pieces: list[bytes] = []  # the line read so far: joined once, when it ends (a long
+    lineno = 0  # line costs its length, not its length squared)
     waiting = False
     while True:
         if waiting and not select.select([fd], [], [], linger)[0]:
             yield lineno, None
             waiting = False
             continue
-        chunk = os.read(fd, 1 << 16)
+        chunk = os.read(fd, 1 << 20)
         if not chunk:
             break
         if bar is not None:
             bar.update(len(chunk))
-        parts = (partial + chunk).split(b"\n")
-        partial = parts.pop()
+        if b"\n" not in chunk:
+            pieces.append(chunk)
+            continue
+        parts = chunk.split(b"\n")
+        pieces.append(parts[0])
+        parts[0] = b"".join(pieces)
+        pieces = [parts.pop()]
         for raw in parts:
             lineno += 1
             yield lineno, raw.removesuffix(b"\r")
-        waiting = bool(parts) or waiting
+        waiting = True
+    partial = b"".join(pieces)
     if partial:
         yield lineno + 1, partial.removesuffix(b"\r")
 

@@ -196,6 +196,29 @@ def test_produce_without_separator_fails_naming_the_line(root: str) -> None:
     assert TopicReader(root).end_offsets("t") == {0: 1}  # the good line before it landed
 
 
+def test_a_long_line_is_read_in_linear_time_and_sized_as_kafka(root: str) -> None:
+    TopicAdmin(root).create("t", 1)
+    line = "x" * 3_000_000 + "\nsmall\n"
+    refused = cli(root, "console-produce", "--topic", "t", stdin=line)
+    assert refused.returncode == 1
+    assert "larger than max_request_size (1048576)" in refused.stderr
+    assert "--producer-property max.request.size=BYTES" in refused.stderr
+    done = cli(
+        root,
+        "console-produce",
+        "--topic",
+        "t",
+        "--producer-property",
+        "max.request.size=4000000",
+        stdin=line,
+    )
+    assert done.returncode == 0, done.stderr
+    values = [r.value for r in TopicReader(root).records("t", 0, 0)]
+    assert [len(v or b"") for v in values] == [3_000_000, 5]
+    bad = cli(root, "console-produce", "--topic", "t", "--producer-property", "acks=all")
+    assert bad.returncode == 1 and "unknown --producer-property 'acks'" in bad.stderr
+
+
 def test_an_empty_key_separator_is_named(root: str) -> None:
     TopicAdmin(root).create("t", 1)
     done = cli(

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from deltalake.exceptions import CommitFailedError
 
 from common.errors import CoordinatorError
 from runtime.storage.fs import StorageRoot
+from runtime.txn import cas_file
 from runtime.txn.cas_delta import DOCUMENT_KEY, NONCE_KEY, TARGET_KEY
 from runtime.txn.cas_log import Backend, CasLog
 
@@ -439,3 +441,26 @@ def test_a_thousand_appends_in_a_row_each_read_back_as_the_latest(tmp_path: Path
                 )
         assert not log.append(count - 2, {"late": True})  # a stale version is refused
         assert log.read_latest() == (count - 1, {"producerId": 4711, "epoch": 3, "seq": count - 1})
+
+
+def test_an_append_waiting_for_an_exclusive_holder_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An appender blocked by a process holding the log exclusively (a compaction, a
+    delete, or one that died holding it) names the lock file in a warning, then appends
+    once the lock is released."""
+    monkeypatch.setattr(cas_file, "_LOCK_WARN_SECONDS", 0.05)
+    log = CasLog(StorageRoot(str(tmp_path)), ("logs", "x"), backend="file")
+    assert log.append(-1, {"v": 0})
+    lock = tmp_path / "logs" / "x" / ".lock"
+    with open(lock) as holder:
+        fcntl.flock(holder.fileno(), fcntl.LOCK_EX)
+        done: list[bool] = []
+        appending = threading.Thread(target=lambda: done.append(log.append(0, {"v": 1})))
+        appending.start()
+        time.sleep(0.3)
+        assert not done  # still waiting
+        fcntl.flock(holder.fileno(), fcntl.LOCK_UN)
+    appending.join(10)
+    assert done == [True]
+    assert f"for the lock {lock}" in caplog.text and "fuser" in caplog.text
