@@ -540,3 +540,21 @@ def test_an_active_group_is_refused_until_its_member_leaves(
     code, out, err = groups(capsys, root, "--describe", "--group", "g", "--members")
     assert (code, out) == (0, "")
     assert "Consumer group 'g' has no active members." in err
+
+
+def test_a_group_log_that_lost_a_middle_version_still_answers_its_newest(
+    topics: TopicAdmin, root: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each version of a group's log holds the whole group, so the newest is the right
+    answer whatever is missing below it."""
+    member = join(root, "g", "in")
+    member.leave()
+    member = join(root, "g", "in")  # more versions: joined, left, joined again
+    before = groups(capsys, root, "--describe", "--group", "g", "--members")
+    directory = Path(root, "_groups", "g")
+    versions = sorted(p for p in directory.iterdir() if p.name.endswith(".json"))
+    assert len(versions) >= 3
+    versions[len(versions) // 2].unlink()
+    after = groups(capsys, root, "--describe", "--group", "g", "--members")
+    assert after == before and after[0] == 0
+    assert member.member_id in after[1]
