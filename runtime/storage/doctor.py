@@ -13,8 +13,9 @@ Each damage is a :class:`Finding`: where, what, and the repair. A finding whose 
 loses no committed record carries it (``fix``): rebuilding index snapshots (derived
 data), setting a lowered partition count back, moving stray files to
 ``<root>/_quarantine/``, moving away a torn newest commit that a transaction still in
-PrepareCommit wrote (its commit phase adds the files again, with its ``txn`` guard), and
-completing decided transactions (the view's). Every other finding is refused with the
+PrepareCommit wrote (its commit phase adds the files again, with its ``txn`` guard),
+completing any other torn newest commit from its commitInfo when every file it lists is
+there, and completing decided transactions (the view's). Every other finding is refused with the
 reason: a missing middle commit, a commit that does not parse, offsets that do not follow
 must be restored from a backup.
 """
@@ -36,6 +37,7 @@ from runtime.storage.fs import StorageRoot
 from runtime.storage.offset_index import INDEX_DIR, OffsetIndex
 from runtime.storage.topic_log import TopicLog
 from runtime.storage.topics import TopicAdmin
+from runtime.storage.torn_commit import completed_commit
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +178,7 @@ class Doctor:
         reader has served its records."""
         why = self._torn_owner(table, exc.version)
         if isinstance(why, str):
-            return Finding(exc.path, str(exc), f"{why}; {_RESTORE}")
+            return self._completion(table, exc, why)
         tid, sequence = why
 
         def move_away() -> str:
@@ -195,6 +197,41 @@ class Doctor:
             "commit phase adds the files again",
             move_away,
         )
+
+    def _completion(self, table: str, exc: LogDamageError, why: str) -> Finding:
+        """Complete the torn newest commit from its commitInfo when every file it lists is
+        there (:mod:`runtime.storage.torn_commit`); else refuse, saying why."""
+        newest = max(_versions(self.root, table), default=-1)
+        done = (
+            completed_commit(self.root, table, exc.version)
+            if exc.version == newest
+            else f"commits up to {newest} follow it"
+        )
+        if isinstance(done, str):
+            return Finding(exc.path, str(exc), f"{why}; {done}; {_RESTORE}")
+        content = done
+
+        def complete() -> str:
+            self._drop_snapshots(table, exc.version)
+            kept = self.quarantine_copy(exc.path)
+            self.root.write_bytes(exc.path, content)
+            return (
+                f"completed the torn commit {exc.version} from its commitInfo (every file "
+                f"it lists was there); the torn file is kept as {kept}"
+            )
+
+        return Finding(
+            exc.path,
+            str(exc),
+            "complete it from its commitInfo: every file it lists is there",
+            complete,
+        )
+
+    def quarantine_copy(self, path: str) -> str:
+        """Copy ``path`` to ``<root>/_quarantine/`` (as :meth:`quarantine` moves it)."""
+        target = self._quarantine_target(path)
+        self.root.write_bytes(target, self.root.read_bytes(path) or b"")
+        return target
 
     def _torn_owner(self, table: str, version: int) -> tuple[str, int] | str:
         """Return the transaction still to roll forward that wrote the torn ``version``,
@@ -282,22 +319,35 @@ class Doctor:
     def _mover(self, path: str) -> Callable[[], str]:
         return lambda: f"moved to {self.quarantine(path)}"
 
+    def _quarantine_target(self, path: str) -> str:
+        """Where ``path`` goes under ``<root>/_quarantine/`` (its directory made)."""
+        target = _free_name(self.root, path.removeprefix(self.root.base).lstrip("/"))
+        try:
+            self.root.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        except OSError as exc:
+            raise StorageError(f"cannot make {target}'s directory: {exc}") from exc
+        return target
+
     def quarantine(self, path: str) -> str:
         """Move ``path`` (under the root) to the same place under ``<root>/_quarantine/``;
         return where it went (a numbered name when one is there already)."""
-        relative = path.removeprefix(self.root.base).lstrip("/")
-        target = self.root.path(QUARANTINE_DIR, relative)
-        n = 0
-        while self.root.exists(target):
-            n += 1
-            target = self.root.path(QUARANTINE_DIR, f"{relative}.{n}")
+        target = self._quarantine_target(path)
         try:
-            self.root.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
             self.root.fs.move(path, target)
         except OSError as exc:
             raise StorageError(f"cannot move {path} to {target}: {exc}") from exc
         log.warning("doctor: moved %s to %s", path, target)
         return target
+
+
+def _free_name(root: StorageRoot, relative: str) -> str:
+    """Return ``<root>/_quarantine/<relative>``, numbered when that name is taken."""
+    target = root.path(QUARANTINE_DIR, relative)
+    n = 0
+    while root.exists(target):
+        n += 1
+        target = root.path(QUARANTINE_DIR, f"{relative}.{n}")
+    return target
 
 
 def _versions(root: StorageRoot, table: str) -> list[int]:

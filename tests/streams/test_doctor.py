@@ -70,7 +70,7 @@ def test_a_missing_middle_commit_is_found_and_refused(
     assert code == 1 and "NOT REPAIRED" in out and "restore it from a backup" in out
 
 
-@pytest.mark.parametrize("damage", ["garbage", "offsets", "torn-plain"])
+@pytest.mark.parametrize("damage", ["garbage", "offsets", "torn-mid-line", "torn-no-info"])
 def test_damage_that_would_lose_records_is_refused(
     admin: TopicAdmin, root: str, damage: str
 ) -> None:
@@ -84,12 +84,38 @@ def test_damage_that_would_lose_records_is_refused(
     elif damage == "offsets":
         path.write_bytes(lines[0].replace(b'\\"end\\":[', b'\\"end\\":[1') + b"".join(lines[1:]))
         expected = "do not follow"
+    elif damage == "torn-mid-line":
+        path.write_bytes(lines[0] + lines[1][:40])
+        expected = "does not parse"
     else:
-        path.write_bytes(lines[0])
-        expected = "no transaction wrote it"
+        path.write_bytes(b"")
+        expected = "empty"
     code, out = _doctor(root, "--topic", "t", "--repair")
     assert code == 1 and "NOT REPAIRED" in out and expected in out, out
     assert path.exists()  # never removed
+
+
+@pytest.mark.parametrize("kept", [0, 1, 2])
+def test_a_torn_plain_commit_is_completed_from_its_commit_info(
+    admin: TopicAdmin, root: str, kept: int
+) -> None:
+    """A plain producer's newest commit cut after its commitInfo and ``kept`` of its add
+    actions: every file it lists is there, so the doctor rebuilds the lost actions and
+    every reader (the project's, deltalake, polars, pyarrow) serves the whole commit."""
+    admin.create("t", 3)
+    _plain(admin, "t", 4)
+    full = sum(readers_agree(admin, root, "t").values())
+    path = _commit(admin, "t", 4)
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines) >= 3  # commitInfo and an add per partition written
+    path.write_bytes(b"".join(lines[: 1 + kept]))
+    code, out = _doctor(root, "--topic", "t")
+    assert code == 1 and "is torn" in out and "complete it from its commitInfo" in out, out
+    code, out = _doctor(root, "--topic", "t", "--repair")
+    assert code == 0 and "completed the torn commit 4" in out, out
+    assert sum(readers_agree(admin, root, "t").values()) == full
+    assert Path(root, "_quarantine", "topics", "t", "_delta_log", path.name).exists()
+    assert _doctor(root, "--topic", "t")[0] == 0
 
 
 def _torn_prepared(admin: TopicAdmin) -> tuple[Path, int]:
