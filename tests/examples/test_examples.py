@@ -13,7 +13,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import polars as pl
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from runtime.app.app import StreamsApp
@@ -254,3 +256,7 @@ def test_the_clicks_job_upserts_the_counts_of_its_files(
     app = StreamsApp(example.build_topology(), config, spark=spark, sources={"clicks": stream})
     app.run_until_idle()
     assert example.table_rows(root) == example.reference(clicks)
+    sink = os.path.join(root, "tables", example.TABLE)  # every Delta reader reads it alike
+    ours = sorted(map(str, DeltaTable(sink).to_pyarrow_table().to_pylist()))
+    assert sorted(map(str, pl.read_delta(sink).to_arrow().to_pylist())) == ours
+    assert every_table_agrees(TopicAdmin(root), root) > 2
