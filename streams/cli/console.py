@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
-import select
-import stat
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any
 
 from common.errors import StreamsError
 from common.serdes import Serde, deserialize_record_field, serde_from_name
@@ -18,11 +14,8 @@ from runtime.storage.reader import TopicReader
 from runtime.storage.records import ConsumerRecord
 from runtime.txn.producer import TransactionalProducer
 from streams.cli import COMMANDS
-from streams.cli.progress import ProgressBar
+from streams.cli.stdin_lines import stdin_lines
 from streams.cli.transactions import uncommitted_records
-
-#: Input smaller than this (bytes) gets no progress bar.
-BAR_MIN_BYTES = 4 << 20
 
 #: Topics named so are the runtime's own (``__consumer_offsets``), as Kafka's internal topics.
 INTERNAL_PREFIX = "__"
@@ -206,7 +199,7 @@ def run_produce(args: argparse.Namespace) -> int:
     producer.admin.index(args.topic)  # fail before reading stdin on an unknown topic
     pending = 0
     try:
-        for lineno, line in _lines(sys.stdin.buffer, args.timeout / 1000):
+        for lineno, line in stdin_lines(sys.stdin.buffer, args.timeout / 1000):
             if line is None:  # linger expired with records waiting
                 producer.flush()
                 pending = 0
@@ -249,7 +242,7 @@ def _produce_transactional(args: argparse.Namespace, parse: _LineParser) -> int:
     pending = 0
     first = 0  # the first line of the open transaction
     try:
-        for lineno, line in _lines(sys.stdin.buffer, args.timeout / 1000):
+        for lineno, line in stdin_lines(sys.stdin.buffer, args.timeout / 1000):
             if line is None:  # linger expired: commit what is open
                 if pending:
                     producer.commit_transaction()
@@ -317,56 +310,6 @@ class _LineParser:
                 )
             key = None if key == self.null else key
         return key, None if value == self.null else value
-
-
-def _lines(stream: BinaryIO, linger: float) -> Iterator[tuple[int, bytes | None]]:
-    """Yield ``(line number, line)``; ``(n, None)`` when input paused past ``linger``.
-
-    When ``stream`` is a regular file (``< big-file.txt``), a progress bar of the bytes
-    read is drawn on stderr."""
-    fd = stream.fileno()
-    info = os.fstat(fd)
-    bar = None
-    if stat.S_ISREG(info.st_mode) and info.st_size > BAR_MIN_BYTES:
-        bar = ProgressBar("reading stdin (bytes)", info.st_size - os.lseek(fd, 0, os.SEEK_CUR))
-        bar.__enter__()
-    try:
-        yield from _read_lines(fd, linger, bar)
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-def _read_lines(
-    fd: int, linger: float, bar: ProgressBar | None
-) -> Iterator[tuple[int, bytes | None]]:
-    pieces: list[bytes] = []  # the line read so far: joined once, when it ends (a long
-    lineno = 0  # line costs its length, not its length squared)
-    waiting = False
-    while True:
-        if waiting and not select.select([fd], [], [], linger)[0]:
-            yield lineno, None
-            waiting = False
-            continue
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            break
-        if bar is not None:
-            bar.update(len(chunk))
-        if b"\n" not in chunk:
-            pieces.append(chunk)
-            continue
-        parts = chunk.split(b"\n")
-        pieces.append(parts[0])
-        parts[0] = b"".join(pieces)
-        pieces = [parts.pop()]
-        for raw in parts:
-            lineno += 1
-            yield lineno, raw.removesuffix(b"\r")
-        waiting = True
-    partial = b"".join(pieces)
-    if partial:
-        yield lineno + 1, partial.removesuffix(b"\r")
 
 
 # -- consume -----------------------------------------------------------------------------
