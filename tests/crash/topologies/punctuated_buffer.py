@@ -65,8 +65,10 @@ def build_topology() -> Topology:
 
 
 def generate(n: int) -> list[tuple[str, str, int]]:
-    """``n`` orders a second apart, then one far ahead per partition's keys."""
-    out = [(f"customer-{i % 5}", f"order-{i}", START_MS + i * 1_000) for i in range(n)]
-    end = START_MS + n * 1_000 + 10 * DELAY_MS
+    """``12 n`` orders a second apart (a buffer is quick: enough to run through five kills),
+    then one far ahead per partition's keys."""
+    count = 12 * n
+    out = [(f"customer-{i % 5}", f"order-{i}", START_MS + i * 1_000) for i in range(count)]
+    end = START_MS + count * 1_000 + 10 * DELAY_MS
     out.extend((f"customer-{c}", "flush", end) for c in range(5))
     return out
