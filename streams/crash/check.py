@@ -19,6 +19,7 @@ left in the storage root and state directory and compare:
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -96,18 +97,23 @@ def compute_reference(
     partitions: Mapping[str, int],
     input_partitions: Mapping[str, int],
 ) -> Reference:
-    """Pipe ``records`` through the test driver twice: in timestamp order (ties in input
-    order), and partition by partition (each in timestamp order). Both keep the order of
-    every input partition, so both are runs the real application could make; where they
-    differ for a key, its order (or its values) depends on the interleaving, and only what
-    does not is compared strictly.
+    """Pipe ``records`` through the test driver twice: the input partitions merged as
+    Kafka's partition group picks (the partition whose next record has the smallest
+    timestamp, ties in input order), and partition by partition. Both keep the order of
+    every input partition (the order the records were produced in, late records included),
+    so both are runs the real application could make; where they differ for a key, its
+    order (or its values) depends on the interleaving, and only what does not is compared
+    strictly.
 
     Args:
         partitions: partition counts of the output topics (for stream partitioners).
         input_partitions: partition counts of the input topics.
     """
-    by_time = sorted(records, key=lambda r: r.timestamp)
-    by_partition = sorted(by_time, key=lambda r: _input_partition(r, input_partitions))
+    queues: dict[tuple[str, int], list[InputRecord]] = {}
+    for r in records:
+        queues.setdefault((r.topic, _input_partition(r, input_partitions)), []).append(r)
+    by_time = _merged(list(queues.values()))
+    by_partition = [r for _, queue in sorted(queues.items()) for r in queue]
     first = _drive(topology, config, by_time, partitions)
     second = _drive(topology, config, by_partition, partitions)
     kinds = {name: topology.stores[name].kind for name in first.stores}
@@ -122,6 +128,20 @@ def compute_reference(
             k for k in entries.keys() | other.keys() if entries.get(k) != other.get(k)
         }
     return ref
+
+
+def _merged(queues: list[list[InputRecord]]) -> list[InputRecord]:
+    """Merge the queues, each kept in order, taking next the queue whose head has the
+    smallest timestamp (ties: the earlier queue)."""
+    heads = [(q[0].timestamp, i, 0) for i, q in enumerate(queues) if q]
+    heapq.heapify(heads)
+    out = []
+    while heads:
+        _, i, at = heapq.heappop(heads)
+        out.append(queues[i][at])
+        if at + 1 < len(queues[i]):
+            heapq.heappush(heads, (queues[i][at + 1].timestamp, i, at + 1))
+    return out
 
 
 def _drive(

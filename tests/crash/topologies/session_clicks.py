@@ -51,13 +51,14 @@ def build_topology() -> Topology:
 
 
 def generate(n: int, seed: int = 7) -> list[tuple[str, str, int]]:
-    """``n`` clicks of 6 users, about 3 s apart overall, each up to 5 s late (within the
-    grace period, whatever a partition's stream time: nothing is dropped), so sessions
-    open, grow, close after a user's 30 s pause, and merge when a late click bridges two."""
+    """``24 n`` clicks of 6 users (enough to run through five kills), about 3 s apart
+    overall, each up to 5 s late (within the grace period, whatever a partition's stream
+    time: nothing is dropped), so sessions open, grow, close after a user's 30 s pause, and
+    merge when a late click bridges two."""
     rng = random.Random(seed)
     clock = START_MS
     out = []
-    for _ in range(n):
+    for _ in range(24 * n):
         clock += rng.randint(500, 6_000)
         user = f"user-{rng.randrange(6)}"
         out.append((user, "click", clock - rng.randint(0, 5_000)))
