@@ -175,6 +175,25 @@ def _run_batch(
             feed(topic, rows)
 
 
+def run_combined(build: Callable[[], Topology], batches: Any, config: Any) -> Any:
+    """Run columnar with windowed counts combined per batch; a batch whose combined
+    records come late runs again uncombined (as the runtime does); return ``run``'s."""
+    uncombined: set[int] = set()
+    while True:
+        try:
+            return run(
+                build(),
+                batches,
+                "columnar",
+                config,
+                arrow=True,
+                combine_windows=lambda i: i not in uncombined,
+            )
+        except Rerun as rerun:
+            assert rerun.batch not in uncombined
+            uncombined.add(rerun.batch)
+
+
 def random_batches(  # noqa: PLR0917 - the shape of the input
     seed: int,
     topics: list[str],
@@ -486,22 +505,7 @@ def test_a_windowed_count_combined_inside_batches_counts_as_record_by_record(
 
     batches = random_batches(seed, ["in"], n=900, step=8, late_share=late_share)
     record = run(build(), batches, "record", EOS)
-    uncombined: set[int] = set()
-    while True:
-        try:
-            got = run(
-                build(),
-                batches,
-                "columnar",
-                EOS,
-                arrow=True,
-                combine_windows=lambda i: i not in uncombined,
-            )
-        except Rerun as rerun:
-            assert rerun.batch not in uncombined
-            uncombined.add(rerun.batch)
-            continue
-        break
+    got = run_combined(build, batches, EOS)
     repartition = next(t for t in record[0] if t.endswith("-repartition"))
     assert got[0]["out"] == record[0]["out"]
     assert got[1] == record[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.topology.test_columnar import EOS, L, Rerun, S, random_batches, run
+from tests.topology.test_columnar import EOS, L, S, random_batches, run, run_combined
 from topology import EmitStrategy, Grouped, Materialized, Produced, StreamsBuilder, Topology
 from topology.api.emit import EMIT_INTERVAL_KEY
 from topology.api.windowed_serdes import WindowedSerdes
@@ -39,22 +39,7 @@ def test_emit_final_combined_inside_batches_emits_as_record_by_record(
     windows and keeps its stores; a batch whose records come late runs again uncombined."""
     batches = random_batches(seed, ["in"], n=900, step=8, late_share=late_share)
     record = run(build(), batches, "record", EVERY_RECORD)
-    uncombined: set[int] = set()
-    while True:
-        try:
-            got = run(
-                build(),
-                batches,
-                "columnar",
-                EVERY_RECORD,
-                arrow=True,
-                combine_windows=lambda i: i not in uncombined,
-            )
-        except Rerun as rerun:
-            assert rerun.batch not in uncombined
-            uncombined.add(rerun.batch)
-            continue
-        break
+    got = run_combined(build, batches, EVERY_RECORD)
     assert record[0]["out"]  # windows closed
     assert got[0]["out"] == record[0]["out"]
     assert got[1] == record[1]
