@@ -170,9 +170,8 @@ def read_entry(root: StorageRoot, table: str, version: int) -> LogEntry | None:
     if not raw.strip():
         raise LogDamageError(
             f"commit {version} of the Delta log of {table} is empty ({path}): a write cut "
-            "short, whose actions are lost. Restore the file from a backup; if it is the "
-            "newest commit and a transaction still to be rolled forward wrote it, "
-            "'streams-eos doctor --repair' moves it away",
+            "short, whose actions are lost. Restore the file from a backup or a copy of the "
+            "table ('streams-eos doctor' shows what else is damaged)",
             kind="torn",
             path=path,
             version=version,

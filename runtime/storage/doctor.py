@@ -12,12 +12,13 @@ above this package).
 Each damage is a :class:`Finding`: where, what, and the repair. A finding whose repair
 loses no committed record carries it (``fix``): rebuilding index snapshots (derived
 data), setting a lowered partition count back, moving stray files to
-``<root>/_quarantine/``, moving away a torn newest commit that a transaction still in
-PrepareCommit wrote (its commit phase adds the files again, with its ``txn`` guard),
-completing any other torn newest commit from its commitInfo when every file it lists is
-there, and completing decided transactions (the view's). Every other finding is refused with the
-reason: a missing middle commit, a commit that does not parse, offsets that do not follow
-must be restored from a backup.
+``<root>/_quarantine/``, completing a torn newest commit from its commitInfo when every
+file it lists is there (what every reader of the table does when it opens it; the check
+here only reports it), else moving it away when a transaction still in PrepareCommit wrote
+it (its commit phase adds the files again, with its ``txn`` guard), and completing
+decided transactions (the view's). Every other finding is refused with the reason: a
+missing middle commit, a commit that does not parse, offsets that do not follow must be
+restored from a backup.
 """
 
 from __future__ import annotations
@@ -32,16 +33,20 @@ from typing import Protocol
 import pyarrow.fs as pafs
 
 from common.errors import StorageError, StreamsError
+from runtime.storage import quarantine
 from runtime.storage.delta_log import LogDamageError, PartitionCountError, log_path
-from runtime.storage.fs import StorageRoot
 from runtime.storage.offset_index import INDEX_DIR, OffsetIndex
 from runtime.storage.topic_log import TopicLog
 from runtime.storage.topics import TopicAdmin
-from runtime.storage.torn_commit import completed_commit
+from runtime.storage.torn_commit import (
+    NotCompletableError,
+    complete_newest,
+    completed_commit,
+    newest_version,
+)
 
 log = logging.getLogger(__name__)
 
-QUARANTINE_DIR = "_quarantine"
 #: Directories of the root where only directories (one log each) belong.
 COORDINATOR_DIRS = ("_transactions", "_groups")
 STAGING_DIR = "txn-staging"
@@ -146,7 +151,7 @@ class Doctor:
         table = self.admin.table_path(topic)
         found = self._snapshots(topic, table)
         try:
-            TopicLog(self.root, topic, table).refresh()  # a new reader: checks the log end
+            TopicLog(self.root, topic, table, recover=False).refresh()  # checks the log end
         except LogDamageError as exc:
             found.insert(0, self._log_finding(topic, table, exc))
         except StorageError as exc:
@@ -165,56 +170,29 @@ class Doctor:
             return Finding(
                 exc.path, str(exc), f"set streams.partitions back to {old}", restore_count
             )
-        if exc.kind == "torn":
+        if exc.kind in ("torn", "unparsable"):
             return self._torn_finding(topic, table, exc)
         if exc.kind == "unreadable":
             return Finding(exc.path, str(exc), "make the directory readable and writable")
         return Finding(exc.path, str(exc), _RESTORE)
 
     def _torn_finding(self, topic: str, table: str, exc: LogDamageError) -> Finding:
-        """A torn commit may be moved away only when it is the newest and a transaction
-        still in PrepareCommit wrote it: its commit phase adds the files again (the table
-        holds no ``txn`` of it, so the roll-forward is not skipped), and until then no
-        reader has served its records."""
-        why = self._torn_owner(table, exc.version)
-        if isinstance(why, str):
-            return self._completion(table, exc, why)
-        tid, sequence = why
-
-        def move_away() -> str:
-            self._drop_snapshots(table, exc.version)
-            moved = self.quarantine(exc.path)
-            return (
-                f"moved the torn commit {exc.version} to {moved}; transaction {tid!r} "
-                f"{sequence} (PrepareCommit) adds its files again at the next sweep "
-                "('streams-eos transactions --sweep') or its producer's restart"
-            )
-
-        return Finding(
-            exc.path,
-            str(exc),
-            f"move it away: transaction {tid!r} {sequence} is in PrepareCommit and its "
-            "commit phase adds the files again",
-            move_away,
-        )
-
-    def _completion(self, table: str, exc: LogDamageError, why: str) -> Finding:
-        """Complete the torn newest commit from its commitInfo when every file it lists is
-        there (:mod:`runtime.storage.torn_commit`); else refuse, saying why."""
-        newest = max(_versions(self.root, table), default=-1)
-        done = (
+        """A torn (or cut) newest commit is completed from its commitInfo when every file
+        it lists is there (:mod:`runtime.storage.torn_commit`, what every reader does on
+        opening the table); else it may be moved away only when a transaction still in
+        PrepareCommit wrote it: its commit phase adds the files again (the table holds no
+        ``txn`` of it, so the roll-forward is not skipped), and no reader served it."""
+        try:
             completed_commit(self.root, table, exc.version)
-            if exc.version == newest
-            else f"commits up to {newest} follow it"
-        )
-        if isinstance(done, str):
-            return Finding(exc.path, str(exc), f"{why}; {done}; {_RESTORE}")
-        content = done
+            newest = newest_version(self.root, table)
+            if exc.version != newest:
+                raise NotCompletableError(f"commits up to {newest} follow it")
+        except NotCompletableError as why:
+            return self._move_away(table, exc, str(why))
 
         def complete() -> str:
             self._drop_snapshots(table, exc.version)
-            kept = self.quarantine_copy(exc.path)
-            self.root.write_bytes(exc.path, content)
+            kept = complete_newest(self.root, table, exc.version)
             return (
                 f"completed the torn commit {exc.version} from its commitInfo (every file "
                 f"it lists was there); the torn file is kept as {kept}"
@@ -227,16 +205,33 @@ class Doctor:
             complete,
         )
 
-    def quarantine_copy(self, path: str) -> str:
-        """Copy ``path`` to ``<root>/_quarantine/`` (as :meth:`quarantine` moves it)."""
-        target = self._quarantine_target(path)
-        self.root.write_bytes(target, self.root.read_bytes(path) or b"")
-        return target
+    def _move_away(self, table: str, exc: LogDamageError, why: str) -> Finding:
+        owner = self._torn_owner(table, exc.version)
+        if isinstance(owner, str):
+            return Finding(exc.path, str(exc), f"{why}; {owner}; {_RESTORE}")
+        tid, sequence = owner
+
+        def move_away() -> str:
+            self._drop_snapshots(table, exc.version)
+            moved = quarantine.move(self.root, exc.path)
+            return (
+                f"moved the torn commit {exc.version} to {moved}; transaction {tid!r} "
+                f"{sequence} (PrepareCommit) adds its files again at the next sweep "
+                "('streams-eos transactions --sweep') or its producer's restart"
+            )
+
+        return Finding(
+            exc.path,
+            str(exc),
+            f"{why}; move it away: transaction {tid!r} {sequence} is in PrepareCommit and "
+            "its commit phase adds the files again",
+            move_away,
+        )
 
     def _torn_owner(self, table: str, version: int) -> tuple[str, int] | str:
         """Return the transaction still to roll forward that wrote the torn ``version``,
         or why none can be proved."""
-        newest = max(_versions(self.root, table), default=-1)
+        newest = newest_version(self.root, table)
         if version != newest:
             return f"commits up to {newest} follow it"
         try:
@@ -256,7 +251,10 @@ class Doctor:
     # -- offset index snapshots ------------------------------------------------------------
 
     def _snapshots(self, topic: str, table: str) -> list[Finding]:
-        newest = max(_versions(self.root, table), default=-1)
+        try:
+            newest = newest_version(self.root, table)
+        except StorageError:  # an unreadable log: reported by check_topic
+            newest = -1
         found = []
         for info in self.root.list_dir(f"{table}/{INDEX_DIR}"):
             if not info.base_name.endswith(".json.gz"):
@@ -285,8 +283,8 @@ class Doctor:
 
     def _rebuild(self, topic: str, table: str, path: str) -> Callable[[], str]:
         def rebuild() -> str:
-            moved = self.quarantine(path)
-            index = TopicLog(self.root, topic, table).write_snapshot()
+            moved = quarantine.move(self.root, path)
+            index = TopicLog(self.root, topic, table, recover=False).write_snapshot()
             return f"moved {path} to {moved}; rebuilt the index at version {index.version}"
 
         return rebuild
@@ -296,7 +294,7 @@ class Doctor:
         for info in self.root.list_dir(f"{table}/{INDEX_DIR}"):
             head = info.base_name[:20]
             if info.base_name.endswith(".json.gz") and head.isdigit() and int(head) >= version:
-                self.quarantine(info.path)
+                quarantine.move(self.root, info.path)
 
     # -- stray files -----------------------------------------------------------------------
 
@@ -310,54 +308,11 @@ class Doctor:
                 Finding(
                     path,
                     f"a stray file where {belongs} belong (readers skip it)",
-                    f"move it to {self.root.path(QUARANTINE_DIR)}",
+                    f"move it to {self.root.path(quarantine.QUARANTINE_DIR)}",
                     self._mover(path),
                 )
             )
         return found
 
     def _mover(self, path: str) -> Callable[[], str]:
-        return lambda: f"moved to {self.quarantine(path)}"
-
-    def _quarantine_target(self, path: str) -> str:
-        """Where ``path`` goes under ``<root>/_quarantine/`` (its directory made)."""
-        target = _free_name(self.root, path.removeprefix(self.root.base).lstrip("/"))
-        try:
-            self.root.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-        except OSError as exc:
-            raise StorageError(f"cannot make {target}'s directory: {exc}") from exc
-        return target
-
-    def quarantine(self, path: str) -> str:
-        """Move ``path`` (under the root) to the same place under ``<root>/_quarantine/``;
-        return where it went (a numbered name when one is there already)."""
-        target = self._quarantine_target(path)
-        try:
-            self.root.fs.move(path, target)
-        except OSError as exc:
-            raise StorageError(f"cannot move {path} to {target}: {exc}") from exc
-        log.warning("doctor: moved %s to %s", path, target)
-        return target
-
-
-def _free_name(root: StorageRoot, relative: str) -> str:
-    """Return ``<root>/_quarantine/<relative>``, numbered when that name is taken."""
-    target = root.path(QUARANTINE_DIR, relative)
-    n = 0
-    while root.exists(target):
-        n += 1
-        target = root.path(QUARANTINE_DIR, f"{relative}.{n}")
-    return target
-
-
-def _versions(root: StorageRoot, table: str) -> list[int]:
-    """The versions of a table's Delta log commits that are there (unreadable: none)."""
-    try:
-        infos = root.list_dir(f"{table}/_delta_log")
-    except StorageError:
-        return []
-    return [
-        int(i.base_name[:20])
-        for i in infos
-        if i.base_name.endswith(".json") and i.base_name[:20].isdigit()
-    ]
+        return lambda: f"moved to {quarantine.move(self.root, path)}"

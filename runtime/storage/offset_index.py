@@ -203,8 +203,8 @@ class OffsetIndex:
                 f"topic {self.topic}: offset index at version {self.version} "
                 f"cannot apply version {entry.version}"
             )
-        self._set_partitions(entry)
         check_whole(self.topic, entry)
+        self._set_partitions(entry)
         when = int(entry.commit_info.get("timestamp") or 0)
         for action in entry.removes:
             path = relative_file_path(action["path"])
@@ -421,9 +421,9 @@ def check_whole(topic: str, entry: LogEntry) -> None:
     if missing:
         raise LogDamageError(
             f"topic {topic}: commit {entry.version} ({entry.path}) is torn: it holds "
-            f"{'; '.join(missing)}: a write cut short. Every reader here refuses it (delta-rs "
-            "would read it short); 'streams-eos doctor --repair' moves it away if a "
-            "transaction still to be rolled forward wrote it, else restore it from a backup",
+            f"{'; '.join(missing)}: a write cut short, which delta-rs would read short. "
+            "Readers here complete a torn newest commit from its commitInfo, else refuse "
+            "it: run 'streams-eos doctor --repair', or restore it from a backup",
             kind="torn",
             path=entry.path,
             version=entry.version,

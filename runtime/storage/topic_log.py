@@ -24,18 +24,28 @@ from runtime.storage.offset_index import (
     SNAPSHOTS_KEPT,
     OffsetIndex,
 )
+from runtime.storage.torn_commit import NotCompletableError, complete_newest
 
 log = logging.getLogger(__name__)
 
 
 class TopicLog:
     """Keeps one topic's offset index in step with its Delta log (thread-safe: the stream
-    threads of one application share it)."""
+    threads of one application share it).
 
-    def __init__(self, root: StorageRoot, topic: str, table_path: str) -> None:
+    Args:
+        recover: complete a torn newest commit from its commitInfo when every file it
+            lists is there (:mod:`runtime.storage.torn_commit`), as Kafka's broker recovers
+            a torn segment tail on opening a log; False (the doctor's check) only reports it.
+    """
+
+    def __init__(
+        self, root: StorageRoot, topic: str, table_path: str, *, recover: bool = True
+    ) -> None:
         self.root = root
         self.topic = topic
         self.table_path = table_path
+        self.recover = recover
         self._index: OffsetIndex | None = None
         self._snapshot_version = -1
         self._lock = threading.RLock()
@@ -96,7 +106,7 @@ class TopicLog:
         self.last_entries = []
         stale = time.monotonic() - self._refreshed_at > GAP_CHECK_AFTER_S
         while upto is None or index.version < upto:
-            entry = read_entry(self.root, self.table_path, index.version + 1)
+            entry = self._apply_next(index)
             if entry is None:
                 if stale and self._cleaned_past(index.version):
                     index = self._index = self._reload(index.version)
@@ -105,7 +115,6 @@ class TopicLog:
                 if stale:
                     self._check_no_gap(index.version)
                 break
-            index.apply(entry, self._count_rows)
             self.last_entries.append(entry)
         if index.version < 0 and self.root.exists(f"{self.table_path}/_delta_log"):
             raise StorageError(
@@ -126,6 +135,41 @@ class TopicLog:
             self._write_snapshot(index)
         self._refreshed_at = time.monotonic()
         return index
+
+    def _apply_next(self, index: OffsetIndex) -> LogEntry | None:
+        """Read the next version and apply it to ``index`` (None: there is none yet),
+        completing it first if it is a torn newest commit that can be completed.
+
+        A damaged commit leaves ``index`` as it was (it is checked before it is applied).
+        """
+        version = index.version + 1
+        try:
+            entry = read_entry(self.root, self.table_path, version)
+            if entry is not None:
+                index.apply(entry, self._count_rows)
+            return entry
+        except LogDamageError as exc:
+            if not self.recover or exc.kind not in ("torn", "unparsable"):
+                raise
+            self._complete(exc)
+        entry = read_entry(self.root, self.table_path, version)
+        if entry is not None:
+            index.apply(entry, self._count_rows)
+        return entry
+
+    def _complete(self, damage: LogDamageError) -> None:
+        """Complete the torn commit ``damage`` names, or raise it saying why it cannot be."""
+        try:
+            complete_newest(self.root, self.table_path, damage.version)
+        except NotCompletableError as why:
+            reason = f"it cannot be completed from its commitInfo: {why}"
+        except StorageError as exc:
+            reason = f"completing it from its commitInfo failed: {exc}"
+        else:
+            return
+        raise LogDamageError(
+            f"{damage} ({reason})", kind=damage.kind, path=damage.path, version=damage.version
+        ) from damage
 
     def write_snapshot(self) -> OffsetIndex:
         """Refresh, and snapshot the index at the latest version unless one exists (the

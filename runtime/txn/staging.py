@@ -12,6 +12,7 @@ zombie's late writes, a crash before PrepareCommit).
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from urllib.parse import unquote
 
@@ -20,10 +21,13 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from common.errors import UnknownTopicError
+from runtime.storage.delta_log import LogDamageError
 from runtime.storage.delta_sink import participant_path
 from runtime.storage.fs import StorageRoot, storage_options
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.metadata import TransactionMetadata
+
+log = logging.getLogger(__name__)
 
 STAGING_DIR = "txn-staging"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -88,10 +92,16 @@ class StagingArea:
         if not ids:
             return 0
         try:
+            # first, so a damaged log (whose commits delta-rs may read short) deletes
+            # nothing and a torn newest commit is completed before delta-rs reads it
+            self.admin.topic_log(topic).refresh()
             uri = self.admin.table_uri(topic)
             table = DeltaTable(uri, storage_options=storage_options(uri))
             actions = table.get_add_actions(flatten=True)
         except (DeltaError, UnknownTopicError):
+            return 0
+        except LogDamageError as exc:
+            log.warning("not sweeping the staged files of %s, its log is damaged: %s", topic, exc)
             return 0
         table_path = self.admin.table_path(topic)
         referenced = {f"{table_path}/{unquote(p)}" for p in actions.column("path").to_pylist()}

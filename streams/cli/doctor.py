@@ -6,9 +6,10 @@ transaction and group logs under ``_transactions/`` and ``_groups/`` and the sta
 directories are checked (:mod:`runtime.storage.doctor`). Each damage is printed on one
 line with its repair; the exit code is 0 only when nothing is damaged. ``--repair`` does
 what loses no committed record (rebuild index snapshots, set a lowered partition count
-back, quarantine stray files under ``<root>/_quarantine/``, move away a torn newest commit
-whose transaction is still to be rolled forward, complete decided transactions through the
-coordinator's sweep) and refuses the rest, naming why; it then checks again.
+back, quarantine stray files under ``<root>/_quarantine/``, complete a torn newest commit from
+its commitInfo or move it away when its transaction is still to be rolled forward,
+complete decided transactions through the coordinator's sweep) and refuses the rest,
+naming why; it then checks again.
 """
 
 from __future__ import annotations

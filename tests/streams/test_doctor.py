@@ -84,8 +84,8 @@ def test_damage_that_would_lose_records_is_refused(
     elif damage == "offsets":
         path.write_bytes(lines[0].replace(b'\\"end\\":[', b'\\"end\\":[1') + b"".join(lines[1:]))
         expected = "do not follow"
-    elif damage == "torn-mid-line":
-        path.write_bytes(lines[0] + lines[1][:40])
+    elif damage == "torn-mid-line":  # inside its commitInfo: what it held cannot be told
+        path.write_bytes(lines[0][:60])
         expected = "does not parse"
     else:
         path.write_bytes(b"")
@@ -118,10 +118,11 @@ def test_a_torn_plain_commit_is_completed_from_its_commit_info(
     assert _doctor(root, "--topic", "t")[0] == 0
 
 
-def _torn_prepared(admin: TopicAdmin) -> tuple[Path, int]:
-    """A transaction whose commit landed torn and whose CompleteCommit was never written
-    (a crash in the commit phase): the newest commit is cut after its commitInfo and the
-    transaction log's newest version is its PrepareCommit."""
+def _torn_prepared(admin: TopicAdmin, damage: str) -> tuple[Path, int]:
+    """A transaction whose commit landed damaged and whose CompleteCommit was never written
+    (a crash in the commit phase; the transaction log's newest version is its
+    PrepareCommit). ``cut``: the newest commit is cut after its commitInfo; ``garbled``: a
+    line after the commitInfo is garbage (not the cut tail), so its actions cannot be told."""
     admin.create("t", 2)
     _plain(admin, "t", 3)
     producer = TransactionalProducer(admin, "app")
@@ -133,7 +134,8 @@ def _torn_prepared(admin: TopicAdmin) -> tuple[Path, int]:
     producer.close()  # CompleteCommit is written in the background: let it land first
     _back_to_prepare_commit(admin, "app")
     path = _commit(admin, "t", 4)
-    path.write_bytes(path.read_bytes().splitlines(keepends=True)[0])
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] if damage == "cut" else lines[0] + b"garbage{\n" + lines[1])
     return path, 190
 
 
@@ -149,10 +151,14 @@ def _back_to_prepare_commit(admin: TopicAdmin, tid: str) -> None:
         os.remove(os.path.join(cas.location, f"{cas.versions()[-1]:020d}.json"))
 
 
-def test_a_torn_commit_of_a_prepared_transaction_is_moved_away_and_rolled_forward(
-    admin: TopicAdmin, root: str
+@pytest.mark.parametrize(("damage", "done"), [("cut", "completed"), ("garbled", "moved")])
+def test_a_torn_commit_of_a_prepared_transaction_is_repaired_and_rolled_forward(
+    admin: TopicAdmin, root: str, damage: str, done: str
 ) -> None:
-    path, full = _torn_prepared(admin)
+    """Cut after its commitInfo, the commit is completed (its ``txn`` action with it, so
+    the roll-forward adds nothing twice); garbled, it is moved away and the roll-forward
+    adds its files again. Either way every record is there once."""
+    path, full = _torn_prepared(admin, damage)
     later = TransactionCoordinator(
         TopicAdmin(root),
         clock=lambda: coordinator_module.now_ms() + coordinator_module.DECIDED_GRACE_MS + 1,
@@ -163,21 +169,34 @@ def test_a_torn_commit_of_a_prepared_transaction_is_moved_away_and_rolled_forwar
     assert all(f.repairable for f in findings) and len(findings) == 2  # torn, decided
     report = doctor.repair(findings)
     assert report.refused == [] and len(report.repaired) == 2, report
+    assert f"{done} the torn commit 4" in report.repaired[0], report
     assert doctor.check() == []
     assert sum(readers_agree(admin, root, "t").values()) == full  # every record, once
-    moved = Path(root, "_quarantine", "topics", "t", "_delta_log", path.name)
-    assert moved.exists()
+    kept = Path(root, "_quarantine", "topics", "t", "_delta_log", path.name)
+    assert kept.exists()
 
 
-def test_the_cli_moves_a_torn_prepared_commit_away(admin: TopicAdmin, root: str) -> None:
-    path, full = _torn_prepared(admin)
+def test_the_cli_moves_a_garbled_prepared_commit_away(admin: TopicAdmin, root: str) -> None:
+    path, full = _torn_prepared(admin, "garbled")
     code, out = _doctor(root, "--topic", "t")
-    assert code == 1 and "is torn" in out and "PrepareCommit" in out, out
+    assert code == 1 and "does not parse" in out and "PrepareCommit" in out, out
     code, out = _doctor(root, "--topic", "t", "--repair")
-    assert code == 0 and "REPAIRED" in out, out
+    assert code == 0 and "REPAIRED" in out and "moved the torn commit 4" in out, out
     assert not path.exists() or b"add" in path.read_bytes()
     TransactionCoordinator(TopicAdmin(root)).init_producer_id("app", 60_000)  # rolls forward
     assert sum(readers_agree(admin, root, "t").values()) == full
+
+
+def test_a_reader_completes_a_cut_prepared_commit_and_the_roll_forward_adds_nothing(
+    admin: TopicAdmin, root: str
+) -> None:
+    _, full = _torn_prepared(admin, "cut")
+    assert sum(TopicReader(root).end_offsets("t").values()) == full  # completed on opening
+    TransactionCoordinator(TopicAdmin(root)).init_producer_id("app", 60_000)  # rolls forward
+    assert sum(readers_agree(admin, root, "t").values()) == full
+    assert not _commit(admin, "t", 5).exists()  # the txn guard held: nothing added twice
+    snap = TransactionCoordinator(TopicAdmin(root)).load("app")
+    assert snap is not None and snap.meta.state is not TransactionState.PREPARE_COMMIT
 
 
 def test_a_lowered_partition_count_is_set_back(admin: TopicAdmin, root: str) -> None:
