@@ -101,10 +101,9 @@ class WrappingBytesStore:
         self.wrapped.put(key, value)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        """Each key's value, as :meth:`get` one by one (a layer reads them at once by
-        overriding this)."""
-        get = self.get
-        return [get(key) for key in keys]
+        """Each key's value, read below at once (a layer that overrides :meth:`get`
+        overrides this too)."""
+        return self.wrapped.get_many(keys)
 
     def put_many(
         self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]

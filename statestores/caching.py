@@ -10,7 +10,10 @@ downstream only on flush (Kafka's ``TimestampedCacheFlushListener``).
 The dirty keys are also kept apart, in the order they were last written (Kafka's
 ``NamedCache.dirtyKeys``: a rewrite moves the key to the end), so a flush costs the dirty
 entries only, not the whole cache: the test driver and the runtime commit often, while the
-cache keeps many clean entries.
+cache keeps many clean entries. Evicting a dirty entry flushes every dirty entry, the
+evicted one first (Kafka's ``NamedCache.evict``): the entries after it are written below
+and handed on in one batch and stay cached, clean, so the evictions that follow cost
+nothing, however many new keys a batch brings.
 
 Over a window store (Kafka's ``CachingWindowStore``) a read does not fill the cache, and
 the cache knows nothing of retention: an entry stays until it is evicted, and a read
@@ -20,6 +23,7 @@ writes it below (which may drop it) and forwards it all the same.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -70,13 +74,16 @@ class CachingBytesStore(WrappingBytesStore):
     def __init__(self, wrapped: BytesKeyValue, *, cache_reads: bool = True) -> None:
         super().__init__(wrapped)
         self._cache_reads = cache_reads
-        self._cache: dict[bytes, _Entry] = {}
+        # LRU order, eldest first (an OrderedDict: a plain dict's first key costs the
+        # deleted slots before it, so evicting from the front grows with the cache)
+        self._cache: OrderedDict[bytes, _Entry] = OrderedDict()
         self._dirty: dict[bytes, None] = {}  # dirty keys, oldest write first
         self._keys = SortedKeys(self._cache)
         self._bytes = 0
         self._max_bytes = DEFAULT_CACHE_MAX_BYTES
         self._listener: BytesFlushListener | None = None
         self._batch_listener: BytesBatchListener | None = None
+        self._old_values = True
         self._timestamp: Callable[[], int] = lambda: 0
 
     def init(self, context: StateStoreContext) -> None:
@@ -89,20 +96,31 @@ class CachingBytesStore(WrappingBytesStore):
         self,
         listener: BytesFlushListener | None,
         batch_listener: BytesBatchListener | None = None,
+        *,
+        old_values: bool = True,
     ) -> None:
         """Receive every dirty entry written below on flush or eviction; with
         ``batch_listener``, a flush hands on its entries at once, in the same order, after
-        writing them all below (an eviction still hands on its one entry)."""
+        writing them all below.
+
+        Args:
+            old_values: hand on the value each entry replaces below (read before it is
+                written); False reads it only under a tombstone (to skip one that deletes
+                nothing) and hands on None, as Kafka's ``CachingKeyValueStore`` reads the
+                old value only when the listener sends old values or the new one is null.
+        """
         self._listener = listener
         self._batch_listener = batch_listener
+        self._old_values = old_values
 
     def get(self, key: bytes) -> bytes | None:
         """Return the cached value, or read it below and cache it."""
         entry = self._cache.get(key)
         if entry is not None:
+            self._cache.move_to_end(key)  # the most recently used (Kafka's updateLRU)
             return entry.value
         value = self.wrapped.get(key)
-        if self._cache_reads:
+        if self._cache_reads and value is not None:  # Kafka caches what it found only
             self._insert(key, _Entry(value, False, 0))
         return value
 
@@ -117,7 +135,8 @@ class CachingBytesStore(WrappingBytesStore):
         self.wrapped.put(key, value)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        """The cached values; the others read below at once, then cached."""
+        """The cached values; the others read below at once, then cached (clean). Past
+        the size bound, evicted once all are in (a batch: one eviction run, not one a key)."""
         cache = self._cache
         found: list[bytes | None] = []
         missing: list[int] = []
@@ -127,14 +146,17 @@ class CachingBytesStore(WrappingBytesStore):
                 missing.append(i)
                 found.append(None)
             else:
+                cache.move_to_end(key)  # a read makes it the most recently used
                 found.append(entry.value)
         if missing:
             below = self.wrapped.get_many([keys[i] for i in missing])
-            insert = self._insert if self._cache_reads else None
             for i, value in zip(missing, below, strict=True):
                 found[i] = value
-                if insert is not None:
-                    insert(keys[i], _Entry(value, False, 0))
+            if self._cache_reads:  # what was found (Kafka caches no miss)
+                hits = [i for i, value in zip(missing, below, strict=True) if value is not None]
+                self._insert_many(
+                    [keys[i] for i in hits], [found[i] for i in hits], dirty=False, timestamps=None
+                )
         return found
 
     def first_key(self, lo: bytes, hi: bytes) -> bytes | None:
@@ -145,10 +167,9 @@ class CachingBytesStore(WrappingBytesStore):
     def put_many(
         self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]
     ) -> None:
-        """Write each key into the cache (dirty) with its timestamp, in order."""
-        insert = self._insert
-        for key, value, timestamp in zip(keys, values, timestamps, strict=True):
-            insert(key, _Entry(value, True, timestamp))
+        """Write each key into the cache (dirty) with its timestamp, in order; past the
+        size bound, evict once all are in."""
+        self._insert_many(keys, values, dirty=True, timestamps=timestamps)
 
     def delete_range(self, lo: bytes, hi: bytes) -> None:
         """Drop cached keys in ``[lo, hi)`` and delete the range below. A dirty key is
@@ -178,43 +199,60 @@ class CachingBytesStore(WrappingBytesStore):
         below. The dirty set is taken first: what a listener writes meanwhile waits for the
         next flush, as in Kafka."""
         if self._dirty:
-            keys = list(self._dirty)
+            cache = self._cache
+            entries = [(key, cache[key]) for key in self._dirty]
             self._dirty.clear()
-            if self._batch_listener is not None and self._listener is not None:
-                self._flush_batch(keys, self._batch_listener)
-            else:
-                cache = self._cache
-                for key in keys:
-                    entry = cache.get(key)
-                    if entry is not None and entry.dirty:
-                        self._write_down(key, entry)
+            self._write_dirty(entries)
         self.wrapped.flush()
 
-    def _flush_batch(self, keys: list[bytes], listener: BytesBatchListener) -> None:
-        """Write the dirty entries of ``keys`` below, then hand them on at once."""
-        cache, wrapped = self._cache, self.wrapped
-        entries = [(key, cache.get(key)) for key in keys]
-        dirty = [(key, entry) for key, entry in entries if entry is not None and entry.dirty]
+    def _write_dirty(self, entries: list[tuple[bytes, _Entry]]) -> None:
+        """Write the dirty entries below, in order, and hand them on (at once, to a batch
+        listener). The dirty set is cleared first: what a listener writes meanwhile waits
+        for the next flush, as in Kafka."""
+        if self._batch_listener is not None and self._listener is not None:
+            self._flush_batch(entries, self._batch_listener)
+            return
+        for key, entry in entries:
+            if entry.dirty:
+                self._write_down(key, entry)
+
+    def _flush_batch(
+        self, entries: list[tuple[bytes, _Entry]], listener: BytesBatchListener
+    ) -> None:
+        """Write the dirty ``entries`` below, then hand them on at once."""
+        wrapped = self.wrapped
+        dirty = [(key, entry) for key, entry in entries if entry.dirty]
         if not dirty:
             return
         written = [key for key, _ in dirty]
         values = [entry.value for _, entry in dirty]
-        olds_below = wrapped.get_many(written)
-        # written below as one put each would be: stamped with the flush's timestamp
-        wrapped.put_many(written, values, [self._timestamp()] * len(written))
-        out: list[bytes] = []
-        news: list[bytes | None] = []
-        olds: list[bytes | None] = []
-        stamps: list[int] = []
-        for (key, entry), value, old in zip(dirty, values, olds_below, strict=True):
+        if self._old_values:
+            olds_below = wrapped.get_many(written)
+        else:  # only under tombstones: whether there is anything to delete
+            olds_below = [None] * len(written)
+            gone = [i for i, value in enumerate(values) if value is None]
+            if gone:
+                for i, old in zip(gone, wrapped.get_many([written[i] for i in gone]), strict=True):
+                    olds_below[i] = old
+        # a tombstone of a key that is not below is neither written nor handed on
+        # (Kafka's putAndMaybeForward); written below as one put each would be: stamped
+        # with the flush's timestamp
+        kept = [
+            i
+            for i, (value, old) in enumerate(zip(values, olds_below, strict=True))
+            if old is not None or value is not None
+        ]
+        for _, entry in dirty:
             entry.dirty = False
-            if old is not None or value is not None:
-                out.append(key)
-                news.append(value)
-                olds.append(old)
-                stamps.append(entry.timestamp)
-        if out:
-            listener(out, news, olds, stamps)
+        if not kept:
+            return
+        if len(kept) < len(dirty):
+            dirty = [dirty[i] for i in kept]
+            written = [written[i] for i in kept]
+            values = [values[i] for i in kept]
+            olds_below = [olds_below[i] for i in kept]
+        wrapped.put_many(written, values, [self._timestamp()] * len(written))
+        listener(written, values, olds_below, [entry.timestamp for _, entry in dirty])
 
     def abort(self) -> None:
         """Forget the cache (dirty entries belong to the aborted transaction)."""
@@ -256,17 +294,61 @@ class CachingBytesStore(WrappingBytesStore):
         if self._bytes > self._max_bytes:
             self._evict()
 
+    def _insert_many(
+        self,
+        keys: list[bytes],
+        values: list[bytes | None],
+        *,
+        dirty: bool,
+        timestamps: list[int] | None,
+    ) -> None:
+        """:meth:`_insert` of many entries (all dirty or all clean), evicting at the end.
+
+        A clean entry never replaces a cached one (a read fills only what is missing)."""
+        cache, dirty_keys, sorted_keys = self._cache, self._dirty, self._keys
+        size = self._bytes
+        stamps = timestamps if timestamps is not None else [0] * len(keys)
+        for key, value, stamp in zip(keys, values, stamps, strict=True):
+            old = cache.pop(key, None)
+            if old is None:
+                sorted_keys.added(key)
+                size += len(key) + _ENTRY_OVERHEAD
+            elif not dirty:
+                cache[key] = old  # already cached (a duplicate key): keep what is there
+                continue
+            elif old.value is not None:
+                size -= len(old.value)
+            if value is not None:
+                size += len(value)
+            cache[key] = _Entry(value, dirty, stamp)
+            if dirty:
+                dirty_keys.pop(key, None)  # a rewrite moves the key to the end
+                dirty_keys[key] = None
+        self._bytes = size
+        if size > self._max_bytes:
+            self._evict()
+
     def _evict(self) -> None:
+        """Drop the least recently used entries until the cache fits its bound. Evicting a
+        dirty entry flushes every dirty entry, the evicted one first (Kafka's
+        ``NamedCache.evict``); the evicted entry leaves the cache first, so a listener that
+        writes its key again caches the new write."""
         cache = self._cache
         # A zero-sized cache keeps nothing (Kafka: every write is forwarded at once);
         # otherwise the entry just written stays, however large.
         keep = 0 if self._max_bytes == 0 else 1
         while self._bytes > self._max_bytes and len(cache) > keep:
-            key = next(iter(cache))
-            entry = cache[key]
+            key, entry = cache.popitem(last=False)
+            self._bytes -= (
+                len(key) + _ENTRY_OVERHEAD + (0 if entry.value is None else len(entry.value))
+            )
+            self._keys.removed()
             if entry.dirty:
-                self._write_down(key, entry)
-            self._drop(key)
+                dirty = self._dirty
+                dirty.pop(key, None)
+                flushed = [(key, entry), *((k, cache[k]) for k in dirty)]
+                dirty.clear()
+                self._write_dirty(flushed)
 
     def _drop(self, key: bytes) -> None:
         entry = self._cache.pop(key, None)
@@ -279,8 +361,11 @@ class CachingBytesStore(WrappingBytesStore):
 
     def _write_down(self, key: bytes, entry: _Entry) -> None:
         listener = self._listener
-        old = self.wrapped.get(key) if listener is not None else None
-        self.wrapped.put(key, entry.value)
         entry.dirty = False
-        if listener is not None and (old is not None or entry.value is not None):
+        if listener is None:
+            self.wrapped.put(key, entry.value)
+            return
+        old = self.wrapped.get(key) if self._old_values or entry.value is None else None
+        if old is not None or entry.value is not None:  # else: a tombstone of nothing
+            self.wrapped.put(key, entry.value)
             listener(key, entry.value, old, entry.timestamp)

@@ -112,9 +112,14 @@ class MeteredStore:
         self.wrapped.abort()
 
     def set_flush_listener(
-        self, listener: FlushListener | None, batch_listener: BatchListener | None = None
+        self,
+        listener: FlushListener | None,
+        batch_listener: BatchListener | None = None,
+        *,
+        old_values: bool = True,
     ) -> bool:
-        """Forward ``(key, new, old, timestamp)`` of each entry the cache flushes.
+        """Forward ``(key, new, old, timestamp)`` of each entry the cache flushes
+        (``old_values`` False: old is None unless the entry is a tombstone).
 
         Returns:
             Whether the store has a cache (without one, nothing is ever forwarded).
@@ -126,10 +131,7 @@ class MeteredStore:
             return False
         typed = None if listener is None else self._typed_listener(listener)
         batch = None if batch_listener is None else self._typed_batch_listener(batch_listener)
-        if batch is None:
-            layer.set_flush_listener(typed)
-        else:
-            layer.set_flush_listener(typed, batch)
+        layer.set_flush_listener(typed, batch, old_values=old_values)
         return True
 
     def _typed_batch_listener(self, listener: BatchListener) -> Any:

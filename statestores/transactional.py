@@ -193,9 +193,17 @@ class TransactionalBytesStore:
         self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]
     ) -> None:
         """Write each key in order (timestamps are not stored here)."""
-        put = self.put
+        overlay, added = self._overlay, self._overlay_keys.added
+        budget = 0
         for key, value in zip(keys, values, strict=True):
-            put(key, value)
+            if key not in overlay:
+                added(key)
+            overlay[key] = value
+            budget += len(key) + (0 if value is None else len(value))
+        self._changes += len(keys)
+        self._budget -= budget
+        if self._budget < 0:
+            self._over_limit()
 
     def put(self, key: bytes, value: bytes | None) -> None:
         """Write ``key`` (``None`` deletes) in the open transaction."""

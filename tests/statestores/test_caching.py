@@ -50,6 +50,15 @@ class CountingStore:
         else:
             self.data[key] = value
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self.get(key) for key in keys]
+
+    def put_many(
+        self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]
+    ) -> None:
+        for key, value in zip(keys, values, strict=True):
+            self.put(key, value)
+
     def delete_range(self, lo: bytes, hi: bytes) -> None:
         for key in [k for k in self.data if lo <= k < hi]:
             del self.data[key]

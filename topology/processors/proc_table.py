@@ -65,7 +65,11 @@ class TupleForwarder:
     def __init__(self, store: Any, context: Any, send_old_values: bool) -> None:
         self.context = context
         self.send_old_values = send_old_values
-        self.cached = bool(store.set_flush_listener(self._on_flush, self._on_flush_batch))
+        self.cached = bool(
+            store.set_flush_listener(
+                self._on_flush, self._on_flush_batch, old_values=send_old_values
+            )
+        )
         #: Whether updates wait in the cache (one of size 0 forwards each write at once).
         self.buffered = self.cached and cache_max_bytes(context.app_config) > 0
         #: While set, what the cache hands on is not forwarded (a batch node forwarded it).

@@ -1,0 +1,131 @@
+"""Kafka's ``NamedCacheTest`` and ``CachingKeyValueStore`` reads, as facts about the
+caching layer (:class:`statestores.caching.CachingBytesStore`).
+
+Each entry here is one key byte and one value byte (66 bytes with the bookkeeping), and
+the cache holds three of them, so the fourth write evicts the least recently used entry.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from statestores.caching import _ENTRY_OVERHEAD, CachingBytesStore
+from tests.statestores.test_caching import _cache
+
+THREE = 3 * (2 + _ENTRY_OVERHEAD)
+
+
+def _flushes(cache: CachingBytesStore) -> list[list[tuple[bytes, bytes | None]]]:
+    """Record each flush the batch listener receives as ``[(key, new value), ...]``."""
+    seen: list[list[tuple[bytes, bytes | None]]] = []
+    cache.set_flush_listener(
+        lambda k, new, old, ts: seen.append([(k, new)]),
+        lambda keys, news, olds, stamps: seen.append(list(zip(keys, news, strict=True))),
+    )
+    return seen
+
+
+def test_should_flush_dirty_entries_on_eviction() -> None:
+    """Evicting a dirty entry flushes every dirty entry of the cache in one flush, the
+    evicted one first; a clean entry is not flushed."""
+    cache, inner = _cache(THREE)
+    inner.data[b"\x01"] = b"\x14"
+    cache.put(b"\x00", b"\x0a")
+    assert cache.get(b"\x01") == b"\x14"  # read below: cached clean
+    cache.put(b"\x02", b"\x1e")
+    seen = _flushes(cache)
+    cache.put(b"\x03", b"\x28")  # over the bound: evicts \x00, the eldest (dirty)
+    assert seen == [[(b"\x00", b"\x0a"), (b"\x02", b"\x1e"), (b"\x03", b"\x28")]]
+    assert inner.puts == [b"\x00", b"\x02", b"\x03"]
+    cache.flush()
+    assert len(seen) == 1  # every dirty entry went with the eviction's flush
+
+
+def test_should_keep_track_of_most_recently_and_least_recently_used() -> None:
+    """A read makes an entry the most recently used: the eviction takes another."""
+    cache, inner = _cache(THREE)
+    for key in (b"\x00", b"\x01", b"\x02"):
+        cache.put(key, b"v")
+    cache.flush()
+    inner.puts.clear()
+    assert cache.get(b"\x00") == b"v"  # now the most recently used
+    cache.put(b"\x03", b"w")
+    assert set(cache._cache) == {b"\x02", b"\x00", b"\x03"}  # \x01 was the eldest
+
+
+def test_a_read_that_finds_nothing_is_not_cached() -> None:
+    """``CachingKeyValueStore.getInternal``: a miss that finds nothing below caches
+    nothing, so reads of new keys never evict what the cache holds."""
+    cache, _ = _cache(THREE)
+    for key in (b"\x00", b"\x01"):
+        cache.put(key, b"v")
+    assert cache.get(b"\x09") is None
+    assert cache.get_many([b"\x07", b"\x08", b"\x00"]) == [None, None, b"v"]
+    assert set(cache._cache) == {b"\x00", b"\x01"}
+
+
+def test_should_not_lose_a_write_of_the_evicted_key_made_by_the_listener() -> None:
+    """``shouldNotThrowIllegalArgumentAfterEvictingDirtyRecordAndThenPuttingNewRecordWith
+    SameKey``: the evicted entry leaves the cache before the listener runs, so the
+    listener's write of the same key is cached (dirty) and flushed next time."""
+    cache, inner = _cache(THREE)
+    rewritten: list[bytes] = []
+
+    def listener(key: bytes, new: bytes | None, old: bytes | None, ts: int) -> None:
+        if key == b"\x00" and not rewritten:
+            rewritten.append(key)
+            cache.put(key, b"again")
+
+    cache.set_flush_listener(listener)
+    for key in (b"\x00", b"\x01", b"\x02", b"\x03"):
+        cache.put(key, b"v")
+    assert rewritten == [b"\x00"]
+    cache.flush()
+    assert inner.data[b"\x00"] == b"again"
+
+
+def test_put_all_evicts_once_all_entries_are_in() -> None:
+    """``ThreadCache.putAll`` puts every entry, then evicts: a batch larger than the cache
+    is flushed in one piece, in write order, and the cache is back within its bound."""
+    cache, _ = _cache(THREE)
+    seen = _flushes(cache)
+    keys = [bytes([i]) for i in range(10)]
+    cache.put_many(keys, [b"v"] * 10, list(range(10)))
+    assert seen == [[(k, b"v") for k in keys]]
+    assert cache.cached_bytes() <= THREE and set(cache._cache) == set(keys[-3:])
+
+
+@pytest.mark.parametrize("old_values", [False, True])
+def test_the_old_value_is_read_below_only_when_it_is_sent_or_the_new_one_is_null(
+    old_values: bool,
+) -> None:
+    """``CachingKeyValueStore.putAndMaybeForward``: without old values the flush reads
+    below only under a tombstone, to skip one that deletes nothing (neither written below,
+    so the changelog gets no record of it, nor forwarded); with them, each entry's old
+    value is read and handed on."""
+    cache, inner = _cache()
+    inner.data.update({b"a": b"0", b"gone": b"0"})
+    reads: list[bytes] = []
+    get = inner.get
+
+    def counting_get(key: bytes) -> bytes | None:
+        reads.append(key)
+        return get(key)
+
+    inner.get = counting_get  # type: ignore[method-assign]
+    seen: list[tuple[bytes, bytes | None, bytes | None]] = []
+    cache.set_flush_listener(
+        lambda k, new, old, ts: seen.append((k, new, old)),
+        lambda keys, news, olds, ts: seen.extend(zip(keys, news, olds, strict=True)),
+        old_values=old_values,
+    )
+    cache.put_many([b"a", b"new", b"gone", b"never"], [b"1", b"1", None, None], [0] * 4)
+    cache.flush()
+    if old_values:
+        assert reads == [b"a", b"new", b"gone", b"never"]
+        assert seen == [(b"a", b"1", b"0"), (b"new", b"1", None), (b"gone", None, b"0")]
+    else:
+        assert reads == [b"gone", b"never"]
+        assert seen == [(b"a", b"1", None), (b"new", b"1", None), (b"gone", None, b"0")]
+    assert inner.data == {b"a": b"1", b"new": b"1"}
+    assert inner.puts == [b"a", b"new", b"gone"]
