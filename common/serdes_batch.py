@@ -122,6 +122,9 @@ def _batch(serde: Serde[Any], topic: str, items: Sequence[Any], encode: bool) ->
     out = []
     append = out.append
     for i, item in enumerate(items):
+        if item is None:  # None gives None, as documented (a serde never sees it)
+            append(None)
+            continue
         try:
             append(fn(topic, item))
         except Exception as exc:

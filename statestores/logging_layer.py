@@ -50,10 +50,15 @@ class ChangeLoggingBytesStore(WrappingBytesStore):
         """Write the keys below and log each change with its timestamp."""
         self.wrapped.put_many(keys, values, timestamps)
         send = self._send
-        if send is not None:
-            name = self.name
-            for key, value, timestamp in zip(keys, values, timestamps, strict=True):
-                send(name, key, value, timestamp)
+        if send is None:
+            return
+        many = getattr(self._collector, "send_changes", None)
+        if many is not None:  # a collector that takes a batch of changes at once
+            many(self.name, keys, values, timestamps)
+            return
+        name = self.name
+        for key, value, timestamp in zip(keys, values, timestamps, strict=True):
+            send(name, key, value, timestamp)
 
     def items(
         self, lo: bytes | None, hi: bytes | None, *, reverse: bool = False

@@ -201,12 +201,8 @@ class MeteredKeyValueStore(MeteredStore, Generic[K, V]):
         """Write each key in order (``None`` deletes), as :meth:`put` would with the
         record timestamp ``timestamps[i]``."""
         self.metrics["put"] += len(keys)
-        topic, vser = self.topic, self._vser
-        self.wrapped.put_many(
-            self._raw_keys(keys),
-            [None if value is None else vser(topic, value) for value in values],
-            timestamps,
-        )
+        raw_values = serialize_many(self.value_serde, self.topic, values)
+        self.wrapped.put_many(self._raw_keys(keys), raw_values, timestamps)
 
     def _raw_keys(self, keys: list[K]) -> list[bytes]:
         raw = serialize_many(self.key_serde, self.topic, keys)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from common.delta_rows import parse_sink, rows_table
@@ -111,6 +112,33 @@ class StagingCollector:
             topic, keys, values, timestamps=timestamps, partitions=None, headers=header_array
         )
         self.sent += len(keys)
+
+    def send_partition_batch(
+        self,
+        topic: str,
+        partition: int,
+        keys: list[bytes],
+        values: list[bytes | None],
+        timestamps: list[int],
+    ) -> None:
+        """Buffer records of one partition, without headers, as columns (a change-logged
+        store's batch of changes, see :class:`topology.engine.collector.CollectorChangelog`).
+
+        Raises:
+            UnknownTopicError: ``topic`` does not exist.
+        """
+        if topic not in self.topics:
+            raise self._unknown(topic)
+        n = len(keys)
+        self._acc.append_batch(
+            topic,
+            keys,
+            values,
+            timestamps=timestamps,
+            partitions=pa.array(np.full(n, partition, dtype=np.int32)),
+            headers=None,
+        )
+        self.sent += n
 
     def begin(self, staging_dir: str, topics: Mapping[str, OutputTopic]) -> None:
         """Start a batch of a long-lived task: its records go to ``staging_dir`` (the new

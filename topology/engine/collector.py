@@ -53,3 +53,23 @@ class CollectorChangelog:
         topic = self._topics.get(store)
         if topic is not None:
             self._collector.send(topic, key, value, timestamp, (), self._partition)
+
+    def send_changes(
+        self,
+        store: str,
+        keys: list[bytes],
+        values: list[bytes | None],
+        timestamps: list[int],
+    ) -> None:
+        """Send many changes of ``store`` in order: at once to a collector that takes a
+        batch for one partition (``send_partition_batch``), else one by one."""
+        topic = self._topics.get(store)
+        if topic is None:
+            return
+        collector, partition = self._collector, self._partition
+        batch = getattr(collector, "send_partition_batch", None)
+        if batch is not None:
+            batch(topic, partition, keys, values, timestamps)
+            return
+        for key, value, timestamp in zip(keys, values, timestamps, strict=True):
+            collector.send(topic, key, value, timestamp, (), partition)

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from common.config import StreamsConfig
 from common.errors import SerializationError
-from common.serdes import LongSerde, Serde, deserialize_many, serde_from_name
+from common.serdes import LongSerde, Serde, deserialize_many, serde_from_name, serialize_many
 from statestores.api import StoreBuilder
 from statestores.stores import Stores, VersionedBytesStoreSupplier
 from topology.api.record import Change, ValueAndTimestamp
@@ -268,6 +268,29 @@ class ValueAndTimestampSerde:
         return [
             None if d is None else ValueAndTimestamp(v, _TS.unpack_from(d)[0])
             for d, v in zip(items, values, strict=True)
+        ]
+
+    def serialize_batch(
+        self, topic: str, items: Sequence[ValueAndTimestamp[Any] | None]
+    ) -> list[bytes | None] | None:
+        """Many at once (``serialize_many``); None when the scalar path must decide (a
+        value that is not a plain int under a long serde, out of range, ...)."""
+        if type(self.inner) is LongSerde:  # an aggregate's count: both in one pack
+            pack = _TS_LONG.pack
+            out: list[bytes | None] = []
+            for item in items:
+                if item is None:
+                    out.append(None)
+                elif type(item[0]) is int and type(item[1]) is int:
+                    out.append(pack(item[1], item[0]))  # struct.error past 64 bits
+                else:
+                    return None
+            return out
+        values = serialize_many(self.inner, topic, [None if v is None else v[0] for v in items])
+        pack = _TS.pack
+        return [
+            None if item is None or raw is None else pack(item[1]) + raw
+            for item, raw in zip(items, values, strict=True)
         ]
 
     def serialize(self, topic: str, data: ValueAndTimestamp[Any] | None) -> bytes | None:
