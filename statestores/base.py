@@ -20,10 +20,12 @@ from rocksdict import Checkpoint, Options, Rdict, WriteBatch
 from common.errors import StoreCorruptedError, StoreIOError
 from statestores.rocksdb_options import store_options
 from statestores.sorted_keys import SortedKeys
+from statestores.verify import BackgroundVerification, damage_of
 
 META_CF = "meta"
 
-#: Read every block of a store once when it opens (see ``RocksDBBase.verify``).
+#: Read every block of a store once after it opens, in the background (see
+#: :mod:`statestores.verify`).
 VERIFY_KEY = "statestore.verify.on.open"
 
 
@@ -124,22 +126,6 @@ def rocksdb_error(what: str, exc: Exception) -> StoreIOError:
 _CORRUPTION = "Corruption:"
 
 
-def _scan(handle: Any) -> str | None:
-    """Iterate over every entry of ``handle`` (a database or column family); return the
-    error that stopped it, if any (an iterator ends at a corrupt block: only its status
-    says so)."""
-    it = handle.iter()
-    it.seek_to_first()
-    step, valid = it.next, it.valid
-    while valid():
-        step()
-    try:
-        it.status()
-    except Exception as exc:
-        return str(exc)
-    return None
-
-
 class RocksDBBase:
     """Committed entries in a RocksDB database (default column family) and metadata in the
     ``meta`` column family.
@@ -167,20 +153,20 @@ class RocksDBBase:
             self._meta_handle: Any = self.db.get_column_family_handle(META_CF)
         except Exception as exc:
             raise StoreIOError(f"cannot open RocksDB store {store_name} at {path}: {exc}") from exc
+        damage = damage_of(path)
+        if damage is not None:  # found by the background check of an earlier open
+            self.close()
+            raise StoreCorruptedError(f"RocksDB store at {path} is corrupt: {damage}")
+        self.verification: BackgroundVerification | None = None
         if str(app_config.get(VERIFY_KEY, True)).lower() not in ("false", "0"):
-            self.verify()
+            self.verification = BackgroundVerification(self.db, path)
         self.get = self.db.get
 
-    def verify(self) -> None:
-        """Read every block of the database once, checking its checksum.
-
-        Raises:
-            StoreIOError: a block is corrupt (the database is closed).
-        """
-        problem = _scan(self.db) or _scan(self.meta)
-        if problem is not None:
-            self.close()
-            raise StoreCorruptedError(f"RocksDB store at {self.path} is corrupt: {problem}")
+    def check_verified(self) -> None:
+        """Raise StoreCorruptedError if the background check found a damaged block."""
+        found = None if self.verification is None else self.verification.damage()
+        if found is not None:
+            raise StoreCorruptedError(f"RocksDB store at {self.path} is corrupt: {found}")
 
     def items(
         self, lo: bytes | None, hi: bytes | None, reverse: bool
@@ -192,9 +178,9 @@ class RocksDBBase:
         """
         items: Any
         if reverse:
-            items = self.db.items(backwards=True, from_key=hi)
+            items = _checked(self, self.db.items(backwards=True, from_key=hi), hi, reverse=True)
             return items if lo is None else _until_below(items, lo)
-        items = self.db.items(from_key=lo)
+        items = _checked(self, self.db.items(from_key=lo), lo, reverse=False)
         return items if hi is None else _until_above(items, hi)
 
     def write(
@@ -206,8 +192,11 @@ class RocksDBBase:
         """Write everything in one ``WriteBatch`` (atomic across both column families).
 
         Raises:
+            StoreCorruptedError: the background check found a damaged block (nothing is
+                written: the batch that may have read it is not committed).
             StoreIOError: RocksDB refused the write.
         """
+        self.check_verified()
         batch = WriteBatch(raw_mode=True)
         for lo, hi in range_deletes:
             batch.delete_range(lo, hi)
@@ -256,12 +245,51 @@ class RocksDBBase:
 
     def close(self) -> None:
         """Close the database (idempotent)."""
+        if getattr(self, "verification", None) is not None:
+            self.verification.stop()  # type: ignore[union-attr]
         # RocksDB keeps its lock until every handle on a column family is released too.
         self.meta = self._meta_handle = None
         try:
             self.db.close()
         except Exception:  # already closed
             return
+
+
+def _checked(
+    base: RocksDBBase, items: Any, start: bytes | None, *, reverse: bool
+) -> Iterator[tuple[bytes, bytes]]:
+    """Yield ``items``; when they run out, check that the range really ended there.
+
+    A RocksDB iterator stops at a block whose checksum fails, without an error: only its
+    status tells. When ``items`` ends (not when a caller stops early), an iterator is put
+    where the next entry would be and its status is checked, so a damaged block raises
+    StoreCorruptedError instead of cutting the range short.
+    """
+    last = None
+    for key, value in items:
+        last = key
+        yield key, value
+    it = base.db.iter()
+    if last is not None:
+        if reverse:
+            it.seek_for_prev(last)
+            it.prev()
+        else:
+            it.seek(last)
+            it.next()
+    elif start is None:
+        if reverse:
+            it.seek_to_last()
+        else:
+            it.seek_to_first()
+    elif reverse:
+        it.seek_for_prev(start)
+    else:
+        it.seek(start)
+    try:
+        it.status()
+    except Exception as exc:
+        raise rocksdb_error(f"cannot read RocksDB store at {base.path}", exc) from exc
 
 
 def _until_above(items: Iterator[tuple[bytes, bytes]], hi: bytes) -> Iterator[tuple[bytes, bytes]]:

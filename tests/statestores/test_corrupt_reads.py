@@ -9,6 +9,7 @@ processor's error wraps it, to wipe the task's directory and run the batch again
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,84 @@ def test_only_a_corruption_status_is_a_corruption() -> None:
     assert str(full) == "cannot write store s: IO error: No space left on device"
     with pytest.raises(StoreIOError):
         raise corrupt
+
+
+def _damaged_base(tmp_path: Path, *, verify: bool) -> RocksDBBase:
+    """A RocksDB base of 20,000 keys whose one SST file has 64 bytes overwritten."""
+    path = str(tmp_path / "s")
+    base = RocksDBBase(path, "s", {VERIFY_KEY: "false"})
+    base.write({key: os.urandom(50) for key in KEYS}, (), {})
+    base.db.flush()
+    base.close()
+    sst = next(Path(path).glob("*.sst"))
+    with open(sst, "r+b") as f:
+        f.seek(sst.stat().st_size // 3)
+        f.write(b"\xff" * 64)
+    return RocksDBBase(path, "s", {VERIFY_KEY: str(verify).lower()})
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("bounds", [(None, None), (KEYS[100], KEYS[-100])])
+def test_a_range_read_over_a_damaged_block_raises_instead_of_ending_short(
+    tmp_path: Path, reverse: bool, bounds: tuple[bytes | None, bytes | None]
+) -> None:
+    """RocksDB's iterator stops at a damaged block without an error (only its status
+    says so): every range read checks it, so none answers shorter."""
+    base = _damaged_base(tmp_path, verify=False)
+    seen: list[bytes] = []
+    try:
+        with pytest.raises(StoreCorruptedError, match="block checksum mismatch"):
+            for key, _ in base.items(*bounds, reverse):
+                seen.append(key)
+        assert 0 < len(seen) < len(KEYS) - 200
+        upto = base.items(KEYS[0], KEYS[5], False)  # a range before the damage: whole
+        assert [key for key, _ in upto] == KEYS[:6]
+    finally:
+        base.close()
+
+
+def test_a_damage_no_read_met_is_found_in_the_background(tmp_path: Path) -> None:
+    """Opening costs no full read: another process reads a checkpoint of the store; what
+    it finds fails the next write (the batch is not committed) and the next open."""
+    start = time.monotonic()
+    base = _damaged_base(tmp_path, verify=True)
+    assert base.verification is not None
+    opened = time.monotonic() - start
+    try:
+        found = base.verification.wait(60)
+        assert found is not None and "block checksum mismatch" in found
+        with pytest.raises(StoreCorruptedError, match="block checksum mismatch"):
+            base.write({b"k": b"v"}, (), {})
+    finally:
+        base.close()
+    assert opened < 5
+    assert not list(tmp_path.glob(".s.verify-*"))  # the checkpoint is gone
+    with pytest.raises(StoreCorruptedError, match="block checksum mismatch"):
+        RocksDBBase(str(tmp_path / "s"), "s", {})
+
+
+def test_a_whole_store_passes_its_background_check(tmp_path: Path) -> None:
+    base = RocksDBBase(str(tmp_path / "s"), "s", {VERIFY_KEY: "false"})
+    base.write({key: b"v" for key in KEYS}, (), {b"offset": b"1"})
+    base.db.flush()
+    base.close()
+    base = RocksDBBase(str(tmp_path / "s"), "s", {})
+    try:
+        assert base.verification is not None and base.verification.wait(60) is None
+        base.write({b"k": b"v"}, (), {})
+    finally:
+        base.close()
+    assert not list(tmp_path.glob(".s.verify-*"))
+
+
+def test_closing_a_store_ends_its_background_check(tmp_path: Path) -> None:
+    base = RocksDBBase(str(tmp_path / "s"), "s", {VERIFY_KEY: "false"})
+    base.write({key: b"v" for key in KEYS}, (), {})
+    base.close()
+    (tmp_path / ".s.verify-dead0000").mkdir()  # left by a process that died mid-check
+    for _ in range(3):  # checks queue one at a time; a closed store's is skipped or killed
+        RocksDBBase(str(tmp_path / "s"), "s", {}).close()
+    last = RocksDBBase(str(tmp_path / "s"), "s", {})
+    assert last.verification is not None and last.verification.wait(60) is None
+    last.close()
+    assert not list(tmp_path.glob(".s.verify-*"))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import StoreCorruptedError
 from statestores.bytes_layer import bottom
 from statestores.transactional import OFFSET_KEY
 from tests.statestores.harness import APP, STORE, Task
@@ -186,7 +187,7 @@ def _big_history(task: Task, commits: int, keys: int = 3000) -> dict[str, str]:
     return expected
 
 
-def test_a_corrupt_sst_file_is_found_at_open_and_the_store_rebuilt(
+def test_a_corrupt_sst_file_is_found_after_open_and_the_store_rebuilt(
     root: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     state_dir = str(tmp_path / "state")
@@ -200,6 +201,13 @@ def test_a_corrupt_sst_file_is_found_at_open_and_the_store_rebuilt(
     assert snapshots and all(p.stat().st_ino != local.stat().st_ino for p in snapshots)
     _damage(str(local))
 
+    damaged = Task(root, state_dir)  # opens at once: the blocks are read in the background
+    found = bottom(damaged.store)._base.verification.wait(60)  # type: ignore[attr-defined]
+    assert found is not None and "block checksum mismatch" in found
+    with pytest.raises(StoreCorruptedError, match="block checksum mismatch"):
+        damaged.write({"k000": "never"})  # its prepare fails: nothing is committed
+    damaged.producer.abort_transaction()
+    damaged.close()
     with caplog.at_level("WARNING"):
         rebuilt = Task(root, state_dir)
     assert rebuilt.manager.corrupted == {STORE}
