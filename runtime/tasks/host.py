@@ -35,6 +35,7 @@ import statestores.stores  # noqa: F401 - a task's stores
 from runtime.storage.fs import register_storage_options
 from runtime.tasks.contract import ROW_SCHEMA, BatchPlan, ThreadPlan
 from runtime.tasks.manager import TaskManager
+from runtime.tasks.profiling import HostProfile
 from runtime.tasks.protocol import (
     PeerGoneError,
     authenticated,
@@ -79,6 +80,7 @@ def serve(  # noqa: PLR0917 - what the server hands its host
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     listeners = [listener, *([tcp] if tcp is not None else [])]
+    profile = HostProfile()
     last = time.monotonic()
     try:
         while True:
@@ -93,7 +95,7 @@ def serve(  # noqa: PLR0917 - what the server hands its host
                 if not authenticated(conn, known.secrets):
                     continue
                 conn.settimeout(None)
-                if not _handle(conn, manager, known):
+                if not profile.run(lambda: _handle(conn, manager, known)):  # noqa: B023
                     return
     except _StopError:
         return
