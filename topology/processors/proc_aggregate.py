@@ -128,10 +128,17 @@ class Aggregating(Processor[Any, Any, Any, Any]):
         # a cache of size 0 hands on each put at once: those updates are forwarded below
         forwarder.muted = True
         try:
-            for key, i in ordered:
-                set_timestamp(ts[i])
-                now = aggs[key]
-                store.put(key, None if now is None else ValueAndTimestamp(now, stamps[key]))
+            keys = [key for key, _ in ordered]
+            put_many(
+                store,
+                set_timestamp,
+                keys,
+                [
+                    None if aggs[key] is None else ValueAndTimestamp(aggs[key], stamps[key])
+                    for key in keys
+                ],
+                [ts[i] for _, i in ordered],
+            )
         finally:
             forwarder.muted = False
         forwarder.forward_folded(batch, out, [ks[i] for i in out], changes, out_ts)
@@ -147,6 +154,13 @@ def get_many(store: Any, keys: list[Any]) -> list[Any]:
     if many is not None:
         return many(keys)  # type: ignore[no-any-return]
     return [store.get(key) for key in keys]
+
+
+def read_keys(store: Any, keys: list[Any]) -> dict[Any, Any]:
+    """Each distinct key's stored value (null keys left out), read at once: a batch's scan
+    reads what it needs before it folds, one store access per key per batch."""
+    distinct = [key for key in dict.fromkeys(keys) if key is not None]
+    return dict(zip(distinct, get_many(store, distinct), strict=True))
 
 
 def put_many(

@@ -11,7 +11,13 @@ from common.errors import StreamsProcessingError
 from topology.api.record import Change
 from topology.engine.columnar import Batch
 from topology.engine.nodes import user_error
-from topology.processors.proc_aggregate import MISSING, Aggregating, AnyRecord, has_none
+from topology.processors.proc_aggregate import (
+    MISSING,
+    Aggregating,
+    AnyRecord,
+    has_none,
+    read_keys,
+)
 from topology.processors.proc_table import TableParams
 
 
@@ -84,12 +90,13 @@ class TableAggregateProcessor(Aggregating):
         out: list[int] = []
         changes: list[Any] = []
         out_ts: list[int] = []
+        stored_of = read_keys(store, ks)
         fn: Any = subtractor
         try:
             for i, key, change, t in zip(range(len(ks)), ks, vs, ts, strict=True):
                 current = aggs.get(key, MISSING)
                 if current is MISSING:
-                    stored = store.get(key)
+                    stored = stored_of.get(key)
                     current = None if stored is None else stored[0]
                     if stored is not None:
                         stamps[key] = stored[1]
