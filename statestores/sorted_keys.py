@@ -49,6 +49,10 @@ class SortedKeys:
         """Note that ``key`` was newly inserted into the dict."""
         self._pending.append(key)
 
+    def added_many(self, keys: list[bytes]) -> None:
+        """Note that ``keys`` (each new to the dict, none twice) were inserted."""
+        self._pending.extend(keys)
+
     def removed(self) -> None:
         """Note that some key was removed from the dict."""
         self._removed = True

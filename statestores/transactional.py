@@ -193,13 +193,15 @@ class TransactionalBytesStore:
         self, keys: list[bytes], values: list[bytes | None], timestamps: list[int]
     ) -> None:
         """Write each key in order (timestamps are not stored here)."""
-        overlay, added = self._overlay, self._overlay_keys.added
+        overlay = self._overlay
+        fresh: list[bytes] = []
         budget = 0
         for key, value in zip(keys, values, strict=True):
             if key not in overlay:
-                added(key)
+                fresh.append(key)
             overlay[key] = value
             budget += len(key) + (0 if value is None else len(value))
+        self._overlay_keys.added_many(fresh)
         self._changes += len(keys)
         self._budget -= budget
         if self._budget < 0:

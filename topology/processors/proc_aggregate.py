@@ -118,7 +118,7 @@ class Aggregating(Processor[Any, Any, Any, Any]):
                 set_timestamp,
                 keys,
                 [
-                    None if now is None else ValueAndTimestamp(now, stamps[key])
+                    None if now is None else _new(ValueAndTimestamp, (now, stamps[key]))
                     for key, now in zip(keys, nows, strict=True)
                 ],
                 [ts[i] for _, i in ordered],
@@ -134,7 +134,9 @@ class Aggregating(Processor[Any, Any, Any, Any]):
                 set_timestamp,
                 keys,
                 [
-                    None if aggs[key] is None else ValueAndTimestamp(aggs[key], stamps[key])
+                    None
+                    if (now := aggs[key]) is None
+                    else _new(ValueAndTimestamp, (now, stamps[key]))
                     for key in keys
                 ],
                 [ts[i] for _, i in ordered],
