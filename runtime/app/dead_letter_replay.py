@@ -30,7 +30,7 @@ from common.errors import ConfigError, StreamsError
 from runtime.app.dead_letters import DeadLetter, LetterFilter, read_dead_letters
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore, parse_offsets_record
+from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore, committed_records
 from runtime.txn.producer import TransactionalProducer
 
 log = logging.getLogger(__name__)
@@ -75,16 +75,9 @@ def read_positions(admin: TopicAdmin, topic: str) -> dict[int, ReplayPosition]:
     partition = store.partition_for(group)
     table = TopicReader(admin).read(OFFSETS_TOPIC, partition, _log_start(admin, partition))
     out: dict[int, ReplayPosition] = {}
-    for key, value, offset in zip(
-        table.column("key").to_pylist(),
-        table.column("value").to_pylist(),
-        table.column("offset").to_pylist(),
-        strict=True,
-    ):
-        parsed = parse_offsets_record(partition, offset, key, value)
-        if parsed is None or parsed[0][:2] != (group, topic):
+    for _key, value, (found_group, found_topic, p), position in committed_records(table, partition):
+        if (found_group, found_topic) != (group, topic):
             continue
-        p, position = parsed[0][2], parsed[1]
         if position is None:
             out.pop(p, None)
             continue

@@ -31,7 +31,7 @@ from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.metadata import OffsetEntry
-from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore, parse_offsets_record
+from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore, committed_records
 
 
 class InvalidResetError(StreamsError, ValueError):
@@ -359,15 +359,10 @@ def _scan(
     partition, the key's bytes and its latest offset (None: deleted)."""
     start = reader.beginning_offsets(OFFSETS_TOPIC)[partition]
     table = reader.read(OFFSETS_TOPIC, partition, start)
-    out: dict[tuple[str, str, int], tuple[bytes, int | None]] = {}
-    keys = table.column("key").to_pylist()
-    values = table.column("value").to_pylist()
-    offsets = table.column("offset").to_pylist()
-    for key, value, at in zip(keys, values, offsets, strict=True):
-        parsed = parse_offsets_record(partition, at, key, value)
-        if parsed is not None:
-            out[parsed[0]] = (key, parsed[1])
-    return out
+    return {
+        coordinates: (key, position)
+        for key, _value, coordinates, position in committed_records(table, partition)
+    }
 
 
 def _partitions(

@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from common.errors import StreamsError
 from runtime.storage.producer import Producer
@@ -170,19 +172,28 @@ class OffsetsStore:
         if cache.position < start:
             cache.position, cache.latest = start, {}
         table = self._reader.read(OFFSETS_TOPIC, partition, cache.position)
-        for key, value, offset in zip(
-            table.column("key").to_pylist(),
-            table.column("value").to_pylist(),
-            table.column("offset").to_pylist(),
-            strict=True,
-        ):
-            parsed = parse_offsets_record(partition, offset, key, value)
-            if parsed is None:
-                continue
-            cache.latest[key] = parsed[1]
+        for key, _value, _coordinates, position in committed_records(table, partition):
+            cache.latest[key] = position
         if table.num_rows:
             cache.position = table.column("offset")[-1].as_py() + 1
         return cache
+
+
+def committed_records(
+    table: pa.Table, partition: int
+) -> Iterator[tuple[bytes, bytes | None, tuple[str, str, int], int | None]]:
+    """Yield each committed position of ``table`` (records of ``__consumer_offsets``
+    partition ``partition``, in offset order) as ``(key, value, (group, topic, partition),
+    position)``; a record no group wrote is skipped (:func:`parse_offsets_record`)."""
+    for key, value, offset in zip(
+        table.column("key").to_pylist(),
+        table.column("value").to_pylist(),
+        table.column("offset").to_pylist(),
+        strict=True,
+    ):
+        parsed = parse_offsets_record(partition, offset, key, value)
+        if parsed is not None:
+            yield key, value, parsed[0], parsed[1]
 
 
 def parse_offsets_record(
