@@ -37,9 +37,9 @@ from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
-from runtime.txn.producer import TransactionalProducer
 from tests.clitools import cli
 from tests.delta_readers import readers_agree
+from tests.log_kit import plain_commits, transaction_commit
 
 COMMANDS = [
     ["get-offsets", "--topic", "t"],
@@ -53,17 +53,8 @@ def _fill(admin: TopicAdmin) -> str:
     """Create topic t (2 partitions): three plain commits, then a transaction's commit
     (version 4, the newest); return the newest commit's path."""
     admin.create("t", 2)
-    producer = Producer(admin)
-    for i in range(3):
-        for j in range(50):
-            producer.send("t", b"k%d" % j, b"v%d" % i, timestamp=i)
-        producer.flush()
-    txn = TransactionalProducer(admin, "app")
-    txn.init_transactions()
-    txn.begin_transaction()
-    for j in range(40):
-        txn.send("t", b"k%d" % j, b"x", timestamp=9)
-    txn.commit_transaction()
+    plain_commits(admin, "t", 3)
+    transaction_commit(admin, "t")
     return log_path(admin.root, admin.table_path("t"), 4)
 
 

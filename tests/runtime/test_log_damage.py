@@ -19,14 +19,7 @@ from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
 from runtime.txn.producer import TransactionalProducer
 from tests.clitools import cli
-
-
-def _commits(admin: TopicAdmin, topic: str, flushes: int) -> None:
-    producer = Producer(admin)
-    for i in range(flushes):
-        for j in range(50):
-            producer.send(topic, b"k%d" % j, b"v%d" % i, timestamp=i)
-        producer.flush()
+from tests.log_kit import plain_commits
 
 
 def _lose(admin: TopicAdmin, topic: str, version: int) -> str:
@@ -37,7 +30,7 @@ def _lose(admin: TopicAdmin, topic: str, version: int) -> str:
 
 def test_a_new_reader_names_the_missing_commit(admin: TopicAdmin, root: str) -> None:
     admin.create("t", 2)
-    _commits(admin, "t", 10)
+    plain_commits(admin, "t", 10)
     full = TopicReader(root).end_offsets("t")
     assert sum(full.values()) == 500
     path = _lose(admin, "t", 5)
@@ -50,10 +43,10 @@ def test_a_running_reader_finds_the_gap_at_its_next_check(
     admin: TopicAdmin, root: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     admin.create("t", 1)
-    _commits(admin, "t", 3)
+    plain_commits(admin, "t", 3)
     reader = TopicReader(root)
     assert reader.end_offsets("t") == {0: 150}
-    _commits(admin, "t", 2)  # versions 4 and 5; 4 is lost
+    plain_commits(admin, "t", 2)  # versions 4 and 5; 4 is lost
     _lose(admin, "t", 4)
     monkeypatch.setattr(topic_log, "GAP_CHECK_AFTER_S", 0.0)
     time.sleep(0.01)
@@ -73,7 +66,7 @@ def test_every_command_fails_in_one_line_naming_the_commit(
     admin: TopicAdmin, root: str, command: list[str]
 ) -> None:
     admin.create("t", 2)
-    _commits(admin, "t", 8)
+    plain_commits(admin, "t", 8)
     _lose(admin, "t", 5)
     done = cli(root, *command)
     assert done.returncode != 0, done.stdout

@@ -11,7 +11,6 @@ import pytest
 
 from runtime.storage.delta_log import log_path
 from runtime.storage.doctor import Doctor
-from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topic_log import TopicLog
 from runtime.storage.topics import TopicAdmin
@@ -23,14 +22,7 @@ from runtime.txn.state import TransactionState
 from streams.cli.doctor import Coordinators
 from tests.clitools import cli
 from tests.delta_readers import readers_agree
-
-
-def _plain(admin: TopicAdmin, topic: str, flushes: int) -> None:
-    producer = Producer(admin)
-    for i in range(flushes):
-        for j in range(50):
-            producer.send(topic, b"k%d" % j, b"v%d" % i, timestamp=i)
-        producer.flush()
+from tests.log_kit import plain_commits, transaction_commit
 
 
 def _commit(admin: TopicAdmin, topic: str, version: int) -> Path:
@@ -45,7 +37,7 @@ def _doctor(root: str, *args: str) -> tuple[int, str]:
 
 def test_an_undamaged_root_exits_0(admin: TopicAdmin, root: str) -> None:
     admin.create("t", 2)
-    _plain(admin, "t", 2)
+    plain_commits(admin, "t", 2)
     OffsetsStore(admin).commit("g", {("t", 0): 5})
     assert _doctor(root) == (0, f"No damage found in {root}.\n")
     assert _doctor(root, "--topic", "t")[0] == 0
@@ -59,7 +51,7 @@ def test_a_missing_middle_commit_is_found_and_refused(
 ) -> None:
     admin.create("t", 2)
     if topic == "t":
-        _plain(admin, "t", 8)
+        plain_commits(admin, "t", 8)
     else:
         for offset in (100, 200, 300, 400):
             OffsetsStore(admin).commit("g", {("t", 0): offset})
@@ -75,7 +67,7 @@ def test_damage_that_would_lose_records_is_refused(
     admin: TopicAdmin, root: str, damage: str
 ) -> None:
     admin.create("t", 2)
-    _plain(admin, "t", 4)
+    plain_commits(admin, "t", 4)
     path = _commit(admin, "t", 4)
     lines = path.read_bytes().splitlines(keepends=True)
     if damage == "garbage":
@@ -103,7 +95,7 @@ def test_a_torn_plain_commit_is_completed_from_its_commit_info(
     actions: every file it lists is there, so the doctor rebuilds the lost actions and
     every reader (the project's, deltalake, polars, pyarrow) serves the whole commit."""
     admin.create("t", 3)
-    _plain(admin, "t", 4)
+    plain_commits(admin, "t", 4)
     full = sum(readers_agree(admin, root, "t").values())
     path = _commit(admin, "t", 4)
     lines = path.read_bytes().splitlines(keepends=True)
@@ -124,14 +116,9 @@ def _torn_prepared(admin: TopicAdmin, damage: str) -> tuple[Path, int]:
     PrepareCommit). ``cut``: the newest commit is cut after its commitInfo; ``garbled``: a
     line after the commitInfo is garbage (not the cut tail), so its actions cannot be told."""
     admin.create("t", 2)
-    _plain(admin, "t", 3)
-    producer = TransactionalProducer(admin, "app")
-    producer.init_transactions()
-    producer.begin_transaction()
-    for j in range(40):
-        producer.send("t", b"k%d" % j, b"x", timestamp=9)
-    producer.commit_transaction()
-    producer.close()  # CompleteCommit is written in the background: let it land first
+    plain_commits(admin, "t", 3)
+    # CompleteCommit is written in the background: let it land first
+    transaction_commit(admin, "t").close()
     _back_to_prepare_commit(admin, "app")
     path = _commit(admin, "t", 4)
     lines = path.read_bytes().splitlines(keepends=True)
@@ -201,7 +188,7 @@ def test_a_reader_completes_a_cut_prepared_commit_and_the_roll_forward_adds_noth
 
 def test_a_lowered_partition_count_is_set_back(admin: TopicAdmin, root: str) -> None:
     admin.create("t", 3)
-    _plain(admin, "t", 2)
+    plain_commits(admin, "t", 2)
     before = TopicReader(root).end_offsets("t")
     admin._set_properties("t", {"streams.partitions": "1"})  # by hand
     code, out = _doctor(root)
@@ -238,7 +225,7 @@ def test_stray_files_are_quarantined(admin: TopicAdmin, root: str) -> None:
 
 def test_index_snapshots_are_rebuilt(admin: TopicAdmin, root: str) -> None:
     admin.create("t", 1)
-    _plain(admin, "t", 3)
+    plain_commits(admin, "t", 3)
     index = TopicLog(admin.root, "t", admin.table_path("t")).write_snapshot()
     snapshots = Path(admin.table_path("t"), "_streams_index")
     (snapshots / f"{index.version:020d}.json.gz").write_bytes(b"not gzip")
