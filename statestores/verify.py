@@ -169,14 +169,16 @@ class BackgroundVerification:
 
 
 _queue: queue.SimpleQueue[BackgroundVerification] | None = None
+_queue_pid = -1
 _queue_lock = threading.Lock()
 
 
 def _worker() -> queue.SimpleQueue[BackgroundVerification]:
-    """The process's queue of checks, and its worker thread (started on first use)."""
-    global _queue  # noqa: PLW0603 - one worker per process
+    """The process's queue of checks, and its worker thread (started on first use, and
+    again in a forked child: a thread does not survive a fork)."""
+    global _queue, _queue_pid
     with _queue_lock:
-        if _queue is None:
+        if _queue is None or _queue_pid != os.getpid():
             jobs: queue.SimpleQueue[BackgroundVerification] = queue.SimpleQueue()
 
             def work() -> None:
@@ -184,7 +186,7 @@ def _worker() -> queue.SimpleQueue[BackgroundVerification]:
                     jobs.get().run()
 
             threading.Thread(target=work, name="store-verification", daemon=True).start()
-            _queue = jobs
+            _queue, _queue_pid = jobs, os.getpid()
         return _queue
 
 

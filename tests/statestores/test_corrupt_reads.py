@@ -155,3 +155,23 @@ def test_closing_a_store_ends_its_background_check(tmp_path: Path) -> None:
     assert last.verification is not None and last.verification.wait(60) is None
     last.close()
     assert not list(tmp_path.glob(".s.verify-*"))
+
+
+def test_a_forked_process_checks_its_stores_too(tmp_path: Path) -> None:
+    """Task hosts are forked: a child whose parent already checked a store starts its own
+    worker (a thread does not survive a fork), so its checks run."""
+    RocksDBBase(str(tmp_path / "parent"), "parent", {}).close()  # the parent's worker runs
+    damaged = _damaged_base(tmp_path, verify=False)
+    damaged.close()
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its check finds the damage
+        code = 1
+        try:
+            base = RocksDBBase(str(tmp_path / "s"), "s", {})
+            found = base.verification.wait(60) if base.verification else None
+            base.close()
+            code = 0 if found and "block checksum mismatch" in found else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
