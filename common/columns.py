@@ -212,3 +212,14 @@ def epoch_millis(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     if pa.types.is_null(array.type):
         return pa.nulls(len(array), pa.int64())
     return array.cast(pa.int64())
+
+
+def same_bytes(source: Serde[Any], target: Serde[Any]) -> bool:
+    """Whether bytes that ``source`` deserializes serialize back to the very same bytes
+    under ``target`` (both the same built-in serde that keeps every byte: bytes, UTF-8
+    strings, integers and longs), so they can be used as they are."""
+    if type(source) is not type(target):
+        return False
+    if type(source) is BytesSerde or type(source) in {IntegerSerde, LongSerde}:
+        return True
+    return _utf8(source) and _utf8(target)

@@ -53,6 +53,10 @@ def cache_max_bytes(app_config: Mapping[str, Any]) -> int:
     return DEFAULT_CACHE_MAX_BYTES
 
 
+def _size(value: bytes | None) -> int:
+    return 0 if value is None else len(value)
+
+
 class _Entry:
     __slots__ = ("dirty", "timestamp", "value")
 
@@ -220,12 +224,27 @@ class CachingBytesStore(WrappingBytesStore):
         self, entries: list[tuple[bytes, _Entry]], listener: BytesBatchListener
     ) -> None:
         """Write the dirty ``entries`` below, then hand them on at once."""
-        wrapped = self.wrapped
         dirty = [(key, entry) for key, entry in entries if entry.dirty]
         if not dirty:
             return
-        written = [key for key, _ in dirty]
-        values = [entry.value for _, entry in dirty]
+        for _, entry in dirty:
+            entry.dirty = False
+        self._flush_columns(
+            [key for key, _ in dirty],
+            [entry.value for _, entry in dirty],
+            [entry.timestamp for _, entry in dirty],
+        )
+
+    def _flush_columns(
+        self, written: list[bytes], values: list[bytes | None], stamps: list[int]
+    ) -> None:
+        """Write dirty entries below, in order, then hand them on at once (to the batch
+        listener, if any)."""
+        wrapped = self.wrapped
+        listener = self._batch_listener if self._listener is not None else None
+        if listener is None:  # nobody to tell: written below as they are
+            wrapped.put_many(written, values, [self._timestamp()] * len(written))
+            return
         if self._old_values:
             olds_below = wrapped.get_many(written)
         else:  # only under tombstones: whether there is anything to delete
@@ -237,22 +256,21 @@ class CachingBytesStore(WrappingBytesStore):
         # a tombstone of a key that is not below is neither written nor handed on
         # (Kafka's putAndMaybeForward); written below as one put each would be: stamped
         # with the flush's timestamp
-        kept = [
-            i
-            for i, (value, old) in enumerate(zip(values, olds_below, strict=True))
-            if old is not None or value is not None
-        ]
-        for _, entry in dirty:
-            entry.dirty = False
-        if not kept:
-            return
-        if len(kept) < len(dirty):
-            dirty = [dirty[i] for i in kept]
-            written = [written[i] for i in kept]
-            values = [values[i] for i in kept]
-            olds_below = [olds_below[i] for i in kept]
+        if None in values:
+            kept = [
+                i
+                for i, (value, old) in enumerate(zip(values, olds_below, strict=True))
+                if old is not None or value is not None
+            ]
+            if not kept:
+                return
+            if len(kept) < len(written):
+                written = [written[i] for i in kept]
+                values = [values[i] for i in kept]
+                olds_below = [olds_below[i] for i in kept]
+                stamps = [stamps[i] for i in kept]
         wrapped.put_many(written, values, [self._timestamp()] * len(written))
-        listener(written, values, olds_below, [entry.timestamp for _, entry in dirty])
+        listener(written, values, olds_below, stamps)
 
     def abort(self) -> None:
         """Forget the cache (dirty entries belong to the aborted transaction)."""
@@ -308,6 +326,8 @@ class CachingBytesStore(WrappingBytesStore):
         cache, dirty_keys, sorted_keys = self._cache, self._dirty, self._keys
         size = self._bytes
         stamps = timestamps if timestamps is not None else [0] * len(keys)
+        if dirty and self._overflows(keys, values) and self._flush_through(keys, values, stamps):
+            return
         for key, value, stamp in zip(keys, values, stamps, strict=True):
             old = cache.pop(key, None)
             if old is None:
@@ -327,6 +347,66 @@ class CachingBytesStore(WrappingBytesStore):
         self._bytes = size
         if size > self._max_bytes:
             self._evict()
+
+    def _overflows(self, keys: list[bytes], values: list[bytes | None]) -> bool:
+        """Whether these entries alone outgrow the cache (a batch of many new keys)."""
+        if len(keys) * _ENTRY_OVERHEAD <= self._max_bytes:
+            return sum(map(len, keys)) + sum(map(_size, values)) + len(keys) * _ENTRY_OVERHEAD > (
+                self._max_bytes
+            )
+        return True
+
+    def _flush_through(
+        self, keys: list[bytes], values: list[bytes | None], stamps: list[int]
+    ) -> bool:
+        """:meth:`_insert_many` of dirty entries that alone outgrow the cache, without
+        caching each first: the outcome of inserting them all and evicting once, computed.
+
+        The eviction that follows such a batch reaches a dirty entry (an older one, or the
+        batch's first), so it flushes every dirty entry: the evicted one first, then the
+        others in the order they were written (the batch's last). Every older entry is
+        evicted, and of the batch only the most recent entries that fit stay, clean.
+        Return False, having done nothing, for a batch that writes a key twice or a flush
+        listener without a batch path (the entry by entry path keeps those exact)."""
+        if self._listener is not None and self._batch_listener is None:
+            return False
+        if len(set(keys)) != len(keys):
+            return False
+        cache, dirty = self._cache, self._dirty
+        batch = set(keys)
+        older = [key for key in dirty if key not in batch]  # dirty, left in write order
+        first: bytes | None = None
+        if older:  # the eldest of them in LRU order is evicted (and flushed) first
+            pending = set(older)
+            first = next(key for key in cache if key in pending)
+        flushed_keys = [*older, *keys]
+        flushed_values = [cache[key].value for key in older] + list(values)
+        flushed_stamps = [cache[key].timestamp for key in older] + list(stamps)
+        if first is not None:
+            at = older.index(first)
+            flushed_keys.insert(0, flushed_keys.pop(at))
+            flushed_values.insert(0, flushed_values.pop(at))
+            flushed_stamps.insert(0, flushed_stamps.pop(at))
+        # what stays: the batch's most recent entries that fit (at least one, unless the
+        # cache holds nothing), clean
+        kept, size = 0, 0
+        limit = self._max_bytes
+        if limit > 0:
+            for key, value in zip(reversed(keys), reversed(values), strict=True):
+                entry_size = len(key) + _ENTRY_OVERHEAD + _size(value)
+                if kept and size + entry_size > limit:
+                    break
+                size += entry_size
+                kept += 1
+        cache.clear()
+        dirty.clear()
+        start = len(keys) - kept
+        for key, value, stamp in zip(keys[start:], values[start:], stamps[start:], strict=True):
+            cache[key] = _Entry(value, False, stamp)
+        self._keys.reset(cache)
+        self._bytes = size
+        self._flush_columns(flushed_keys, flushed_values, flushed_stamps)
+        return True
 
     def _evict(self) -> None:
         """Drop the least recently used entries until the cache fits its bound. Evicting a

@@ -194,7 +194,7 @@ class MeteredKeyValueStore(MeteredStore, Generic[K, V]):
         """The value of each key (None: none), read below at once."""
         self.metrics["get"] += len(keys)
         topic, vde = self.topic, self._vde
-        raws = self.wrapped.get_many(self._raw_keys(keys))
+        raws = self.wrapped.get_many(self.raw_keys(keys))
         return [None if raw is None else vde(topic, raw) for raw in raws]
 
     def put_many(self, keys: list[K], values: list[V | None], timestamps: list[int]) -> None:
@@ -202,9 +202,10 @@ class MeteredKeyValueStore(MeteredStore, Generic[K, V]):
         record timestamp ``timestamps[i]``."""
         self.metrics["put"] += len(keys)
         raw_values = serialize_many(self.value_serde, self.topic, values)
-        self.wrapped.put_many(self._raw_keys(keys), raw_values, timestamps)
+        self.wrapped.put_many(self.raw_keys(keys), raw_values, timestamps)
 
-    def _raw_keys(self, keys: list[K]) -> list[bytes]:
+    def raw_keys(self, keys: list[K]) -> list[bytes]:
+        """The keys as the store holds them (serialized)."""
         raw = serialize_many(self.key_serde, self.topic, keys)
         if None in raw:
             raise TypeError(f"store {self.name}: a key serialized to null")

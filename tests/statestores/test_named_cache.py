@@ -7,6 +7,8 @@ the cache holds three of them, so the fourth write evicts the least recently use
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from statestores.caching import _ENTRY_OVERHEAD, CachingBytesStore
@@ -129,3 +131,107 @@ def test_the_old_value_is_read_below_only_when_it_is_sent_or_the_new_one_is_null
         assert seen == [(b"a", b"1", None), (b"new", b"1", None), (b"gone", None, b"0")]
     assert inner.data == {b"a": b"1", b"new": b"1"}
     assert inner.puts == [b"a", b"new", b"gone"]
+
+
+class _NamedCacheModel:
+    """Kafka's ``NamedCache`` as plainly as it reads: an LRU map, the dirty keys in write
+    order, ``put`` evicting after each entry, ``putAll`` after all of them, a dirty
+    eviction flushing every dirty entry (the evicted one first). Only the order of what is
+    flushed and what stays cached is modelled; the values come from the writes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.lru: dict[bytes, tuple[bytes | None, bool]] = {}  # eldest first
+        self.dirty: dict[bytes, None] = {}
+        self.flushes: list[list[tuple[bytes, bytes | None]]] = []
+        self.below: dict[bytes, bytes] = {}
+
+    def size(self) -> int:
+        return sum(len(k) + _ENTRY_OVERHEAD + len(v or b"") for k, (v, _) in self.lru.items())
+
+    def _write(self, key: bytes, value: bytes | None) -> None:
+        self.lru.pop(key, None)
+        self.lru[key] = (value, True)
+        self.dirty.pop(key, None)
+        self.dirty[key] = None
+
+    def _flush(self, first: bytes | None = None) -> None:
+        order = ([first] if first is not None else []) + [k for k in self.dirty if k != first]
+        self.dirty.clear()
+        batch = []
+        for key in order:
+            value = self.lru[key][0] if key in self.lru else self.evicted_value
+            if key in self.lru:
+                self.lru[key] = (value, False)
+            if value is None and key not in self.below:
+                continue  # a tombstone of nothing
+            batch.append((key, value))
+            if value is None:
+                del self.below[key]
+            else:
+                self.below[key] = value
+        if batch:
+            self.flushes.append(batch)
+
+    def _evict(self) -> None:
+        while self.size() > self.max_bytes and len(self.lru) > (0 if self.max_bytes == 0 else 1):
+            key = next(iter(self.lru))
+            value, dirty = self.lru.pop(key)
+            if dirty:
+                self.evicted_value = value
+                self._flush(first=key)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        self._write(key, value)
+        self._evict()
+
+    def put_all(self, keys: list[bytes], values: list[bytes | None]) -> None:
+        for key, value in zip(keys, values, strict=True):
+            self._write(key, value)
+        self._evict()
+
+    def get(self, key: bytes) -> bytes | None:
+        if key in self.lru:
+            self.lru[key] = self.lru.pop(key)
+            return self.lru[key][0]
+        value = self.below.get(key)
+        if value is not None:
+            self.lru[key] = (value, False)
+            self._evict()
+        return value
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_batches_larger_than_the_cache_flush_as_named_cache_does(seed: int) -> None:
+    """Random puts, reads, batches (many larger than the whole cache, some writing a key
+    twice or deleting) and flushes: what is flushed, in what order, what is below and
+    what stays cached (and whether dirty) are what Kafka's ``NamedCache`` gives."""
+    rng = random.Random(seed)
+    max_bytes = rng.choice([0, THREE, 8 * (2 + _ENTRY_OVERHEAD), 20 * (3 + _ENTRY_OVERHEAD)])
+    cache, inner = _cache(max_bytes)
+    seen = _flushes(cache)
+    model = _NamedCacheModel(max_bytes)
+    keys = [bytes([i]) for i in range(30)]
+    for _ in range(60):
+        action = rng.random()
+        if action < 0.35:
+            size = rng.choice([1, 2, 5, 12, 25])
+            batch = rng.sample(keys, size) if rng.random() < 0.8 else rng.choices(keys, k=size)
+            values = [None if rng.random() < 0.15 else bytes([rng.randrange(256)]) for _ in batch]
+            cache.put_many(batch, values, [0] * size)
+            model.put_all(batch, values)
+        elif action < 0.65:
+            key, value = rng.choice(keys), bytes([rng.randrange(256)]) * rng.choice([1, 2])
+            cache.put(key, value)
+            model.put(key, value)
+        elif action < 0.9:
+            key = rng.choice(keys)
+            assert cache.get(key) == model.get(key)
+        else:
+            cache.flush()
+            model._flush()
+        assert seen == model.flushes
+        assert inner.data == model.below
+        assert list(cache._cache) == list(model.lru)
+        assert [e.dirty for e in cache._cache.values()] == [d for _, d in model.lru.values()]
+        assert list(cache._dirty) == list(model.dirty)

@@ -402,7 +402,38 @@ def expanded_context(b: StreamsBuilder, materialized: Materialized) -> None:
     )
 
 
+def counted_in_context(b: StreamsBuilder, materialized: Materialized) -> None:
+    """A count taking a repartition topic's raw columns, its every update fed record by
+    record to a node that reads its record context (offset, stream time, headers)."""
+    (
+        b.stream("in")
+        .flat_map_values(str.split)
+        .group_by(lambda k, w: w, Grouped.with_(S, S))
+        .count(materialized)
+        .to_stream()
+        .map_values(str)
+        .process(Contextual)
+        .to("out")
+    )
+
+
+def counted_with_old_values(b: StreamsBuilder, materialized: Materialized) -> None:
+    """A count straight off a source (null keys dropped) whose updates carry old values:
+    a table re-grouped and counted below it asks for them."""
+    (
+        b.stream("in", Consumed.with_(S, S))
+        .group_by_key()
+        .count(materialized)
+        .group_by(lambda k, n: (str(n % 3), k), Grouped.with_(S, S))
+        .count(Materialized.as_("regrouped"))
+        .to_stream()
+        .to("out", Produced.with_(S, L))
+    )
+
+
 TOPOLOGIES: dict[str, Callable[[StreamsBuilder, Materialized], None]] = {
+    "counted_in_context": counted_in_context,
+    "counted_with_old_values": counted_with_old_values,
     "expanded_context": expanded_context,
     "word_count": word_count,
     "stateless": stateless,

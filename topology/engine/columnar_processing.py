@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.columns import int_list
 from topology.engine.columnar import Batch, BatchInput, InputColumns
 from topology.engine.nodes import SourceRuntime
 from topology.engine.record_processing import RecordProcessing
@@ -38,6 +39,11 @@ class ColumnarProcessing(RecordProcessing):
         super().__init__(task, source)
         self._batch_children = source.batch_children or ()
         self._arrow_child = source.arrow_child
+        #: Whether the node taking the raw columns forwards an update per input record,
+        #: each with its row's record context (then the rows are given, as for a batch).
+        self._arrow_rows = getattr(
+            getattr(source.arrow_child, "__self__", None), "forwards_rows", None
+        )
         #: The source's children inside the sub-topology (measured when one takes the raw
         #: columns whole).
         self._kids = tuple(task.topology.children.get(source.name, ()))
@@ -74,7 +80,15 @@ class ColumnarProcessing(RecordProcessing):
         task.current_headers = ()
         task.stream_time = final
         source = self.source
-        if not arrow_child(topic, keys, values, ts, source.key_serde, source.value_serde, weights):
+        if self._arrow_rows is not None and self._arrow_rows():  # an update per record
+            task.batch_input = BatchInput(int_list(offsets), None, int_list(ts), before)
+        try:
+            took = arrow_child(
+                topic, keys, values, ts, source.key_serde, source.value_serde, weights
+            )
+        finally:
+            task.batch_input = None
+        if not took:
             task.stream_time = before
             return False
         if task.stats.debug:  # the child took the columns whole

@@ -12,14 +12,17 @@ from itertools import islice
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
-from common.columns import column_decodes, deserialize_column
+from common.columns import column_decodes, deserialize_column, same_bytes
 from common.errors import SerializationError
-from topology.api.record import Change, ValueAndTimestamp
+from common.serdes import LongSerde
+from statestores.metered import MeteredKeyValueStore
+from topology.api.record import Change
 from topology.engine.columnar import Batch
 from topology.engine.nodes import user_error
+from topology.graph.stores import ValueAndTimestampSerde
+from topology.processors import count_kernel as kernel
 from topology.processors.proc_aggregate import (
     MISSING,
     Aggregating,
@@ -27,7 +30,6 @@ from topology.processors.proc_aggregate import (
     count_add,
     count_init,
     get_many,
-    put_many,
     read_keys,
 )
 from topology.processors.proc_table import TableParams
@@ -185,6 +187,11 @@ class StreamCountProcessor(StreamAggregateProcessor):
             out_ts.append(stamp)
         return aggs, stamps, list(range(len(ks))), changes, out_ts
 
+    def forwards_rows(self) -> bool:
+        """Whether :meth:`process_arrow` forwards an update per input record (no cache),
+        whose record context is its input row's."""
+        return not self.forwarder.buffered
+
     def process_arrow(  # noqa: PLR0917 - a source's raw columns
         self,
         topic: str,
@@ -195,55 +202,90 @@ class StreamCountProcessor(StreamAggregateProcessor):
         value_serde: Any,
         weights: Any = None,
     ) -> bool:
-        """Count a source's raw columns inside Arrow, with a cache (one update per key at
-        the flush, as the record engine's cache forwards): records grouped by their key's
-        bytes, only distinct keys deserialized, values never (only their nullness counts;
-        they are checked to deserialize); a row counts ``weights[i]`` records when given
-        (combined records). Return False, having done nothing, without a cache or when a
-        key or value would not deserialize (the usual path reports it)."""
-        if not self.forwarder.buffered or not column_decodes(value_serde, values):
+        """Count a source's raw columns with the columnar kernel
+        (:mod:`topology.processors.count_kernel`): records grouped by their key's bytes,
+        only distinct keys deserialized, values never (only their nullness counts; they
+        are checked to deserialize), each distinct key read and written once as bytes.
+        With a cache, one update per key at the flush, as the record engine's cache
+        forwards; without one, every record's update, in record order. A row counts
+        ``weights[i]`` records when given (combined records, cached only). Return False,
+        having done nothing, when the usual path must decide: a key or value that would
+        not deserialize, a null without a cache, a store that does not hold plain
+        counts."""
+        store = self.store
+        buffered = self.forwarder.buffered
+        if (
+            self.versioned
+            or (not buffered and weights is not None)
+            or not _holds_counts(store)
+            or not column_decodes(value_serde, values)
+        ):
             return False
-        n = len(keys)
-        table = pa.table(
-            {
-                "k": keys,
-                "t": timestamps,
-                "i": np.arange(n, dtype=np.int64),
-                "w": np.ones(n, np.int64) if weights is None else np.asarray(weights, np.int64),
-            }
-        )
+        dropped = 0
         if keys.null_count or values.null_count:
-            table = table.filter(pc.and_(pc.is_valid(keys), pc.is_valid(values)))
-        groups = table.group_by("k", use_threads=False).aggregate(
-            [("i", "max"), ("w", "sum"), ("t", "max")]
-        )
-        groups = groups.sort_by("i_max")  # a key's last record: the cache's dirty order
+            if not buffered:  # every update forwarded: the record path drops them in order
+                return False
+            valid = pc.and_(pc.is_valid(keys), pc.is_valid(values))
+            keys, timestamps = keys.filter(valid), timestamps.filter(valid)
+            if weights is not None:  # (a combined record has no null key or value)
+                weights = np.asarray(weights, np.int64)[np.asarray(valid)]
+            dropped = len(valid) - len(keys)
+            if not len(keys):
+                self.dropped += dropped
+                return True
+        groups = kernel.group(keys, weights)
         try:
-            decoded = deserialize_column(key_serde, topic, groups.column("k"))
+            decoded = deserialize_column(key_serde, topic, groups.keys)
         except SerializationError:
             return False
-        self.dropped += n - len(table)  # (a combined record has no null key or value)
-        last_ts = pc.take(table.column("t"), pc.index_in(groups.column("i_max"), table.column("i")))
-        counts = groups.column("w_sum").to_pylist()
         if any(key is None for key in decoded):  # a serde reading these bytes as no key
-            kept = [i for i, key in enumerate(decoded) if key is not None]
-            self.dropped += sum(counts) - sum(counts[i] for i in kept)
-            groups, decoded = groups.take(kept), [decoded[i] for i in kept]
-            last_ts = last_ts.take(kept)
-            counts = groups.column("w_sum").to_pylist()
-        writes = []
-        for n_key, t_key, stored in zip(
-            counts,
-            groups.column("t_max").to_pylist(),
-            get_many(self.store, decoded),
-            strict=True,
-        ):
-            if stored is not None:
-                n_key += stored[0]  # noqa: PLW2901 - the new count
-                t_key = max(stored[1], t_key)  # noqa: PLW2901 - its timestamp
-            writes.append(ValueAndTimestamp(n_key, t_key))
-        put_many(self.store, self.context.set_timestamp, decoded, writes, last_ts.to_pylist())
+            return False
+        raw_keys = (
+            groups.keys.to_pylist()
+            if same_bytes(key_serde, store.key_serde)
+            else store.raw_keys(decoded)
+        )
+        store.metrics["get"] += len(raw_keys)
+        stored = kernel.parse(store.wrapped.get_many(raw_keys))
+        if stored is None:
+            return False
+        ts = timestamps.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        updates = None
+        if not buffered:
+            every = kernel.every_update(groups, stored, ts, send_old=self.params.send_old_values)
+            if every is None:
+                return False
+            updates, stamps = every
+        else:
+            stamps = kernel.latest(groups, ts, stored)
+        self.dropped += dropped
+        order = np.argsort(groups.last)  # a key's last record: the cache's dirty order
+        counts = stored.counts + groups.sizes
+        written = [raw_keys[i] for i in order.tolist()]
+        put_ts = ts[groups.last[order]].tolist()
+        store.metrics["put"] += len(written)
+        self.forwarder.muted = not buffered  # forwarded below, every update
+        try:
+            store.wrapped.put_many(written, kernel.encode(counts[order], stamps[order]), put_ts)
+        finally:
+            self.forwarder.muted = False
+        self.context.set_timestamp(put_ts[-1])
+        if updates is not None:
+            per_record = [decoded[i] for i in groups.group_of.tolist()]
+            self.context.forward_batch(
+                Batch(per_record, updates.changes, updates.stamps, None, range(len(per_record)))
+            )
         return True
+
+
+def _holds_counts(store: Any) -> bool:
+    """Whether ``store`` is a plain key-value store of ``ValueAndTimestamp<Long>``."""
+    serde = getattr(store, "value_serde", None)
+    return (
+        type(store) is MeteredKeyValueStore
+        and type(serde) is ValueAndTimestampSerde
+        and type(serde.inner) is LongSerde
+    )
 
 
 class StreamReduceProcessor(Aggregating):
