@@ -185,6 +185,8 @@ class TransactionalBytesStore:
         """
         overlay, get = self._overlay, self._base.get
         try:
+            if not overlay:  # nothing written since the last commit
+                return list(map(get, keys))
             return [overlay[key] if key in overlay else get(key) for key in keys]
         except Exception as exc:
             raise rocksdb_error(f"cannot read store {self._name}", exc) from exc
@@ -194,13 +196,12 @@ class TransactionalBytesStore:
     ) -> None:
         """Write each key in order (timestamps are not stored here)."""
         overlay = self._overlay
-        fresh: list[bytes] = []
-        budget = 0
-        for key, value in zip(keys, values, strict=True):
-            if key not in overlay:
-                fresh.append(key)
-            overlay[key] = value
-            budget += len(key) + (0 if value is None else len(value))
+        before = len(overlay)
+        fresh = [key for key in keys if key not in overlay] if overlay else keys
+        overlay.update(zip(keys, values, strict=True))
+        if len(overlay) - before != len(fresh):  # a key twice in ``keys``
+            fresh = list(dict.fromkeys(fresh))
+        budget = sum(map(len, keys)) + sum(map(len, filter(None, values)))
         self._overlay_keys.added_many(fresh)
         self._changes += len(keys)
         self._budget -= budget

@@ -124,6 +124,9 @@ def _repeated_hashes(keys: pa.BinaryArray | pa.LargeBinaryArray) -> np.ndarray |
     (None otherwise); null keys get an arbitrary hash (their partition is decided apart)."""
     if len(keys) < 64:
         return None
+    sample = keys.slice(0, 1024)
+    if 2 * pc.count_distinct(sample).as_py() > len(sample):  # mostly distinct: not worth it
+        return None
     encoded = pc.dictionary_encode(keys)
     if 2 * len(encoded.dictionary) > len(keys):
         return None

@@ -234,3 +234,22 @@ def test_get_many_and_put_many_are_get_and_put_one_by_one(
     assert runs[0][0] == runs[1][0] == [None, 3, 4, None]
     assert runs[1][1] == [1, 2, None, 4]
     assert runs[0][2:] == runs[1][2:]
+
+
+@pytest.mark.parametrize("written_before", [False, True])
+def test_put_many_of_a_key_twice_keeps_the_last_value_once(
+    persistent: bool, tmp_path: Any, written_before: bool
+) -> None:
+    """A batch that writes a key twice leaves its last value, listed once in a range,
+    whether or not the open transaction already wrote other keys."""
+    context = StandaloneContext(state_dir=str(tmp_path), app_config={})
+    store = kv_store(persistent, context, caching=False)
+    if written_before:
+        store.put("z", 0)
+    store.put_many(["a", "b", "a", "c"], [1, 2, 3, None], [1, 2, 3, 4])
+    expected = [("a", 3), ("b", 2)] + ([("z", 0)] if written_before else [])
+    assert list(store.all()) == expected
+    assert store.get_many(["a", "b", "c"]) == [3, 2, None]
+    store.flush()
+    assert list(store.all()) == expected
+    store.close()

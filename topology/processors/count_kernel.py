@@ -22,6 +22,7 @@ from topology.api.record import Change
 
 _new = tuple.__new__
 _VAT_LONG = 16  # a stored count: 8 bytes of timestamp, 8 of count (big-endian)
+_SAMPLE = 1024  # keys looked at to guess whether a column's keys are all distinct
 
 
 class Groups(NamedTuple):
@@ -33,18 +34,26 @@ class Groups(NamedTuple):
     sizes: np.ndarray  # records per group (or their weights)
     last: np.ndarray  # each group's last record
     rank: np.ndarray | None  # each record's place among its group's (None: all first)
+    raw: list[bytes] | None  # ``keys`` as bytes objects, when they were made
 
 
 def group(keys: Any, weights: Any = None) -> Groups:
     """Group ``keys`` (an Arrow binary column without nulls) by their bytes."""
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
+    n = len(keys)
+    if _all_distinct_likely(keys):  # Arrow's hashing of many distinct keys is slower
+        raw = keys.to_pylist()
+        if len(dict.fromkeys(raw)) == n:  # every key once: the groups are the records
+            every = np.arange(n, dtype=np.int64)
+            sizes = np.ones(n, np.int64) if weights is None else np.asarray(weights, np.int64)
+            return Groups(keys, every, sizes, every, None, raw)
     encoded = pc.dictionary_encode(keys)
     index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    n, m = len(index), len(encoded.dictionary)
-    if m == n:  # every key once: the groups are the records
+    m = len(encoded.dictionary)
+    if m == n:
         sizes = np.ones(n, np.int64) if weights is None else np.asarray(weights, np.int64)
-        return Groups(encoded.dictionary, index, sizes, np.arange(n, dtype=np.int64), None)
+        return Groups(encoded.dictionary, index, sizes, np.arange(n, dtype=np.int64), None, None)
     counts = np.bincount(index, minlength=m)
     order = np.argsort(index, kind="stable")
     starts = np.cumsum(counts) - counts
@@ -58,7 +67,14 @@ def group(keys: Any, weights: Any = None) -> Groups:
             np.int64
         )
     )
-    return Groups(encoded.dictionary, index, sizes, last, rank)
+    return Groups(encoded.dictionary, index, sizes, last, rank, None)
+
+
+def _all_distinct_likely(keys: pa.Array) -> bool:
+    """Whether the first keys of a large column are all distinct (new keys, as a backlog
+    of per-user state brings them)."""
+    sample = _SAMPLE
+    return len(keys) >= 4 * sample and pc.count_distinct(keys.slice(0, sample)).as_py() == sample
 
 
 class Stored(NamedTuple):

@@ -240,11 +240,10 @@ class StreamCountProcessor(StreamAggregateProcessor):
             return False
         if any(key is None for key in decoded):  # a serde reading these bytes as no key
             return False
-        raw_keys = (
-            groups.keys.to_pylist()
-            if same_bytes(key_serde, store.key_serde)
-            else store.raw_keys(decoded)
-        )
+        if not same_bytes(key_serde, store.key_serde):
+            raw_keys = store.raw_keys(decoded)
+        else:
+            raw_keys = groups.raw if groups.raw is not None else groups.keys.to_pylist()
         store.metrics["get"] += len(raw_keys)
         stored = kernel.parse(store.wrapped.get_many(raw_keys))
         if stored is None:
