@@ -223,3 +223,13 @@ def same_bytes(source: Serde[Any], target: Serde[Any]) -> bool:
     if type(source) is BytesSerde or type(source) in {IntegerSerde, LongSerde}:
         return True
     return _utf8(source) and _utf8(target)
+
+
+def looks_distinct(column: Any, *, share: float = 1.0, sample: int = 1024) -> bool:
+    """Whether a large column's first ``sample`` values are mostly distinct (more than
+    ``share`` of them; 1.0: all), as a backlog of new keys is: grouping such a column by
+    value costs more than it saves."""
+    if len(column) < 4 * sample:
+        return False
+    distinct = pc.count_distinct(column.slice(0, sample)).as_py()
+    return bool(distinct >= sample if share >= 1.0 else distinct > share * sample)

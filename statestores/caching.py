@@ -139,28 +139,33 @@ class CachingBytesStore(WrappingBytesStore):
         self.wrapped.put(key, value)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        """The cached values; the others read below at once, then cached (clean). Past
-        the size bound, evicted once all are in (a batch: one eviction run, not one a key)."""
+        """As one :meth:`get` after another (a hit becomes the most recently used, what a
+        miss finds below is cached, clean), with the misses read below at once and the
+        size bound kept once, at the end (a batch: one eviction run, not one a key)."""
         cache = self._cache
-        found: list[bytes | None] = []
-        missing: list[int] = []
-        for i, key in enumerate(keys):
-            entry = cache.get(key)
-            if entry is None:
-                missing.append(i)
-                found.append(None)
-            else:
-                cache.move_to_end(key)  # a read makes it the most recently used
-                found.append(entry.value)
-        if missing:
-            below = self.wrapped.get_many([keys[i] for i in missing])
-            for i, value in zip(missing, below, strict=True):
-                found[i] = value
-            if self._cache_reads:  # what was found (Kafka caches no miss)
-                hits = [i for i, value in zip(missing, below, strict=True) if value is not None]
-                self._insert_many(
-                    [keys[i] for i in hits], [found[i] for i in hits], dirty=False, timestamps=None
-                )
+        entries = list(map(cache.get, keys)) if cache else None
+        if entries is None or entries.count(None) == len(entries):  # all read below
+            found = self.wrapped.get_many(keys)
+            if not self._cache_reads or found.count(None) == len(found):  # no miss cached
+                return found
+            touched = [i for i, value in enumerate(found) if value is not None]
+        else:
+            found = [None if entry is None else entry.value for entry in entries]
+            missing = [i for i, entry in enumerate(entries) if entry is None]
+            if missing:
+                below = self.wrapped.get_many([keys[i] for i in missing])
+                for i, value in zip(missing, below, strict=True):
+                    found[i] = value
+            reads = self._cache_reads
+            touched = [
+                i
+                for i, entry in enumerate(entries)
+                if entry is not None or (reads and found[i] is not None)
+            ]
+        # in order: a hit (or a key read twice) moves to the end, a value found is cached
+        self._insert_many(
+            [keys[i] for i in touched], [found[i] for i in touched], dirty=False, timestamps=None
+        )
         return found
 
     def first_key(self, lo: bytes, hi: bytes) -> bytes | None:
@@ -370,19 +375,18 @@ class CachingBytesStore(WrappingBytesStore):
         listener without a batch path (the entry by entry path keeps those exact)."""
         if self._listener is not None and self._batch_listener is None:
             return False
-        if len(set(keys)) != len(keys):
+        batch = set(keys)
+        if len(batch) != len(keys):
             return False
         cache, dirty = self._cache, self._dirty
-        batch = set(keys)
         older = [key for key in dirty if key not in batch]  # dirty, left in write order
-        first: bytes | None = None
+        flushed_keys, flushed_values, flushed_stamps = keys, values, stamps
         if older:  # the eldest of them in LRU order is evicted (and flushed) first
             pending = set(older)
             first = next(key for key in cache if key in pending)
-        flushed_keys = [*older, *keys]
-        flushed_values = [cache[key].value for key in older] + list(values)
-        flushed_stamps = [cache[key].timestamp for key in older] + list(stamps)
-        if first is not None:
+            flushed_keys = [*older, *keys]
+            flushed_values = [cache[key].value for key in older] + list(values)
+            flushed_stamps = [cache[key].timestamp for key in older] + list(stamps)
             at = older.index(first)
             flushed_keys.insert(0, flushed_keys.pop(at))
             flushed_values.insert(0, flushed_values.pop(at))

@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.columns import looks_distinct
+
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -124,8 +126,7 @@ def _repeated_hashes(keys: pa.BinaryArray | pa.LargeBinaryArray) -> np.ndarray |
     (None otherwise); null keys get an arbitrary hash (their partition is decided apart)."""
     if len(keys) < 64:
         return None
-    sample = keys.slice(0, 1024)
-    if 2 * pc.count_distinct(sample).as_py() > len(sample):  # mostly distinct: not worth it
+    if looks_distinct(keys, share=0.5):  # hashing each key costs less than grouping them
         return None
     encoded = pc.dictionary_encode(keys)
     if 2 * len(encoded.dictionary) > len(keys):

@@ -190,6 +190,20 @@ class _NamedCacheModel:
             self._write(key, value)
         self._evict()
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """One get after another, evicting once at the end."""
+        out: list[bytes | None] = []
+        for key in keys:
+            if key in self.lru:
+                self.lru[key] = self.lru.pop(key)
+                out.append(self.lru[key][0])
+            else:
+                out.append(self.below.get(key))
+                if out[-1] is not None:
+                    self.lru[key] = (out[-1], False)
+        self._evict()
+        return out
+
     def get(self, key: bytes) -> bytes | None:
         if key in self.lru:
             self.lru[key] = self.lru.pop(key)
@@ -224,9 +238,12 @@ def test_batches_larger_than_the_cache_flush_as_named_cache_does(seed: int) -> N
             key, value = rng.choice(keys), bytes([rng.randrange(256)]) * rng.choice([1, 2])
             cache.put(key, value)
             model.put(key, value)
-        elif action < 0.9:
+        elif action < 0.8:
             key = rng.choice(keys)
             assert cache.get(key) == model.get(key)
+        elif action < 0.9:
+            some = rng.choices(keys, k=rng.choice([1, 3, 12]))
+            assert cache.get_many(some) == model.get_many(some)
         else:
             cache.flush()
             model._flush()

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from common.columns import looks_distinct
 from common.errors import StreamsError
 from topology.api.record import Headers
 from topology.api.timestamps import FailOnInvalidTimestamp, extractor_from_name
@@ -168,7 +169,7 @@ def combine_counts(batch: Batch, values_valid: bool = False) -> Batch | None:
     (they are the keys)."""
     ks, vs, n = batch.keys, batch.values, len(batch.keys)
     keys = _key_column(batch, values_valid)
-    if keys is None:
+    if keys is None or looks_distinct(keys):  # (new keys: nothing to combine)
         return None
     ts = np.fromiter(batch.timestamps, np.int64, n)
     table = pa.table({"k": keys, "t": ts, "i": np.arange(n, dtype=np.int64)})

@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.columns import looks_distinct
 from topology.api.record import Change
 
 _new = tuple.__new__
 _VAT_LONG = 16  # a stored count: 8 bytes of timestamp, 8 of count (big-endian)
-_SAMPLE = 1024  # keys looked at to guess whether a column's keys are all distinct
 
 
 class Groups(NamedTuple):
@@ -42,7 +42,7 @@ def group(keys: Any, weights: Any = None) -> Groups:
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     n = len(keys)
-    if _all_distinct_likely(keys):  # Arrow's hashing of many distinct keys is slower
+    if looks_distinct(keys):  # Arrow's hashing of many distinct keys is slower
         raw = keys.to_pylist()
         if len(dict.fromkeys(raw)) == n:  # every key once: the groups are the records
             every = np.arange(n, dtype=np.int64)
@@ -68,13 +68,6 @@ def group(keys: Any, weights: Any = None) -> Groups:
         )
     )
     return Groups(encoded.dictionary, index, sizes, last, rank, None)
-
-
-def _all_distinct_likely(keys: pa.Array) -> bool:
-    """Whether the first keys of a large column are all distinct (new keys, as a backlog
-    of per-user state brings them)."""
-    sample = _SAMPLE
-    return len(keys) >= 4 * sample and pc.count_distinct(keys.slice(0, sample)).as_py() == sample
 
 
 class Stored(NamedTuple):
