@@ -2,7 +2,11 @@
 
 For each state size (distinct words in the ``word-counts`` RocksDB store):
 
-1. fill: one run of ``examples/wordcount.py`` over lines holding that many distinct words;
+1. fill: one run of ``examples/wordcount.py`` over lines holding that many distinct words
+   (200 a line, ``max.poll.records`` at its default of 1,000 lines), without a rebalance;
+   each size's fill is also given against the smallest's as new keys a second per core
+   (the difference of the sizes over the difference of the times: the JVM's start and the
+   application's set-up cancel out);
 2. ``--repeats`` times: produce a few more lines, start the application with a fault point
    armed (alternately ``after_prepare``, rolled forward on restart, and ``before_prepare``,
    aborted on restart) so it SIGKILLs itself in its first commit, then start it again and
@@ -28,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -42,6 +47,8 @@ from streams.crash.plan import Kill
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 WORDS_PER_LINE = 200
 FAST_JVM = {"JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1"}
+#: Kafka Streams' default ``max.poll.records`` (its consumer override of 500), also ours.
+MAX_POLL_RECORDS = 1000
 
 
 def fill_lines(keys: int) -> list[InputRecord]:
@@ -53,13 +60,13 @@ def fill_lines(keys: int) -> list[InputRecord]:
     return lines
 
 
-def measure(keys: int, repeats: int, workdir: str) -> dict[str, object]:
+def measure(keys: int, repeats: int, workdir: str) -> dict[str, Any]:
     """Fill the store with ``keys`` words, then kill and restart ``repeats`` times."""
     test = CrashTest(
         os.path.join(EXAMPLE, "wordcount.py"),
         inputs=fill_lines(keys),
         workdir=workdir,
-        config={"commit.interval.ms": "100", "max.poll.records": "2000"},
+        config={"commit.interval.ms": "100", "max.poll.records": str(MAX_POLL_RECORDS)},
         env={**FAST_JVM, CDS_DIR_ENV: os.environ.get(CDS_DIR_ENV, os.path.join(workdir, "cds"))},
     )
     test.setup()
@@ -107,6 +114,20 @@ def main() -> None:
         print(
             f"keys={keys:>9,} fill={result['fill_s']}s recovery p50={result['recovery_p50_s']}s"
             f" max={result['recovery_max_s']}s",
+            flush=True,
+        )
+    smallest = min(results, key=lambda r: int(r["keys"]))
+    for result in results:
+        if result is smallest:
+            continue
+        keys = int(result["keys"]) - int(smallest["keys"])
+        seconds = float(result["fill_s"]) - float(smallest["fill_s"])
+        rate = keys / seconds if seconds > 0 else float("inf")
+        result["fill_keys_per_s_per_core"] = round(rate / (os.cpu_count() or 1))
+        print(
+            f"fill of {result['keys']:,} keys against {smallest['keys']:,}: {keys:,} more keys"
+            f" in {seconds:.1f} s more, {rate:,.0f} keys/s, "
+            f"{result['fill_keys_per_s_per_core']:,} keys/s per core ({os.cpu_count()} cores)",
             flush=True,
         )
     if args.json:

@@ -2,9 +2,11 @@
 
 A DataFrame source is *ingested*, exactly once, into the topic its name gives, which the
 topology then reads like any topic (Kafka Connect's source connector feeding Kafka
-Streams). Each DataFrame runs as its own Spark query whose ``foreachBatch`` turns the
-batch's rows into records and appends them in one Delta commit carrying Delta's ``txn``
-action ``(<application.id>-source-<name>-<query id>, batch id)``. Spark's own replay
+Streams). Each DataFrame runs as its own Spark query whose ``foreachBatch`` has the
+executors turn the batch's rows into records and write them as the topic's data files
+where the rows are (:mod:`runtime.app.dataframe_staging`); the driver only commits those
+files, in one Delta commit carrying Delta's ``txn`` action
+``(<application.id>-source-<name>-<query id>, batch id)``. Spark's own replay
 contract does the rest: after a crash Spark runs the batches its offset log planned
 again with the same ids and the same rows (replayable sources: files, Kafka, Delta,
 ``rate``); a batch whose commit landed is skipped, one that did not is appended. So every
@@ -33,16 +35,19 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from common.columns import epoch_millis
-from common.errors import ConfigError, InvalidPartitionsError, StreamsError
+from common.errors import ConfigError, StreamsError
+from runtime.app.dataframe_staging import (
+    STAGED_SCHEMA,
+    StagingSpec,
+    raised_on_executor,
+    stage_task,
+    staged_files,
+)
 from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
 from topology.graph.graph import SourceSpec
@@ -228,54 +233,27 @@ class DataFrameIngest:
             self.skipped += 1
             log.info("[source %s] batch %d committed before: skipped", self.name, batch_id)
             return
-        table = batch.toArrow()
-        if table.num_rows:
-            self._append(table, batch_id)
-            self.producer.flush(app_txn=(self.app_id, batch_id))
-            self.records += table.num_rows
-        self.batches += 1
-
-    def _append(self, table: pa.Table, batch_id: int) -> None:
-        n = table.num_rows
-        keys = _as_binary(table.column("key"))
-        values = _as_binary(table.column("value"))
-        timestamps: Any = None
-        if self.columns.timestamp is not None:
-            now = int(time.time() * 1000)  # a null timestamp: the time of ingestion
-            timestamps = pc.fill_null(epoch_millis(table.column("timestamp")), now)
-        partitions = None
-        if self.columns.partition is not None:
-            partitions = self._partitions(table.column("partition"), batch_id)
-        headers = None
-        if self.columns.headers:
-            headers = table.column("headers").combine_chunks()
-            if headers.null_count:
-                headers = pc.if_else(pc.is_null(headers), pa.array([[]] * n, headers.type), headers)
-        self.producer.send_batch(
-            self.name, keys, values, timestamps=timestamps, partitions=partitions, headers=headers
+        spec = StagingSpec(
+            self.admin.root.uri,
+            self.name,
+            batch_id,
+            timestamp=self.columns.timestamp is not None,
+            partition=self.columns.partition is not None,
+            headers=self.columns.headers,
+            compression=self.producer.compression,
         )
-
-    def _partitions(self, column: pa.ChunkedArray, batch_id: int) -> pa.Array:
-        parts = pc.fill_null(column.combine_chunks().cast(pa.int64()), -1)
-        count = self.producer.accumulator.num_partitions(self.name)
-        lo, hi = pc.min_max(parts).values()
-        bad = hi.as_py() >= count or lo.as_py() < -1
-        if bad:
-            row = int(pc.index(pc.or_(pc.greater_equal(parts, count), pc.less(parts, -1)), True))
-            raise InvalidPartitionsError(
-                f"DataFrame source {self.name!r}, batch {batch_id}, row {row}: partition "
-                f"{parts[row].as_py()} is not a partition of topic {self.name!r} (it has "
-                f"{count}); create the topic with more partitions (streams-eos topics "
-                f"--alter --topic {self.name} --partitions N) or drop the partition column"
-            )
-        return parts.cast(pa.int32())
-
-
-def _as_binary(column: pa.ChunkedArray) -> pa.Array:
-    array = column.combine_chunks()
-    if pa.types.is_null(array.type):
-        return pa.nulls(len(array), pa.binary())
-    return array.cast(pa.binary())  # binary as it is, strings as their UTF-8 bytes
+        try:  # written on the executors; only a row per file comes back
+            rows = batch.mapInArrow(partial(stage_task, spec), STAGED_SCHEMA).collect()
+        except Exception as exc:
+            raised = raised_on_executor(exc)
+            if raised is None:
+                raise
+            raise DataFrameSourceError(raised) from exc
+        staged = staged_files([row.asDict() for row in rows])
+        if staged:
+            self.producer.commit_staged(self.name, staged, (self.app_id, batch_id))
+            self.records += sum(f.count for f in staged)
+        self.batches += 1
 
 
 def _first_line(error: BaseException) -> str:

@@ -172,6 +172,11 @@ class RecordAccumulator:
         buf.bytes += key_arr.nbytes + vals.nbytes + 24 * n
         return buf.bytes
 
+    def has(self, topic: str) -> bool:
+        """Whether records of ``topic`` are buffered."""
+        buf = self._buffers.get(topic)
+        return buf is not None and len(buf) > 0
+
     def drain(self, topic: str) -> list[tuple[int, pa.Table]]:
         """Remove ``topic``'s records from the buffer; return them grouped by partition."""
         buf = self._buffers.pop(topic, None)

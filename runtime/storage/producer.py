@@ -161,15 +161,15 @@ class Producer:
             found = self._committers[topic] = TopicCommitter(self.admin, topic)
         return found
 
-    def _flush_topic(
-        self, topic: str, app_txn: tuple[str, int] | None = None
-    ) -> list[AppendResult]:
+    def stage(self, topic: str) -> list[StagedFile]:
+        """Write ``topic``'s buffered records as data files, not committed: one a partition
+        (for :meth:`commit_staged`, here or in another process: a DataFrame source's
+        executors stage, its driver commits).
+
+        Raises:
+            StorageError: a file could not be written; what this call wrote is removed.
+        """
         groups = self.accumulator.drain(topic)
-        if not groups:
-            return []
-        done = -1 if app_txn is None else self.committer(topic).committed_txn_version(app_txn[0])
-        if app_txn is not None and done >= app_txn[1]:
-            return []  # committed before (a replay): nothing is written again
         table_path = self.admin.table_path(topic)
         staged: list[StagedFile] = []
         try:
@@ -178,10 +178,26 @@ class Producer:
                     write_file(self.root, table_path, "", p, chunk, compression=self.compression)
                 )
         except StreamsError:  # e.g. disk full: remove what this flush wrote, then fail
-            for f in staged:
-                self.root.delete_file(f"{table_path}/{f.path}")
+            self.discard(topic, staged)
             raise
         self.metrics["files"] += len(staged)
+        return staged
+
+    def discard(self, topic: str, staged: list[StagedFile]) -> None:
+        """Delete staged files that will not be committed."""
+        table_path = self.admin.table_path(topic)
+        for f in staged:
+            self.root.delete_file(f"{table_path}/{f.path}")
+
+    def commit_staged(
+        self, topic: str, staged: list[StagedFile], app_txn: tuple[str, int] | None = None
+    ) -> list[AppendResult]:
+        """Commit staged files of ``topic`` in one commit (``app_txn``: see :meth:`flush`);
+        files that are not committed are deleted, unless the commit's outcome is unknown.
+
+        Raises:
+            CommitTimeoutError, CommitOutcomeUnknownError, StorageError: as :meth:`flush`.
+        """
         committer = self.committer(topic)
         conflicts = committer.conflicts
         try:
@@ -192,15 +208,25 @@ class Producer:
             # commit() raises these only after checking that the commit did not land, so
             # the files are orphans. On any other interruption they are left alone: the
             # commit may have landed, and an unreferenced file is harmless (VACUUM).
-            for f in staged:
-                self.root.delete_file(f"{table_path}/{f.path}")
+            self.discard(topic, staged)
             raise
         finally:
             self.metrics["commit_conflicts"] += committer.conflicts - conflicts
         if not results:  # committed meanwhile under the same app_txn (a racing replay)
-            for f in staged:
-                self.root.delete_file(f"{table_path}/{f.path}")
+            self.discard(topic, staged)
             return []
         self.metrics["commits"] += 1
         self.metrics["records"] += sum(f.count for f in staged)
         return results
+
+    def _flush_topic(
+        self, topic: str, app_txn: tuple[str, int] | None = None
+    ) -> list[AppendResult]:
+        if not self.accumulator.has(topic):
+            return []
+        done = -1 if app_txn is None else self.committer(topic).committed_txn_version(app_txn[0])
+        if app_txn is not None and done >= app_txn[1]:
+            self.accumulator.drain(topic)
+            return []  # committed before (a replay): nothing is written again
+        staged = self.stage(topic)
+        return self.commit_staged(topic, staged, app_txn) if staged else []
