@@ -50,6 +50,7 @@ from runtime.app.dataframe_sources import (
     drain_all,
     first_failure,
     ingests,
+    wake_all,
 )
 from runtime.app.insight import AppInsight
 from runtime.app.internal_topics import TopicPlan, plan_topics
@@ -185,6 +186,7 @@ class StreamsApp:
                 self.log_manager = LogManager(self.admin, self.config, self._cleaned_topics)
                 self.log_manager.start()
             for ingest in self.ingests:  # the threads watch the topics: start feeding them
+                ingest.on_commit = functools.partial(wake_all, self.threads)
                 ingest.start(self.spark)
         except BaseException:
             self._machine.transit(AppState.PENDING_ERROR)
@@ -230,8 +232,7 @@ class StreamsApp:
         self.close()
 
     def stop_sources(self) -> None:
-        """Stop reading the DataFrame sources; the records they ingested are still
-        processed (e.g. ``stop_sources()`` then ``run_until_idle()`` drains them)."""
+        """Stop reading the DataFrame sources (what they ingested is still processed)."""
         for ingest in self.ingests:
             ingest.stop()
 

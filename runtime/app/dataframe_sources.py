@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from common.errors import ConfigError, StreamsError
 from runtime.app.dataframe_staging import (
@@ -175,6 +175,9 @@ class DataFrameIngest:
         self._started = threading.Event()
         self.stopped = False  # stop() was called
         self._error: BaseException | None = None  # what a batch raised (Spark wraps it)
+        #: Called after each batch's records are committed to the topic (the application
+        #: wakes the stream threads that read it, rather than wait for them to notice).
+        self.on_commit: Callable[[], None] | None = None
 
     @property
     def app_id(self) -> str:
@@ -253,6 +256,8 @@ class DataFrameIngest:
         if staged:
             self.producer.commit_staged(self.name, staged, (self.app_id, batch_id))
             self.records += sum(f.count for f in staged)
+            if self.on_commit is not None:
+                self.on_commit()
         self.batches += 1
 
 
@@ -284,6 +289,12 @@ def drain_all(sources: list[DataFrameIngest]) -> bool:
                 f"DataFrame source {source.name!r} stopped: {_first_line(exc)}"
             ) from exc
     return sum(s.records for s in sources) != before
+
+
+def wake_all(threads: list[Any]) -> None:
+    """Have every stream thread run a batch soon (a source committed new records)."""
+    for thread in list(threads):
+        thread.wake_now("records")
 
 
 def first_failure(sources: list[DataFrameIngest]) -> BaseException | None:
