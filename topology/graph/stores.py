@@ -238,10 +238,6 @@ def _configure(builder: Any, config: StreamsConfig, factory: Any) -> StoreBuilde
     return builder.with_logging_disabled()  # type: ignore[no-any-return]
 
 
-def _value_and_timestamp(value: Any, timestamp: int) -> ValueAndTimestamp[Any]:
-    return _new(ValueAndTimestamp, (value, timestamp))
-
-
 class ValueAndTimestampSerde:
     """Serialise :class:`~topology.api.record.ValueAndTimestamp` as Kafka does: 8 bytes of
     big-endian timestamp, then the value's bytes."""
@@ -259,16 +255,18 @@ class ValueAndTimestampSerde:
     ) -> list[ValueAndTimestamp[Any] | None] | None:
         """Many at once (``deserialize_many``); None when one is too short (the scalar
         path reports it)."""
+        long = type(self.inner) is LongSerde
+        if long and items and None not in items:  # counts, say: every one 16 bytes?
+            joined = b"".join(items)  # type: ignore[arg-type]
+            if len(joined) == len(items) * _TS_LONG.size:
+                pairs = np.frombuffer(joined, ">i8")
+                return [
+                    _new(ValueAndTimestamp, pair)
+                    for pair in zip(pairs[1::2].tolist(), pairs[0::2].tolist(), strict=True)
+                ]
         if any(len(d) < _TS.size for d in items if d is not None):
             return None
-        if type(self.inner) is LongSerde:  # an aggregate's count: both at once
-            if items and None not in items:
-                joined = b"".join(items)  # type: ignore[arg-type]
-                if len(joined) == len(items) * _TS_LONG.size:  # every one 16 bytes
-                    pairs = np.frombuffer(joined, ">i8")
-                    return list(
-                        map(_value_and_timestamp, pairs[1::2].tolist(), pairs[0::2].tolist())
-                    )
+        if long:  # an aggregate's count: both at once
             unpack = _TS_LONG.unpack
             out: list[ValueAndTimestamp[Any] | None] = []
             for d in items:
