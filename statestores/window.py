@@ -85,6 +85,29 @@ class MeteredWindowStore(MeteredStore, Generic[K, V]):
         """The retention period in ms."""
         return self._retention
 
+    @property
+    def stream_time(self) -> int:
+        """The largest window start written below the cache (``NO_TIME``: none yet): the
+        stream time the store's expiry follows."""
+        return self._segmented.stream_time
+
+    def read_floor(self, stream_time: int) -> int:
+        """The oldest window start a read returns from below the cache once the store's
+        stream time is ``stream_time`` (``NO_TIME``: any)."""
+        if stream_time == NO_TIME:
+            return NO_TIME
+        slack = 0 if self._segmented.expiry.from_retention else 1
+        return stream_time - self._retention + slack
+
+    def segment_of(self, window_start: int) -> int:
+        """The segment holding the windows starting at ``window_start`` (a range read
+        looks at the expiry once per segment)."""
+        return self._segments.segment_of(window_start)
+
+    def cached_bytes(self) -> int | None:
+        """The bytes the store's cache holds (None: no cache)."""
+        return None if self._cache is None else self._cache.cached_bytes()
+
     def _bind(self) -> None:
         self.on_restored()
 

@@ -18,6 +18,13 @@ Under emit-on-close a window closes once stream time minus grace passes its end;
 own windows advance the store's stream time first, so a window the store's retention
 (2 * difference + grace) dropped by then is never emitted (Kafka's
 ``testAggregateRandomInput``). The writes never touch a closed window.
+
+The columnar engine hands the node a batch whole: its records are folded in memory, each
+key's windows read once and each changed window written once (see
+:mod:`topology.processors.sliding_fold`). A batch goes record by record where folding
+could not give the record path's result: under emit-on-close, with an unhashable key, a
+store that does not say how it expires windows, or a cache too full to hold the batch's
+windows without evicting, or one that forwards each write at once.
 """
 
 from __future__ import annotations
@@ -28,11 +35,15 @@ from typing import Any
 from common.errors import StreamsError
 from statestores.api import Window
 from topology.api.emit import ON_WINDOW_UPDATE, EmitStrategy
-from topology.api.record import ValueAndTimestamp
+from topology.api.record import Record, ValueAndTimestamp
 from topology.api.windows import SlidingWindows
+from topology.engine.columnar import Batch
 from topology.processors.proc_table import TableParams
 from topology.processors.proc_window import AnyRecord, WindowedAggregating
+from topology.processors.sliding_fold import SlidingFold, cache_holds
 from topology.processors.window_emit import NO_TIMESTAMP
+
+_new = tuple.__new__
 
 
 class SlidingWindowAggregateProcessor(WindowedAggregating):
@@ -51,6 +62,37 @@ class SlidingWindowAggregateProcessor(WindowedAggregating):
         super().__init__(name, params, initializer, aggregator, emit=emit)
         self.windows = windows
         self.diff = windows.time_difference_ms
+
+    def process_batch(self, batch: Batch) -> None:
+        """Fold a batch in memory (see :mod:`topology.processors.sliding_fold`): each key's
+        windows read with one range fetch, the records folded in order as :meth:`process`
+        folds them, each changed window written once; without a buffering cache every
+        update forwarded, in order, as one batch. Record by record where that could not
+        give the same result."""
+        fold = self._fold(batch)
+        if fold is None:
+            ks, vs, ts = batch.keys, batch.values, batch.timestamps
+            for i in range(len(ks)):
+                self.context.set_timestamp(ts[i])
+                self.process(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
+            return
+        fold.run()
+
+    def _fold(self, batch: Batch) -> SlidingFold | None:
+        """The batch's fold, or None when it goes record by record."""
+        if self.emitter is not None or not hasattr(self.store, "read_floor"):
+            return None
+        ks, vs = batch.keys, batch.values
+        try:
+            keys = {ks[i] for i in range(len(ks)) if vs[i] is not None} - {None}
+        except TypeError:  # an unhashable key
+            return None
+        forwarder = self.forwarder
+        if forwarder.cached and not forwarder.buffered:  # a cache forwarding each put
+            return None
+        if forwarder.buffered and not cache_holds(self, 3 * len(ks)):
+            return None  # it might evict mid-batch
+        return SlidingFold(self, batch, keys)
 
     def process(self, record: AnyRecord) -> None:
         """Update and create the windows of the record (null keys and values dropped)."""
