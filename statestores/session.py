@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar, cast
 from common.serdes import Serde, deserialize_many
 from statestores.api import Window, Windowed
 from statestores.bytes_layer import BytesKeyValue
-from statestores.metered import FlushListener, MeteredStore
+from statestores.metered import BatchListener, FlushListener, MeteredStore
 from statestores.segments import Segments, decode_time, encode_time
 
 K = TypeVar("K")
@@ -179,6 +179,26 @@ class MeteredSessionStore(MeteredStore, Generic[K, V]):
     def backward_fetch(self, key: K) -> Iterator[tuple[Windowed[K], V]]:
         """Every live session of ``key``, newest first."""
         return self._find(key, -_FAR, _FAR, True)
+
+    def _typed_batch_listener(self, listener: BatchListener) -> Any:
+        topic, key_serde, value_serde = self.topic, self.key_serde, self.value_serde
+
+        def forward(
+            entries: list[bytes], news: list[Any], olds: list[Any], timestamps: list[int]
+        ) -> None:
+            keys = deserialize_many(key_serde, topic, [entry[8:-_SUFFIX] for entry in entries])
+            sessions = [
+                Windowed(key, Window(decode_time(e, len(e) - 8), decode_time(e, len(e) - _SUFFIX)))
+                for key, e in zip(keys, entries, strict=True)
+            ]
+            listener(
+                sessions,
+                deserialize_many(value_serde, topic, news),
+                deserialize_many(value_serde, topic, olds),
+                timestamps,
+            )
+
+        return forward
 
     def _typed_listener(self, listener: FlushListener) -> Any:
         topic = self.topic

@@ -129,12 +129,17 @@ def run(
             _run_batch(batch, feed, tasks, collector, out)
         except CombinedRecordsLateError as exc:
             raise Rerun(number) from exc
-    stores = {
-        name: sorted(store.all(), key=repr) for task in tasks for name, store in task.stores.items()
-    }
+    stores = {name: _contents(store) for task in tasks for name, store in task.stores.items()}
     for task in tasks:
         task.close()
     return out, stores
+
+
+def _contents(store: Any) -> list[Any]:
+    """A store's entries: a session store's as its bytes layer holds them, in order."""
+    if hasattr(store, "all"):
+        return sorted(store.all(), key=repr)
+    return list(store.wrapped.items(None, None))
 
 
 class Rerun(Exception):  # noqa: N818 - what the runtime does: run the batch again

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,8 @@ _TS = struct.Struct(">q")
 _LEN = struct.Struct(">i")
 _NO_TIME = -1
 _MAX_TIME = (1 << 63) - 1
+#: Where a join's results go: ``(key, joined, timestamp)``.
+_Out = Callable[[Any, Any, int], None]
 
 
 def _store_supplier(config: StreamsConfig, supplier: Any, make: str, *args: Any) -> Any:
@@ -189,10 +191,6 @@ class LeftOrRightListSerde:
         return out
 
 
-def _first(item: tuple[int, int, Any]) -> int:
-    return item[0]
-
-
 class _Alone:
     """A record of its own (its key is unhashable): hashed by identity."""
 
@@ -277,6 +275,11 @@ class SideSpec:
 class StreamStreamJoinProcessor(Processor[Any, Any, Any, Any]):
     """One side of a stream-stream join (Kafka's ``KStreamKStreamJoin{Left,Right}Side``).
 
+    A batch of this side's records is joined as :meth:`process` joins them one by one:
+    the other side's store (which this side's records do not change) read once per
+    distinct key over the batch's time range, the shared outer store read and written
+    record by record, the results forwarded in order as one batch.
+
     Args:
         spec: the side's settings.
         joiner: the user's ``(key, left, right)`` joiner.
@@ -292,8 +295,6 @@ class StreamStreamJoinProcessor(Processor[Any, Any, Any, Any]):
         self.fn = fn
         self.trackers = trackers
         self.dropped = 0
-        if not spec.outer and spec.outer_store is None:  # an inner join takes batches
-            self.process_batch = self._join_batch
 
     def init(self, context: Any) -> None:
         """Open the other side's window store and the shared outer store."""
@@ -315,58 +316,113 @@ class StreamStreamJoinProcessor(Processor[Any, Any, Any, Any]):
     def process(self, record: Record[Any, Any]) -> None:
         """Emit closed non-joined records, join ``record``, and park it if unmatched."""
         key, value, ts, headers = record
-        spec, tracker, forward = self.spec, self.tracker, self.context.forward
+        forward = self.context.forward
+
+        def out(k: Any, joined: Any, t: int) -> None:
+            forward(_new(Record, (k, joined, t, headers)))
+
+        if self._admit(key, value, ts, out):
+            spec = self.spec
+            partners = self.other.fetch(
+                key, max(0, ts - spec.join_before_ms), max(0, ts + spec.join_after_ms)
+            )
+            self._join_one(key, value, ts, partners, out)
+
+    def _admit(self, key: Any, value: Any, ts: int, out: _Out) -> bool:
+        """Advance stream time; pass a null key (outer) or drop a null; emit the closed
+        non-joined records when ``ts`` is the stream time. Whether to join the record."""
+        spec, tracker = self.spec, self.tracker
         tracker.stream_time = max(tracker.stream_time, ts)
         if spec.outer and key is None and value is not None:  # KIP-962: null keys pass
-            forward(_new(Record, (key, self._join(key, value, None), ts, headers)))
-            return
+            out(key, self._join(key, value, None), ts)
+            return False
         if key is None or value is None:
             self.dropped += 1
-            return
+            return False
         if self.shared is not None and ts == tracker.stream_time:
-            self._emit_non_joined(headers)
-        time_from = max(0, ts - spec.join_before_ms)
-        time_to = max(0, ts + spec.join_after_ms)
+            self._emit_non_joined(out)
+        return True
+
+    def _join_one(
+        self, key: Any, value: Any, ts: int, partners: Iterable[tuple[int, Any]], out: _Out
+    ) -> None:
+        """Join a record with its ``partners`` (the other side's records in its window, in
+        the store's order), then emit it alone or park it if none matched."""
+        spec, tracker, shared = self.spec, self.tracker, self.shared
         matched = False
-        for other_ts, other_value in self.other.fetch(key, time_from, time_to):
+        for other_ts, other_value in partners:
             matched = True
-            if self.shared is not None:  # the partner is joined now: never emit it alone
+            if shared is not None:  # the partner is joined now: never emit it alone
                 parked = (other_ts, not spec.is_left, key)
-                if self.shared.get(parked) is not None:
-                    self.shared.put(parked, None)
-            joined = self._join(key, value, other_value)
-            forward(_new(Record, (key, joined, max(ts, other_ts), headers)))
+                if shared.get(parked) is not None:
+                    shared.put(parked, None)
+            out(key, self._join(key, value, other_value), max(ts, other_ts))
         if spec.outer and not matched:
-            if self.shared is None or time_to < tracker.stream_time:
-                forward(_new(Record, (key, self._join(key, value, None), ts, headers)))
+            if shared is None or max(0, ts + spec.join_after_ms) < tracker.stream_time:
+                out(key, self._join(key, value, None), ts)
             else:
                 tracker.min_time = min(tracker.min_time, ts)
                 parked = (ts, spec.is_left, key)
-                self.shared.put(parked, [*(self.shared.get(parked) or ()), (spec.is_left, value)])
+                shared.put(parked, [*(shared.get(parked) or ()), (spec.is_left, value)])
 
-    def _join_batch(self, batch: Batch) -> None:
-        """Join a batch of this side's records (an inner join): the other side's store read
-        once per distinct key over the batch's time range (it does not change within the
-        batch), each record joined with its window's records in the store's order, the
-        joiner called once per match, the results forwarded in record order."""
+    def process_batch(self, batch: Batch) -> None:
+        """Join a batch of this side's records (see the class's docstring): the joiner
+        called once per match and unmatched record, in the record engine's order."""
         ks, vs, ts = batch.keys, batch.values, batch.timestamps
+        hs = batch.headers
+        index: list[int] = []
+        out_keys: list[Any] = []
+        joined: list[Any] = []
+        stamps: list[int] = []
+        row = 0
+
+        def out(k: Any, value: Any, t: int) -> None:
+            index.append(row)
+            out_keys.append(k)
+            joined.append(value)
+            stamps.append(t)
+
+        partners = self._partners(ks, vs, ts, range(len(ks)))
+        if self.spec.outer or self.shared is not None:
+            for row in range(len(ks)):
+                key, value, t = ks[row], vs[row], ts[row]
+                if self._admit(key, value, t, out):
+                    self._join_one(key, value, t, partners[row], out)
+        else:  # an inner join: no stream time to follow per record but the batch's
+            self.tracker.stream_time = max(self.tracker.stream_time, *ts)
+            self.dropped += len(ks) - len(partners)
+            for row, found in sorted(partners.items()):
+                for other_ts, other_value in found:
+                    out(ks[row], self._join(ks[row], vs[row], other_value), max(ts[row], other_ts))
+        if index:
+            context: Any = self.context
+            context.forward_batch(
+                Batch(
+                    out_keys,
+                    joined,
+                    stamps,
+                    None if hs is None else [hs[i] for i in index],
+                    rows_at(batch.rows, index),
+                )
+            )
+
+    def _partners(
+        self, ks: list[Any], vs: list[Any], ts: list[int], rows: Iterable[int]
+    ) -> dict[int, list[tuple[int, Any]]]:
+        """Each record of ``rows`` with a key and a value: its partners in the other
+        side's store, in the store's order (the store read once per distinct key over
+        those records' time range; it does not change within the batch)."""
         before, after = self.spec.join_before_ms, self.spec.join_after_ms
-        valid = [
-            i
-            for i, (k, v) in enumerate(zip(ks, vs, strict=True))
-            if k is not None and v is not None
-        ]
-        self.tracker.stream_time = max(self.tracker.stream_time, *ts)
-        self.dropped += len(ks) - len(valid)
-        rows: dict[Any, list[int]] = {}
+        by_key: dict[Any, list[int]] = {}
+        valid = [i for i in rows if ks[i] is not None and vs[i] is not None]
         try:
             for i in valid:  # by type too: 1 and True are one dict key, not one stored key
-                rows.setdefault((type(ks[i]), ks[i]), []).append(i)
+                by_key.setdefault((type(ks[i]), ks[i]), []).append(i)
         except TypeError:  # an unhashable key: a fetch per record
-            rows = {_Alone(i): [i] for i in valid}
-        matches: list[tuple[int, int, Any]] = []  # (record, other timestamp, other value)
+            by_key = {_Alone(i): [i] for i in valid}
+        partners: dict[int, list[tuple[int, Any]]] = {}
         fetch = self.other.fetch
-        for index in rows.values():
+        for index in by_key.values():
             key = ks[index[0]]
             lo = max(0, min(ts[i] for i in index) - before)
             found = list(fetch(key, lo, max(0, max(ts[i] for i in index) + after)))
@@ -374,36 +430,25 @@ class StreamStreamJoinProcessor(Processor[Any, Any, Any, Any]):
             for i in index:
                 low = bisect.bisect_left(times, max(0, ts[i] - before))
                 high = bisect.bisect_right(times, max(0, ts[i] + after))
-                matches.extend((i, t, v) for t, v in found[low:high])
-        matches.sort(key=_first)  # record order (stable: each record's matches in store order)
-        joined = [self._join(ks[i], vs[i], other) for i, _, other in matches]
-        if joined:
-            index = [i for i, _, _ in matches]
-            hs = batch.headers
-            out = Batch(
-                [ks[i] for i in index],
-                joined,
-                [max(ts[i], t) for i, t, _ in matches],
-                None if hs is None else [hs[i] for i in index],
-                rows_at(batch.rows, index),
-            )
-            context: Any = self.context
-            context.forward_batch(out)
+                partners[i] = found[low:high]
+        return partners
 
     def _window_open(self, ts: int, is_left: bool) -> bool:
         spec = self.spec
         look_back = spec.windows_after_ms if is_left else spec.windows_before_ms
         return ts + look_back + spec.grace_ms >= self.tracker.stream_time
 
-    def _emit_non_joined(self, headers: Any) -> None:
+    def _emit_non_joined(self, out: _Out) -> None:
         """Emit (with a null partner) and delete the parked records whose window closed,
-        in timestamp order, as Kafka's ``emitNonJoinedOuterRecords``."""
+        in timestamp order, as Kafka's ``emitNonJoinedOuterRecords``: the store read from
+        its oldest entry on, until an entry of each side is still open."""
         spec, tracker = self.spec, self.tracker
         if tracker.min_time + spec.join_after_ms + spec.grace_ms >= tracker.stream_time:
             return
         tracker.min_time = _MAX_TIME
         open_sides: set[bool] = set()
-        for parked, values in list(self.shared.all()):
+        emitted = []
+        for parked, values in self.shared.all():
             ts, is_left, key = parked
             tracker.min_time = ts
             if len(open_sides) == 2:
@@ -413,6 +458,7 @@ class StreamStreamJoinProcessor(Processor[Any, Any, Any, Any]):
                 continue
             for side, value in values:
                 left, right = (value, None) if side else (None, value)
-                joined = call_joiner(spec.name, self.fn, self.joiner, key, left, right)
-                self.context.forward(_new(Record, (key, joined, ts, headers)))
+                out(key, call_joiner(spec.name, self.fn, self.joiner, key, left, right), ts)
+            emitted.append(parked)
+        for parked in emitted:  # once read: the store is not written while it is read
             self.shared.put(parked, None)
