@@ -10,8 +10,8 @@ writes and forwards the updates itself, but the listener the store calls belongs
 another node and is not muted. Such a batch goes record by record instead, as the record
 engine runs it; with a buffering cache (or none) folding is as before.
 
-Sliding and session windows have no batch path (they are fed record by record), so the
-cogroup uses their processors as they are.
+Sliding and session windows use their processors as they are (each with its own batch
+path where it has one).
 """
 
 from __future__ import annotations
