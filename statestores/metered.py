@@ -204,6 +204,19 @@ class MeteredKeyValueStore(MeteredStore, Generic[K, V]):
         raw_values = serialize_many(self.value_serde, self.topic, values)
         self.wrapped.put_many(self.raw_keys(keys), raw_values, timestamps)
 
+    def get_raw_many(self, raw_keys: list[bytes]) -> list[bytes | None]:
+        """The stored bytes of keys given as the store holds them (a batch kernel that
+        works on bytes), counted and timed as :meth:`get_many`."""
+        self.metrics["get"] += len(raw_keys)
+        return self.wrapped.get_many(raw_keys)
+
+    def put_raw_many(
+        self, raw_keys: list[bytes], raw_values: list[bytes | None], timestamps: list[int]
+    ) -> None:
+        """:meth:`put_many` of keys and values already serialized."""
+        self.metrics["put"] += len(raw_keys)
+        self.wrapped.put_many(raw_keys, raw_values, timestamps)
+
     def raw_keys(self, keys: list[K]) -> list[bytes]:
         """The keys as the store holds them (serialized)."""
         raw = serialize_many(self.key_serde, self.topic, keys)

@@ -138,8 +138,10 @@ def store_figure_name(store: str, operation: str) -> str:
 STORE_OPERATIONS = {
     "get": "get",
     "get_many": "get",
+    "get_raw_many": "get",
     "put": "put",
     "put_many": "put",
+    "put_raw_many": "put",
     "put_if_absent": "put-if-absent",
     "put_all": "put-all",
     "delete": "delete",

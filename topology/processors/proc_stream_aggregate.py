@@ -244,8 +244,7 @@ class StreamCountProcessor(StreamAggregateProcessor):
             raw_keys = store.raw_keys(decoded)
         else:
             raw_keys = groups.raw if groups.raw is not None else groups.keys.to_pylist()
-        store.metrics["get"] += len(raw_keys)
-        stored = kernel.parse(store.wrapped.get_many(raw_keys))
+        stored = kernel.parse(store.get_raw_many(raw_keys))
         if stored is None:
             return False
         ts = timestamps.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
@@ -262,10 +261,9 @@ class StreamCountProcessor(StreamAggregateProcessor):
         counts = stored.counts + groups.sizes
         written = [raw_keys[i] for i in order.tolist()]
         put_ts = ts[groups.last[order]].tolist()
-        store.metrics["put"] += len(written)
         self.forwarder.muted = not buffered  # forwarded below, every update
         try:
-            store.wrapped.put_many(written, kernel.encode(counts[order], stamps[order]), put_ts)
+            store.put_raw_many(written, kernel.encode(counts[order], stamps[order]), put_ts)
         finally:
             self.forwarder.muted = False
         self.context.set_timestamp(put_ts[-1])
