@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -134,7 +136,12 @@ class ParticipantCommitter(Protocol):
 
 
 class TopicCommitter:
-    """Commits files to one topic's Delta log; keeps the table handle between commits."""
+    """Commits files to one topic's Delta log; keeps the table handle between commits.
+
+    After each commit the handle reads its own new version on a background thread (a
+    delta-rs handle does not move with its commits), so that the next commit of a
+    transaction's commit phase finds it current without waiting for that read.
+    """
 
     def __init__(self, admin: TopicAdmin, topic: str) -> None:
         self.admin = admin
@@ -143,9 +150,11 @@ class TopicCommitter:
         self.log = admin.topic_log(topic)
         self.conflicts = 0
         self._table: DeltaTable | None = None
+        self._refreshing: Future[None] | None = None
 
     def table(self) -> DeltaTable:
         """Return the topic's Delta table, brought up to date."""
+        self._await_refresh()
         try:
             if self._table is None:
                 uri = self.admin.table_uri(self.topic)
@@ -160,6 +169,34 @@ class TopicCommitter:
         """Return the highest ``txn`` version committed for ``app_id`` (-1 when none)."""
         version = self.table().transaction_version(app_id)
         return -1 if version is None else int(version)
+
+    def _refreshed(self) -> DeltaTable:
+        """The handle as the background read after the last commit left it: current
+        unless another writer committed since, in which case the commit's
+        compare-and-swap fails and is retried on a handle brought up to date."""
+        if self._table is None or not self._await_refresh():
+            return self.table()
+        return self._table
+
+    def _refresh_soon(self) -> None:
+        """Read the commit just made into the handle, off the caller's path."""
+        table = self._table
+        if table is not None:
+            self._refreshing = _refresher().submit(table.update_incremental)
+
+    def _await_refresh(self) -> bool:
+        """Wait for the background read; return whether one ran and succeeded (a failed
+        one leaves the handle to be brought up to date, or opened, again)."""
+        pending, self._refreshing = self._refreshing, None
+        if pending is None:
+            return False
+        try:
+            pending.result()
+        except (DeltaError, OSError) as exc:
+            log.debug("[topic %s] background refresh failed: %s", self.topic, exc)
+            self._table = None
+            return False
+        return True
 
     def commit(
         self,
@@ -183,7 +220,9 @@ class TopicCommitter:
             CommitOutcomeUnknownError: a commit failed and its outcome could not be read.
             StorageError: the storage refused the commit (nothing committed).
         """
-        table = self.table()
+        # a producer in its commit phase knows its handle holds its last commit (read in
+        # the background); every other caller reads the table's latest version first
+        table = self.table() if recovering else self._refreshed()
         if app_txn is not None and recovering:
             done = table.transaction_version(app_txn[0])
             if done is not None and done >= app_txn[1]:
@@ -206,6 +245,7 @@ class TopicCommitter:
                         app_transactions=[Transaction(*app_txn)] if app_txn else None,
                     ),
                 )
+                self._refresh_soon()
                 return results
             except (DeltaError, OSError) as exc:
                 landed = self._landed(table, base_version, commit_id, app_txn)
@@ -304,3 +344,17 @@ def _add_action(f: StagedFile) -> AddAction:
         True,
         json.dumps(stats, separators=(",", ":")),
     )
+
+
+_REFRESHERS: list[ThreadPoolExecutor] = []
+_REFRESHERS_LOCK = threading.Lock()
+
+
+def _refresher() -> ThreadPoolExecutor:
+    """The process's threads that read committers' own commits back into their handles."""
+    with _REFRESHERS_LOCK:
+        if not _REFRESHERS:
+            _REFRESHERS.append(
+                ThreadPoolExecutor(max_workers=2, thread_name_prefix="delta-refresh")
+            )
+        return _REFRESHERS[0]

@@ -21,13 +21,15 @@ the stores from their snapshot and the changelog's tail, and the next plan names
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
 import pickle
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +55,8 @@ log = logging.getLogger(__name__)
 
 ATTEMPTS = 4
 SERVER_START_S = 30.0
+#: How many visits a worker keeps sent to its hosts before it reads their answers.
+IN_FLIGHT = 16
 
 _last_plan: list[Any] = [None, b""]  # plan, its pickled fields of the batch
 
@@ -60,6 +64,29 @@ _last_plan: list[Any] = [None, b""]  # plan, its pickled fields of the batch
 class TaskHostError(StreamsError):
     """A task's host process could not be reached or started. Check that the executor can
     write the temporary directory (the hosts' sockets live there) and its stderr."""
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One visit of task ``<subtopology>_<partition>`` at ``level`` of a batch: its input
+    ``pieces`` (see :func:`~runtime.tasks.protocol.encode_inputs`) of ``topics``, and the
+    levels of the batch it ran before (``earlier``)."""
+
+    subtopology: int
+    partition: int
+    pieces: Sequence[InputPiece]
+    topics: list[str]
+    level: int = 0
+    earlier: list[int] = field(default_factory=list)
+
+    @property
+    def task_id(self) -> str:
+        """The visited task's id."""
+        return f"{self.subtopology}_{self.partition}"
+
+
+#: The rows a visit's host answered, and on a cluster where it ran (executor id, server).
+VisitResult = tuple[list[pa.RecordBatch], tuple[str, str] | None]
 
 
 def run_on_host(  # noqa: PLR0917 - one visit of one task
@@ -70,7 +97,7 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
     topics: list[str],
     level: int = 0,
     earlier: list[int] | None = None,
-) -> tuple[list[pa.RecordBatch], tuple[str, str] | None]:
+) -> VisitResult:
     """Run the visit at ``level`` of task ``<subtopology_id>_<partition>`` in the batch on
     its host (``earlier``: the levels of the batch it ran before) over its input
     ``pieces`` (see :func:`~runtime.tasks.protocol.encode_inputs`); return its rows, and
@@ -79,23 +106,113 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
     Raises:
         the task's own exception, re-raised as the host sent it; or TaskHostError.
     """
-    config = plan.thread.config
+    visit = Visit(subtopology_id, partition, pieces, topics, level, list(earlier or []))
+    return _run_visit(plan, visit, *_request(plan, visit))
+
+
+def run_on_hosts(plan: BatchPlan, visits: Sequence[Visit]) -> Iterator[VisitResult]:
+    """Run ``visits`` (of distinct tasks) side by side; yield their results in order.
+
+    Each task lives in a host process of its own, so the visits to this executor's hosts
+    are sent before their answers are read, up to :data:`IN_FLIGHT` at a time: the hosts
+    work in parallel while this worker waits. A visit whose host cannot be reached so (none
+    is alive yet, or it died meanwhile) or that lives on another executor runs as
+    :func:`run_on_host` runs it (starting its host, retrying). A visit that ran on a host
+    whose answer never arrived is not committed: the retried visit's host rebuilds the task
+    from committed state, as after any lost host.
+
+    Raises:
+        the first task's own exception, re-raised as its host sent it; or TaskHostError.
+    """
     executor = executor_id()
+    config = plan.thread.config
     directory = socket_dir(executor_state_dir(config.state_dir), config.application_id)
-    task_id = f"{subtopology_id}_{partition}"
-    items, body = encode_inputs(pieces)
+    pending: collections.deque[tuple[Visit, dict[str, Any], list[Any], socket.socket | None]]
+    pending = collections.deque()
+    queue = iter(visits)
+    try:
+        while True:
+            while len(pending) < IN_FLIGHT:
+                visit = next(queue, None)
+                if visit is None:
+                    break
+                header, body = _request(plan, visit)
+                placed = plan.placement.get(visit.task_id)
+                local = placed is None or placed[0] == executor
+                sock = _send_local(directory, visit.task_id, header, body) if local else None
+                pending.append((visit, header, body, sock))
+            if not pending:
+                return
+            visit, header, body, sock = pending.popleft()
+            answer = _answer(sock, header, plan, body) if sock is not None else None
+            if answer is None:
+                yield _run_visit(plan, visit, header, body)
+            else:
+                here = (executor, str(answer[0].get("server", ""))) if executor != DRIVER else None
+                yield _rows(*answer), here
+    finally:
+        for _, _, _, sock in pending:
+            if sock is not None:
+                sock.close()
+
+
+def _request(plan: BatchPlan, visit: Visit) -> tuple[dict[str, Any], list[Any]]:
+    """The frame header and body of ``visit``."""
+    items, body = encode_inputs(visit.pieces)
     header: dict[str, Any] = {
         "op": "run",
         "inputs": items,
-        "subtopology": subtopology_id,
-        "partition": partition,
-        "topics": topics,
-        "level": level,
-        "earlier": earlier or [],
+        "subtopology": visit.subtopology,
+        "partition": visit.partition,
+        "topics": visit.topics,
+        "level": visit.level,
+        "earlier": visit.earlier,
         "thread_key": plan.thread.key,
         "plan": _dynamic(plan),
         "secret": plan.host_secret,
     }
+    return header, body
+
+
+def _send_local(
+    directory: str, task_id: str, header: dict[str, Any], body: list[Any]
+) -> socket.socket | None:
+    """Send a visit to ``task_id``'s host on this executor; return the connection its
+    answer arrives on (None: no host took it)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(host_socket(directory, task_id))
+        send_frame(sock, header, body)
+    except OSError:  # FileNotFoundError, ConnectionRefusedError, a broken pipe, ...
+        sock.close()
+        return None
+    return sock
+
+
+def _answer(
+    sock: socket.socket, header: dict[str, Any], plan: BatchPlan, body: list[Any]
+) -> tuple[dict[str, Any], bytes] | None:
+    """Read the answer of a visit sent on ``sock`` (None: its host died meanwhile)."""
+    with sock:
+        try:
+            answer, payload = recv_frame(sock)
+            if answer.get("need_thread"):  # a new host: the thread plan, once
+                send_frame(sock, {**header, "thread": plan.thread.pickled()}, body)
+                answer, payload = recv_frame(sock)
+        except (PeerGoneError, OSError):
+            return None
+    return answer, payload
+
+
+def _run_visit(
+    plan: BatchPlan, visit: Visit, header: dict[str, Any], body: list[Any]
+) -> VisitResult:
+    """Run ``visit`` alone: on the executor it lives on, else here (starting its host when
+    none answers, up to ``ATTEMPTS`` times)."""
+    config = plan.thread.config
+    executor = executor_id()
+    directory = socket_dir(executor_state_dir(config.state_dir), config.application_id)
+    task_id = visit.task_id
     placed = plan.placement.get(task_id)
     if placed is not None and placed[0] != executor:
         try:

@@ -41,7 +41,7 @@ from runtime.tasks.contract import (
     file_row,
     metric_row,
     open_row,
-    pack,
+    pack_row,
     position_rows,
     record_batch,
 )
@@ -194,12 +194,15 @@ class TaskManager:
         live.open_batch = (plan.thread.owner, plan.batch)
         live.open_levels.append(level)
         task_id = live.task.task_id
-        out = record_batch([open_row(plan, task_id, partition, level)])
-        out.extend(
-            pack(plan, topic, target, partition, _placed(topic, target, chunk))
-            for topic, target, chunk in inline
+        return record_batch(
+            [
+                open_row(plan, task_id, partition, level),
+                *(
+                    pack_row(plan, topic, target, partition, _placed(topic, target, chunk))
+                    for topic, target, chunk in inline
+                ),
+            ]
         )
-        return out
 
     def _process(
         self,
@@ -297,10 +300,11 @@ class TaskManager:
         due = task.next_wall_clock_punctuation()
         if due is not None:
             rows.append({"kind": WAKE, "task": task_id, "timestamp": due})
-        out = record_batch(rows)
-        for topic, target, chunk in inline:
-            out.append(pack(plan, topic, target, partition, _placed(topic, target, chunk)))
-        return out
+        rows.extend(
+            pack_row(plan, topic, target, partition, _placed(topic, target, chunk))
+            for topic, target, chunk in inline
+        )
+        return record_batch(rows)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

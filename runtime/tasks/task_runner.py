@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from runtime.storage.fs import register_storage_options
 from runtime.storage.records import rows_where
 from runtime.storage.slices import TopicSlices, read_topic_slices
-from runtime.tasks.client import run_on_host
+from runtime.tasks.client import Visit, run_on_hosts
 from runtime.tasks.contract import (
     OPEN,
     RECORD,
@@ -161,6 +161,19 @@ def run_inner_level(
     yield from _run_level(plan, level, inputs, partitions, earlier)
 
 
+def run_all_levels(
+    plan: BatchPlan, depth: int, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Every level of a batch that runs in one Spark partition (``plan.fused``): level 0
+    over ``batches``, then each later level over the rows of the one before, as a shuffle
+    into one Spark partition would hand them on (it would move nothing: a small batch
+    saves its stages' cost). Each level's visits finish before the next level starts."""
+    rows = run_source_level(plan, batches)
+    for level in range(1, depth):
+        rows = run_inner_level(plan, level, rows)
+    yield from rows
+
+
 def _visits_of_later_levels(plan: BatchPlan) -> Iterator[pa.RecordBatch]:
     """One row per task of ``plan.visit`` above level 0, shuffled to its Spark task."""
     yield from record_batch(
@@ -186,23 +199,24 @@ def _run_level(
         sub, partition = (int(x) for x in task_id.split("_"))
         if partition in wanted and plan.levels.get(sub, 0) == level:
             tasks.setdefault(partition, {}).setdefault(sub, set())
-    for partition in sorted(tasks):
-        pieces = inputs.get(partition, [])
-        for sub_id, topics in sorted(tasks[partition].items()):
-            rows, placed = run_on_host(
-                plan,
-                sub_id,
-                partition,
-                [(topic, piece) for topic, piece in pieces if topic in topics],
-                sorted(topics),
-                level,
-                sorted((earlier or {}).get(f"{sub_id}_{partition}", ())),
-            )
-            yield from rows
-            if placed is not None:
-                yield placed_row(f"{sub_id}_{partition}", placed)
-                if placed[0] != executor_id():
-                    yield from record_batch([metric_row(REMOTE_VISITS, 1)])
+    visits = [
+        Visit(
+            sub_id,
+            partition,
+            [(topic, piece) for topic, piece in inputs.get(partition, []) if topic in topics],
+            sorted(topics),
+            level,
+            sorted((earlier or {}).get(f"{sub_id}_{partition}", ())),
+        )
+        for partition in sorted(tasks)
+        for sub_id, topics in sorted(tasks[partition].items())
+    ]
+    for visit, (rows, placed) in zip(visits, run_on_hosts(plan, visits), strict=True):
+        yield from rows
+        if placed is not None:
+            yield placed_row(visit.task_id, placed)
+            if placed[0] != executor_id():
+                yield from record_batch([metric_row(REMOTE_VISITS, 1)])
 
 
 def _groups(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:

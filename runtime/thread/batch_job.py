@@ -2,9 +2,11 @@
 
 Level 0 is a ``mapInArrow`` over the source's rows (one per partition number); each later
 level a shuffle of the repartitioned records to their task's Spark partition, then a
-``mapInArrow`` (see :mod:`runtime.tasks.task_runner`). Only metadata rows come back to the
-driver: staged files, positions, counters, and when the tasks' next wall-clock
-punctuation is due.
+``mapInArrow`` (see :mod:`runtime.tasks.task_runner`). A small batch (``plan.fused``: one
+Spark partition, see :data:`runtime.thread.placement.SMALL_BATCH_RECORDS`) runs every level
+in one ``mapInArrow``, one level after another, without a shuffle: a stage costs more than
+such a batch's records. Only metadata rows come back to the driver: staged files,
+positions, counters, and when the tasks' next wall-clock punctuation is due.
 
 A job whose windowed count found records combined per key and window that it cannot
 count as the records they stand for (:class:`~common.errors.CombinedRecordsLateError`)
@@ -27,14 +29,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType, _parse_datatype_string
 
 from common.errors import CombinedRecordsLateError, StreamsError
 from runtime.spark.locality import executor_hosts, group_partitions, located_rows
 from runtime.tasks.contract import METRIC, RECORD, ROW_DDL, WAKE, BatchPlan
 from runtime.tasks.errors import guarded, task_error
-from runtime.tasks.task_runner import run_inner_level, run_source_level
+from runtime.tasks.task_runner import run_all_levels, run_inner_level, run_source_level
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +103,10 @@ def run_batch_job(
 def _job(df: DataFrame, plan: BatchPlan, depth: int, partitions: Mapping[int, int]) -> DataFrame:
     """The batch's levels over ``df``, as one DataFrame of metadata rows."""
     schema = row_schema()
+    if plan.fused and depth > 1:  # one Spark task: no shuffle between the levels
+        return _source_rows(df, plan, partitions).mapInArrow(
+            functools.partial(_all_levels, plan, depth), schema
+        )
     out = _source_rows(df, plan, partitions).mapInArrow(
         functools.partial(_source_level, plan), schema
     )
@@ -139,9 +145,17 @@ def _source_rows(df: DataFrame, plan: BatchPlan, partitions: Mapping[int, int]) 
     spark_partitions = plan.spark_partitions_of(count)
     spark = df.sparkSession
     owner = _first_level_owners(plan, count)
-    hosts = executor_hosts(spark) if owner else {}
+    hosts = executor_hosts(spark) if owner and not plan.fused else {}
     if hosts:  # on a cluster: each row's Spark partition prefers its tasks' executor
         return located_rows(spark, group_partitions(count, spark_partitions, owner), hosts)
+    return _numbered_rows(spark, count, spark_partitions)
+
+
+@functools.lru_cache(maxsize=32)
+def _numbered_rows(spark: SparkSession, count: int, spark_partitions: int) -> DataFrame:
+    """One row per partition number ``0..count-1`` in ``spark_partitions`` Spark
+    partitions (built once per shape: its plan is analysed once, and a batch's job only
+    adds its levels on top)."""
     return spark.range(0, count, 1, spark_partitions).selectExpr(
         "CAST(id AS INT) AS partition", "CAST(NULL AS BINARY) AS task_input"
     )
@@ -192,3 +206,7 @@ def _source_level(plan: BatchPlan, batches: Any) -> Any:
 
 def _inner_level(plan: BatchPlan, level: int, batches: Any) -> Any:
     return guarded(run_inner_level(plan, level, batches))
+
+
+def _all_levels(plan: BatchPlan, depth: int, batches: Any) -> Any:
+    return guarded(run_all_levels(plan, depth, batches))

@@ -1,0 +1,98 @@
+"""A small batch runs its levels one after another in one Spark task (no shuffle between
+them); a larger one, or one with ``batch.spark.partitions`` set, shuffles between its
+levels. Both give the same committed results."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from common.config import StreamsConfig
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp
+from runtime.storage.producer import Producer
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin
+from runtime.thread.placement import SMALL_BATCH_RECORDS, TaskPlacement
+from tests.runtime.spark.helpers import eos_config
+from topology import Grouped, StreamsBuilder
+
+S = Serdes.String()
+LINES = [f"w{i % 7} w{i % 5} w{i % 3}" for i in range(120)]
+
+
+def three_levels() -> Any:
+    """Words counted, then how many updates each count value had (two repartitions)."""
+    b = StreamsBuilder()
+    counts = b.stream("in").flat_map_values(str.split).group_by(lambda _k, w: w).count()
+    counts.to_stream().map_values(str).to("out")
+    (
+        counts.to_stream()
+        .group_by(lambda _k, n: str(n), Grouped.with_(S, Serdes.Long()))
+        .count()
+        .to_stream()
+        .map_values(str)
+        .to("by-count")
+    )
+    return b.build()
+
+
+def latest(root: str, topic: str) -> dict[str, str]:
+    """The latest value of each key in ``topic``."""
+    reader = TopicReader(root)
+    out: dict[str, str] = {}
+    for p in range(4):
+        table = reader.read(topic, p, 0)
+        for k, v in zip(
+            table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+        ):
+            out[k.decode()] = v.decode()
+    return out
+
+
+def run(
+    spark: SparkSession, tmp_path: Path, name: str, **extra: Any
+) -> tuple[dict[str, str], dict[str, str]]:
+    root = str(tmp_path / name / "root")
+    admin = TopicAdmin(root)
+    for topic in ("in", "out", "by-count"):
+        admin.create(topic, 4)
+    producer = Producer(admin)
+    for i, line in enumerate(LINES):
+        producer.send("in", f"k{i}".encode(), line.encode(), timestamp=1000 + i)
+    producer.flush()
+    config = eos_config(
+        f"small-{name}", root, str(tmp_path / name / "state"), **{"max.poll.records": 7, **extra}
+    )
+    app = StreamsApp(three_levels(), config, spark=spark)
+    app.run_until_idle()
+    assert app.threads[0].batches > 3  # several batches of a few records each
+    return latest(root, "out"), latest(root, "by-count")
+
+
+def test_fused_and_shuffled_batches_commit_the_same(spark: SparkSession, tmp_path: Path) -> None:
+    fused = run(spark, tmp_path, "fused")
+    shuffled = run(spark, tmp_path, "shuffled", **{"batch.spark.partitions": 2})
+    expected = Counter(w for line in LINES for w in line.split())
+    assert fused[0] == {w: str(n) for w, n in expected.items()}
+    assert fused == shuffled
+
+
+def test_a_small_batch_runs_in_one_spark_partition() -> None:
+    auto = TaskPlacement(StreamsConfig.from_dict({"application.id": "a", "topics.root": "/tmp/x"}))
+    auto.spark_partitions = 2  # Spark's parallelism, learnt at the first batch
+    auto.local = True  # a local master
+    assert auto.for_plan(SMALL_BATCH_RECORDS)["spark_partitions"] == 1
+    assert auto.for_plan(SMALL_BATCH_RECORDS + 1)["spark_partitions"] == 2
+    auto.local = False  # a cluster: its tasks spread over the executors
+    assert auto.for_plan(10)["spark_partitions"] == 2
+    configured = TaskPlacement(
+        StreamsConfig.from_dict(
+            {"application.id": "a", "topics.root": "/tmp/x", "batch.spark.partitions": 3}
+        )
+    )
+    configured.spark_partitions = 3
+    assert configured.for_plan(10)["spark_partitions"] == 3
