@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import os
 import shutil
 import sys
@@ -66,6 +65,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from modes import percentile
 from produce_consume import machine
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+from vs_spark_kit import (
+    chunk_of,
+    files_per_trigger_of,
+    max_poll_records_of,
+    parquet_files,
+    spark_input,
+)
 
 from common.serdes import Serdes
 from runtime.app.app import StreamsApp
@@ -83,8 +89,6 @@ SEEN = "seen"
 BY_TIME = "seen-by-time"
 #: The first event's timestamp (2023-11-14T22:13:20Z); event ``i`` has ``BASE_MS + i``.
 BASE_MS = 1_700_000_000_000
-#: Records generated (one seed) and flushed (one file per partition) at a time.
-CHUNK = 100_000
 #: The state store provider ``transformWithStateInPandas`` requires.
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 #: A topic's Parquet data files, as Spark's file source reads them.
@@ -108,12 +112,6 @@ def events(start: int, n: int, keys: int) -> tuple[list[bytes], list[bytes], lis
         [b"event-%09d" % i for i in range(start, start + n)],
         list(range(BASE_MS + start, BASE_MS + start + n)),
     )
-
-
-def chunk_of(args: Any) -> int:
-    """Records generated and flushed at a time: a batch's worth at most, so that Spark's
-    file source can read batches of the same size."""
-    return min(CHUNK, int(args.batch_lines))
 
 
 def produce_input(admin: TopicAdmin, args: Any) -> None:
@@ -334,37 +332,6 @@ def timing(elapsed: float, times: list[float], args: Any) -> dict[str, Any]:
     }
 
 
-def spark_input(admin: TopicAdmin, work: str) -> str:
-    """Copy the input topic's data files (not its Delta log) aside for Spark's file source
-    (this library's log cleaner may merge the topic's small files while it runs), each
-    with its modification time (the file source's order); return the copy's directory."""
-    copy = os.path.join(work, "spark-input")
-    shutil.copytree(admin.table_path(INPUT), copy, ignore=shutil.ignore_patterns("_delta_log"))
-    return copy
-
-
-def parquet_files(path: str) -> int:
-    """The Parquet files under ``path``."""
-    return sum(
-        1 for _dir, _subdirs, names in os.walk(path) for n in names if n.endswith(".parquet")
-    )
-
-
-def files_per_trigger_of(files: int, args: Any) -> int:
-    """Spark's ``maxFilesPerTrigger``: the share of the input's files holding about
-    --batch-lines records."""
-    return max(1, round(files * int(args.batch_lines) / int(args.records)))
-
-
-def max_poll_records_of(admin: TopicAdmin, args: Any) -> int:
-    """``max.poll.records`` that reads the input in as many batches as Spark's file
-    source: the largest partition's records over that number of batches."""
-    files = parquet_files(admin.table_path(INPUT))
-    batches = math.ceil(files / files_per_trigger_of(files, args))
-    largest: int = max(TopicReader(admin).end_offsets(INPUT).values())
-    return math.ceil(largest / batches)
-
-
 def checked(system: str, got: dict[str, Any], expected: Firsts) -> str:
     """Check a round's output against the input's first events, each once; describe the
     round."""
@@ -459,9 +426,9 @@ def main() -> None:
         started = time.perf_counter()
         produce_input(admin, args)
         print(f"input produced in {time.perf_counter() - started:.1f} s")
-        input_dir = spark_input(admin, work)
+        input_dir = spark_input(admin, INPUT, work)
         if args.max_poll_records is None:
-            args.max_poll_records = max_poll_records_of(admin, args)
+            args.max_poll_records = max_poll_records_of(admin, INPUT, args)
         print(f"streams: max.poll.records={args.max_poll_records:,} per partition")
         expected = expected_firsts(args)
         print(f"expected output: the first event of each of {len(expected):,} keys")
