@@ -158,7 +158,9 @@ class RocksDBBase:
             self.close()
             raise StoreCorruptedError(f"RocksDB store at {path} is corrupt: {damage}")
         self.verification: BackgroundVerification | None = None
-        if str(app_config.get(VERIFY_KEY, True)).lower() not in ("false", "0"):
+        # A store without table files has no block to check (its write-ahead log's records
+        # were checked as the open replayed them): a new store starts no process.
+        if live_files and str(app_config.get(VERIFY_KEY, True)).lower() not in ("false", "0"):
             self.verification = BackgroundVerification(self.db, path)
         self.get = self.db.get
 

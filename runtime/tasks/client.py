@@ -115,9 +115,10 @@ def run_on_hosts(plan: BatchPlan, visits: Sequence[Visit]) -> Iterator[VisitResu
 
     Each task lives in a host process of its own, so the visits to this executor's hosts
     are sent before their answers are read, up to :data:`IN_FLIGHT` at a time: the hosts
-    work in parallel while this worker waits. A visit whose host cannot be reached so (none
-    is alive yet, or it died meanwhile) or that lives on another executor runs as
-    :func:`run_on_host` runs it (starting its host, retrying). A visit that ran on a host
+    work in parallel while this worker waits; a task without a live host gets one forked
+    before its visit is sent. A visit whose host cannot be reached so (it died meanwhile)
+    or that lives on another executor runs as :func:`run_on_host` runs it (starting its
+    host, retrying). A visit that ran on a host
     whose answer never arrived is not committed: the retried visit's host rebuilds the task
     from committed state, as after any lost host.
 
@@ -139,7 +140,7 @@ def run_on_hosts(plan: BatchPlan, visits: Sequence[Visit]) -> Iterator[VisitResu
                 header, body = _request(plan, visit)
                 placed = plan.placement.get(visit.task_id)
                 local = placed is None or placed[0] == executor
-                sock = _send_local(directory, visit.task_id, header, body) if local else None
+                sock = _send_starting(directory, visit, header, body, plan) if local else None
                 pending.append((visit, header, body, sock))
             if not pending:
                 return
@@ -186,6 +187,24 @@ def _send_local(
     except OSError:  # FileNotFoundError, ConnectionRefusedError, a broken pipe, ...
         sock.close()
         return None
+    return sock
+
+
+def _send_starting(
+    directory: str, visit: Visit, header: dict[str, Any], body: list[Any], plan: BatchPlan
+) -> socket.socket | None:
+    """Send a visit to its host on this executor, having the server fork the host first
+    when none is alive (the server listens on the host's socket before it forks, so the
+    visit waits there while the next host starts): a batch's new hosts start one after
+    another but run their first visits side by side. None: no host took it."""
+    task_id = visit.task_id
+    sock = _send_local(directory, task_id, header, body)
+    if sock is None:
+        try:
+            _ensure_host(directory, task_id, plan, executor_id())
+        except TaskHostError:
+            return None  # run alone, with its retries and their errors
+        sock = _send_local(directory, task_id, header, body)
     return sock
 
 

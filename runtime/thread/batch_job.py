@@ -2,11 +2,13 @@
 
 Level 0 is a ``mapInArrow`` over the source's rows (one per partition number); each later
 level a shuffle of the repartitioned records to their task's Spark partition, then a
-``mapInArrow`` (see :mod:`runtime.tasks.task_runner`). A small batch (``plan.fused``: one
-Spark partition, see :data:`runtime.thread.placement.SMALL_BATCH_RECORDS`) runs every level
-in one ``mapInArrow``, one level after another, without a shuffle: a stage costs more than
-such a batch's records. Only metadata rows come back to the driver: staged files,
-positions, counters, and when the tasks' next wall-clock punctuation is due.
+``mapInArrow`` (see :mod:`runtime.tasks.task_runner`). A batch on a local master
+(``plan.fused``: one Spark partition, see
+:meth:`runtime.thread.placement.TaskPlacement.for_plan`) runs every level in one
+``mapInArrow``, one level after another, without a shuffle: the task hosts do the work
+side by side whichever Spark task visits them, and a stage costs tens of milliseconds.
+Only metadata rows come back to the driver: staged files, positions, counters, and when
+the tasks' next wall-clock punctuation is due.
 
 A job whose windowed count found records combined per key and window that it cannot
 count as the records they stand for (:class:`~common.errors.CombinedRecordsLateError`)

@@ -456,7 +456,7 @@ class StreamThread:
             visit=frozenset(self.task_ids()),
             globals=self.globals,
             combine_windows=self.window_combining.topics(self.levels, self.batches),
-            **self.placement.for_plan(self.reads.records),
+            **self.placement.for_plan(),
         )
 
     def _collect_rows(self, df: DataFrame, plan: BatchPlan) -> list[Any]:

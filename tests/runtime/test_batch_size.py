@@ -27,11 +27,31 @@ def test_kafkas_defaults_read_max_poll_records_from_the_first_batch() -> None:
         assert set(sizes) == {1000} == {FIRST_BATCH_RECORDS}
 
 
-def test_a_large_max_poll_records_is_reached_by_doubling() -> None:
+def test_a_large_max_poll_records_is_reached_in_a_few_batches() -> None:
+    """0.31 s for 1,000 records against a target of 60 s: the next batch grows by the
+    square root of 60 / 0.31, to 13,912; that one (0.44 s) by more than 3.6."""
     sizer = BatchSizer(50_000, 300_000, name="t")
     sizes = run(sizer, 1e-5, 500_000)
-    assert sizes[:7] == [1000, 2000, 4000, 8000, 16000, 32000, 50000]
-    assert set(sizes[6:-1]) == {50_000}
+    assert sizes[:3] == [1000, 13_912, 50_000]
+    assert set(sizes[2:-1]) == {50_000}
+
+
+def test_records_dearer_in_bigger_batches_never_push_a_batch_past_the_target() -> None:
+    """A record's cost grows with the batch (2e-10 s times the batch's records): each
+    batch's time grows with the square of its size, and still none passes the target
+    (12 s of a 60 s deadline); they settle at it."""
+    sizer = BatchSizer(10**6, 60_000, name="t")
+    sizes, backlog, times = [], 5_000_000, []
+    while backlog > 0:
+        cap = sizer.cap(TOPICS)
+        n = min(cap, backlog)
+        seconds = 0.3 + 2e-10 * n * n
+        sizer.measured(TOPICS, cap, n, seconds)
+        sizes.append(n)
+        times.append(seconds)
+        backlog -= n
+    assert max(times) <= 12.0 + 1e-6, times
+    assert all(abs(t - 12.0) < 0.1 for t in times[5:-1]), times
 
 
 def test_expensive_records_give_batches_well_inside_the_deadline() -> None:

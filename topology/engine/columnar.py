@@ -23,6 +23,7 @@ where the record engine fires them: the batch is cut there.
 from __future__ import annotations
 
 import gc
+import operator
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -48,23 +49,40 @@ ENGINES = ("columnar", "record")
 
 class Batch:
     """Records as columns: ``headers`` None when no record has any; ``rows`` the input row
-    each record came from (for the record context of nodes fed record by record)."""
+    each record came from (for the record context of nodes fed record by record);
+    ``repeats`` None, or ``(stamps, counts)`` when ``timestamps`` is each of ``stamps``
+    repeated ``counts`` times (a flat map's expansion: what its timestamps sum to is then
+    known without reading them all, see :meth:`timestamp_figures`)."""
 
-    __slots__ = ("headers", "keys", "rows", "timestamps", "values")
+    __slots__ = ("headers", "keys", "repeats", "rows", "timestamps", "values")
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - the columns of a batch
         self,
         keys: list[Any],
         values: list[Any],
         timestamps: list[int],
         headers: list[Headers] | None,
         rows: Sequence[int],
+        repeats: tuple[Sequence[int], list[int]] | None = None,
     ) -> None:
         self.keys = keys
         self.values = values
         self.timestamps = timestamps
         self.headers = headers
         self.rows = rows
+        self.repeats = repeats
+
+    def timestamp_figures(self) -> tuple[int, int, int, int] | None:
+        """``(records, least, greatest, sum)`` of the timestamps, None when there are none;
+        from ``repeats`` when the batch has them (a few input records, not every output)."""
+        if self.repeats is None:
+            ts = self.timestamps
+            return (len(ts), min(ts), max(ts), sum(ts)) if ts else None
+        stamps, counts = self.repeats
+        kept = [t for t, c in zip(stamps, counts, strict=True) if c]
+        if not kept:
+            return None
+        return len(self.timestamps), min(kept), max(kept), sum(map(operator.mul, stamps, counts))
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -83,11 +101,11 @@ class Batch:
 
     def with_keys(self, keys: list[Any]) -> Batch:
         """The same records with new keys."""
-        return Batch(keys, self.values, self.timestamps, self.headers, self.rows)
+        return Batch(keys, self.values, self.timestamps, self.headers, self.rows, self.repeats)
 
     def with_values(self, values: list[Any]) -> Batch:
         """The same records with new values."""
-        return Batch(self.keys, values, self.timestamps, self.headers, self.rows)
+        return Batch(self.keys, values, self.timestamps, self.headers, self.rows, self.repeats)
 
     def header(self, i: int) -> Headers:
         """The headers of record ``i``."""
@@ -150,13 +168,14 @@ def rows_at(rows: Sequence[int], index: Iterable[int]) -> list[int]:
 def expanded(batch: Batch, keys: list[Any], values: list[Any], counts: list[int]) -> Batch:
     """The batch of ``keys``/``values`` a flat map expanded from ``batch``: record ``i`` of
     ``batch`` became ``counts[i]`` records, with its timestamp, headers and row."""
-    hs = batch.headers
+    hs, ts = batch.headers, batch.timestamps
     return Batch(
         keys,
         values,
-        list(chain.from_iterable(map(repeat, batch.timestamps, counts))),
+        list(chain.from_iterable(map(repeat, ts, counts))),
         None if hs is None else list(chain.from_iterable(map(repeat, hs, counts))),
         ExpandedRows(batch.rows, counts, len(values)),
+        (ts, counts) if batch.repeats is None else None,
     )
 
 

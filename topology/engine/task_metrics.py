@@ -118,12 +118,22 @@ class TaskStats:
             if not n:
                 return
             low, high = (v.as_py() for v in pc.min_max(timestamps).values())
-            total = pc.sum(timestamps).as_py()
-        else:
-            n = len(timestamps)
-            if not n:
-                return
-            low, high, total = min(timestamps), max(timestamps), sum(timestamps)
+            self.e2e_figures(node, (n, low, high, pc.sum(timestamps).as_py()), now_ms)
+        elif timestamps:
+            self.e2e_figures(
+                node, (len(timestamps), min(timestamps), max(timestamps), sum(timestamps)), now_ms
+            )
+
+    def e2e_figures(
+        self, node: str, figures: tuple[int, int, int, int] | None, now_ms: int
+    ) -> None:
+        """Record the end-to-end latency of records whose timestamps' ``figures`` are
+        ``(records, least, greatest, sum)`` (see
+        :meth:`topology.engine.columnar.Batch.timestamp_figures`), reaching ``node`` at
+        ``now_ms``."""
+        if figures is None:
+            return
+        n, low, high, total = figures
         if low is None or low < 0:
             return
         self.record(E2E, node, n, now_ms * n - total, now_ms - low, now_ms - high)

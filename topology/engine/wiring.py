@@ -243,7 +243,7 @@ def _metered(
     stats = task.stats
     debug = stats.debug
     children = task.topology.children
-    record, e2e = stats.record, stats.e2e
+    record, e2e = stats.record, stats.e2e_figures
     out, out_batches = dict(forwards), dict(batch_nodes)
     for name, forward in forwards.items():
         terminal = not children.get(name)
@@ -264,7 +264,7 @@ def _metered(
 
             def many(b: Any, _f: Any = batch, _n: str = name, _t: bool = terminal) -> None:
                 if _t:
-                    e2e(_n, b.timestamps, task.now_ms)
+                    e2e(_n, b.timestamp_figures(), task.now_ms)
                 if debug:
                     record(NODE, _n, len(b.timestamps), 0.0)
                 _f(b)

@@ -1,6 +1,6 @@
-"""A small batch runs its levels one after another in one Spark task (no shuffle between
-them); a larger one, or one with ``batch.spark.partitions`` set, shuffles between its
-levels. Both give the same committed results."""
+"""On a local master a batch runs its levels one after another in one Spark task (no
+shuffle between them); one with ``batch.spark.partitions`` set (or on a cluster) shuffles
+between its levels. Both give the same committed results."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from runtime.app.app import StreamsApp
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
-from runtime.thread.placement import SMALL_BATCH_RECORDS, TaskPlacement
+from runtime.thread.placement import TaskPlacement
 from tests.runtime.spark.helpers import eos_config
 from topology import Grouped, StreamsBuilder
 
@@ -81,18 +81,18 @@ def test_fused_and_shuffled_batches_commit_the_same(spark: SparkSession, tmp_pat
     assert fused == shuffled
 
 
-def test_a_small_batch_runs_in_one_spark_partition() -> None:
+def test_a_batch_on_a_local_master_runs_in_one_spark_partition() -> None:
     auto = TaskPlacement(StreamsConfig.from_dict({"application.id": "a", "topics.root": "/tmp/x"}))
     auto.spark_partitions = 2  # Spark's parallelism, learnt at the first batch
     auto.local = True  # a local master
-    assert auto.for_plan(SMALL_BATCH_RECORDS)["spark_partitions"] == 1
-    assert auto.for_plan(SMALL_BATCH_RECORDS + 1)["spark_partitions"] == 2
+    assert auto.for_plan()["spark_partitions"] == 1
     auto.local = False  # a cluster: its tasks spread over the executors
-    assert auto.for_plan(10)["spark_partitions"] == 2
+    assert auto.for_plan()["spark_partitions"] == 2
     configured = TaskPlacement(
         StreamsConfig.from_dict(
             {"application.id": "a", "topics.root": "/tmp/x", "batch.spark.partitions": 3}
         )
     )
     configured.spark_partitions = 3
-    assert configured.for_plan(10)["spark_partitions"] == 3
+    configured.local = True
+    assert configured.for_plan()["spark_partitions"] == 3
