@@ -135,6 +135,14 @@ class ConfigKeys(BaseModel):
         default=0,
         ge=0,
     )
+    # the most task host processes an application keeps on one executor: tasks beyond it
+    # share hosts (a host runs its tasks' visits one after another); 0: one host per task
+    task_hosts_max: Int = _key(
+        "task.hosts.max",
+        "an integer >= 0 (0: one host process per task)",
+        default=64,
+        ge=0,
+    )
     metadata_max_age_ms: Int = _key("metadata.max.age.ms", _POSITIVE, default=300000, gt=0)
     # how often a stream thread looks for new records in its topics (Kafka's poll.ms: how
     # long a poll waits for input)

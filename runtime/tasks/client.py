@@ -113,48 +113,115 @@ def run_on_host(  # noqa: PLR0917 - one visit of one task
 def run_on_hosts(plan: BatchPlan, visits: Sequence[Visit]) -> Iterator[VisitResult]:
     """Run ``visits`` (of distinct tasks) side by side; yield their results in order.
 
-    Each task lives in a host process of its own, so the visits to this executor's hosts
-    are sent before their answers are read, up to :data:`IN_FLIGHT` at a time: the hosts
-    work in parallel while this worker waits; a task without a live host gets one forked
-    before its visit is sent. A visit whose host cannot be reached so (it died meanwhile)
-    or that lives on another executor runs as :func:`run_on_host` runs it (starting its
-    host, retrying). A visit that ran on a host
-    whose answer never arrived is not committed: the retried visit's host rebuilds the task
-    from committed state, as after any lost host.
+    Each task lives in a host process (its own, or one it shares beyond ``task.hosts.max``
+    hosts: :meth:`~runtime.tasks.contract.BatchPlan.host_of`), so the visits to this
+    executor's hosts are sent before their answers are read, up to :data:`IN_FLIGHT` at a
+    time: the hosts work in parallel while this worker waits; a task without a live host
+    gets one forked before its visit is sent. A host has one visit of this worker at a
+    time (it answers its requests one after another: a second request sent before the
+    first's answer was read could wait on a host that waits for that read). A visit whose
+    host cannot be reached so (it died meanwhile) or that lives on another executor runs
+    as :func:`run_on_host` runs it (starting its host, retrying). A visit that ran on a
+    host whose answer never arrived is not committed: the retried visit's host rebuilds
+    the task from committed state, as after any lost host.
 
     Raises:
         the first task's own exception, re-raised as its host sent it; or TaskHostError.
     """
-    executor = executor_id()
-    config = plan.thread.config
-    directory = socket_dir(executor_state_dir(config.state_dir), config.application_id)
-    pending: collections.deque[tuple[Visit, dict[str, Any], list[Any], socket.socket | None]]
-    pending = collections.deque()
-    queue = iter(visits)
+    dispatch = _Dispatch(plan, visits)
+    upcoming = iter(range(len(visits)))
     try:
-        while True:
-            while len(pending) < IN_FLIGHT:
-                visit = next(queue, None)
-                if visit is None:
+        for i in range(len(visits)):
+            while len(dispatch.sent) < IN_FLIGHT:
+                j = next(upcoming, None)
+                if j is None:
                     break
-                header, body = _request(plan, visit)
-                placed = plan.placement.get(visit.task_id)
-                local = placed is None or placed[0] == executor
-                sock = _send_starting(directory, visit, header, body, plan) if local else None
-                pending.append((visit, header, body, sock))
-            if not pending:
-                return
-            visit, header, body, sock = pending.popleft()
-            answer = _answer(sock, header, plan, body) if sock is not None else None
-            if answer is None:
-                yield _run_visit(plan, visit, header, body)
-            else:
-                here = (executor, str(answer[0].get("server", ""))) if executor != DRIVER else None
-                yield _rows(*answer), here
+                dispatch.offer(j)
+            yield dispatch.result(i)
     finally:
-        for _, _, _, sock in pending:
-            if sock is not None:
-                sock.close()
+        dispatch.close()
+
+
+class _Dispatch:
+    """The visits of :func:`run_on_hosts` in flight, at most one per host."""
+
+    def __init__(self, plan: BatchPlan, visits: Sequence[Visit]) -> None:
+        config = plan.thread.config
+        self.plan, self.visits = plan, visits
+        self.executor = executor_id()
+        self.directory = socket_dir(executor_state_dir(config.state_dir), config.application_id)
+        self.hosts = [plan.host_of(visit.task_id) for visit in visits]
+        self.sent: dict[int, _Sent] = {}  # visit index -> its request (sock None: run alone)
+        self.busy: dict[str, int] = {}  # host -> the index of its visit in flight
+        self.waiting: dict[str, collections.deque[int]] = collections.defaultdict(collections.deque)
+        self.done: dict[int, VisitResult] = {}
+
+    def offer(self, i: int) -> None:
+        """Send visit ``i``, or queue it behind its host's visit in flight."""
+        host = self.hosts[i]
+        if host in self.busy or self.waiting.get(host):
+            self.waiting[host].append(i)
+        else:
+            self._send(i)
+
+    def result(self, i: int) -> VisitResult:
+        """Visit ``i``'s result (every earlier visit's was taken)."""
+        while i not in self.done:
+            host = self.hosts[i]
+            if i not in self.sent:  # queued behind its host's visit in flight
+                if host in self.busy:
+                    self._settle(self.busy[host])
+                else:
+                    self.waiting[host].remove(i)
+                    self._send(i)
+            elif self.sent[i].sock is None and host in self.busy:  # runs alone: not beside one
+                self._settle(self.busy[host])
+            else:
+                self._settle(i)
+        return self.done.pop(i)
+
+    def close(self) -> None:
+        """Drop the connections of the visits whose answers were not read."""
+        for item in self.sent.values():
+            if item.sock is not None:
+                item.sock.close()
+
+    def _send(self, i: int) -> None:
+        visit, host = self.visits[i], self.hosts[i]
+        header, body = _request(self.plan, visit)
+        placed = self.plan.placement.get(visit.task_id)
+        local = placed is None or placed[0] == self.executor
+        sock = _send_starting(self.directory, host, header, body, self.plan) if local else None
+        self.sent[i] = _Sent(header, body, sock)
+        if sock is not None:
+            self.busy[host] = i
+
+    def _settle(self, i: int) -> None:
+        """Read (or run) visit ``i``'s answer; send its host's next queued visit."""
+        item, host = self.sent.pop(i), self.hosts[i]
+        answer = _answer(item.sock, item.header, self.plan, item.body) if item.sock else None
+        if self.busy.get(host) == i:
+            del self.busy[host]
+        if answer is None:
+            self.done[i] = _run_visit(self.plan, self.visits[i], item.header, item.body)
+        else:
+            server = str(answer[0].get("server", ""))
+            self.done[i] = (
+                _rows(*answer),
+                (self.executor, server) if self.executor != DRIVER else None,
+            )
+        queue = self.waiting.get(host)
+        if queue and host not in self.busy:
+            self._send(queue.popleft())
+
+
+@dataclass
+class _Sent:
+    """A visit's request, and the connection its answer arrives on (None: not sent)."""
+
+    header: dict[str, Any]
+    body: list[Any]
+    sock: socket.socket | None
 
 
 def _request(plan: BatchPlan, visit: Visit) -> tuple[dict[str, Any], list[Any]]:
@@ -176,13 +243,13 @@ def _request(plan: BatchPlan, visit: Visit) -> tuple[dict[str, Any], list[Any]]:
 
 
 def _send_local(
-    directory: str, task_id: str, header: dict[str, Any], body: list[Any]
+    directory: str, host: str, header: dict[str, Any], body: list[Any]
 ) -> socket.socket | None:
-    """Send a visit to ``task_id``'s host on this executor; return the connection its
+    """Send a visit to the host ``host`` on this executor; return the connection its
     answer arrives on (None: no host took it)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(host_socket(directory, task_id))
+        sock.connect(host_socket(directory, host))
         send_frame(sock, header, body)
     except OSError:  # FileNotFoundError, ConnectionRefusedError, a broken pipe, ...
         sock.close()
@@ -191,20 +258,19 @@ def _send_local(
 
 
 def _send_starting(
-    directory: str, visit: Visit, header: dict[str, Any], body: list[Any], plan: BatchPlan
+    directory: str, host: str, header: dict[str, Any], body: list[Any], plan: BatchPlan
 ) -> socket.socket | None:
-    """Send a visit to its host on this executor, having the server fork the host first
-    when none is alive (the server listens on the host's socket before it forks, so the
-    visit waits there while the next host starts): a batch's new hosts start one after
+    """Send a visit to its host ``host`` on this executor, having the server fork the host
+    first when none is alive (the server listens on the host's socket before it forks, so
+    the visit waits there while the next host starts): a batch's new hosts start one after
     another but run their first visits side by side. None: no host took it."""
-    task_id = visit.task_id
-    sock = _send_local(directory, task_id, header, body)
+    sock = _send_local(directory, host, header, body)
     if sock is None:
         try:
-            _ensure_host(directory, task_id, plan, executor_id())
+            _ensure_host(directory, host, plan, executor_id())
         except TaskHostError:
             return None  # run alone, with its retries and their errors
-        sock = _send_local(directory, task_id, header, body)
+        sock = _send_local(directory, host, header, body)
     return sock
 
 
@@ -232,10 +298,11 @@ def _run_visit(
     executor = executor_id()
     directory = socket_dir(executor_state_dir(config.state_dir), config.application_id)
     task_id = visit.task_id
+    host = plan.host_of(task_id)
     placed = plan.placement.get(task_id)
     if placed is not None and placed[0] != executor:
         try:
-            answer, payload = _run_remote(placed[1], task_id, header, plan, body)
+            answer, payload = _run_remote(placed[1], host, header, plan, body)
         except (OSError, PeerGoneError) as exc:
             log.warning(
                 "[task %s] executor %s (%s) cannot be reached (%s): executor %s takes the "
@@ -252,14 +319,14 @@ def _run_visit(
     for attempt in range(ATTEMPTS):
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.connect(host_socket(directory, task_id))
+                sock.connect(host_socket(directory, host))
                 answer, payload = _exchange(sock, header, plan, body)
             break
         except (FileNotFoundError, ConnectionRefusedError, PeerGoneError, ConnectionError) as exc:
             last = exc
             if attempt:
                 log.warning("[task %s] host unreachable (%s): starting a new one", task_id, exc)
-            _ensure_host(directory, task_id, plan, executor)
+            _ensure_host(directory, host, plan, executor)
     else:
         raise TaskHostError(f"[task {task_id}] the task host could not be reached: {last}")
     here = (executor, str(answer.get("server", ""))) if executor != DRIVER else None
@@ -267,16 +334,16 @@ def _run_visit(
 
 
 def _run_remote(
-    server: str, task_id: str, header: dict[str, Any], plan: BatchPlan, body: list[Any]
+    server: str, host: str, header: dict[str, Any], plan: BatchPlan, body: list[Any]
 ) -> tuple[dict[str, Any], bytes]:
-    """Send the visit to ``task_id``'s host on the executor whose server is at ``server``.
+    """Send the visit to the host ``host`` on the executor whose server is at ``server``.
 
     Raises:
         OSError or PeerGoneError: that executor cannot be reached.
     """
     with connect_tcp(server, plan.host_secret) as sock:
         sock.settimeout(SERVER_START_S)
-        send_frame(sock, {"op": "host", "task": task_id})
+        send_frame(sock, {"op": "host", "task": host})
         answer, _ = recv_frame(sock)
     address = answer.get("address")
     if not answer.get("ok") or not address:
@@ -334,9 +401,9 @@ def _dynamic(plan: BatchPlan) -> bytes:
     return data
 
 
-def _ensure_host(directory: str, task_id: str, plan: BatchPlan, executor: str) -> None:
-    """Have the server fork ``task_id``'s host if it has none alive (starting the server
-    when there is none)."""
+def _ensure_host(directory: str, host: str, plan: BatchPlan, executor: str) -> None:
+    """Have the server fork the host ``host`` if it is not alive (starting the server when
+    there is none)."""
     deadline = time.monotonic() + SERVER_START_S
     started = False
     while True:
@@ -344,15 +411,15 @@ def _ensure_host(directory: str, task_id: str, plan: BatchPlan, executor: str) -
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(SERVER_START_S)
                 sock.connect(os.path.join(directory, SERVER_SOCKET))
-                send_frame(sock, {"op": "host", "task": task_id, "secret": plan.host_secret})
+                send_frame(sock, {"op": "host", "task": host, "secret": plan.host_secret})
                 answer, _ = recv_frame(sock)
             if answer.get("ok"):
                 return
-            raise TaskHostError(f"[task {task_id}] host server: {answer.get('message')}")
+            raise TaskHostError(f"[host {host}] host server: {answer.get('message')}")
         except (FileNotFoundError, ConnectionRefusedError, PeerGoneError) as exc:
             if time.monotonic() > deadline:
                 raise TaskHostError(
-                    f"[task {task_id}] no host server answered at {directory} within "
+                    f"[host {host}] no host server answered at {directory} within "
                     f"{SERVER_START_S:.0f} s ({exc})"
                 ) from exc
             if not started:

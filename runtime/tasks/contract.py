@@ -206,6 +206,23 @@ class BatchPlan:
         limit = self.spark_partitions
         return min(tasks, limit) if limit > 0 else tasks
 
+    def host_of(self, task_id: str) -> str:
+        """The name of the host process ``task_id`` lives in on its executor. Tasks are
+        numbered partition by partition, sub-topology by sub-topology (``0_0``, ``1_0``,
+        ``0_1``, ...); with ``task.hosts.max`` = N > 0, task ``i`` lives in the host of
+        task ``i mod N``, named by that task's id: the first N tasks each have a host of
+        their own (0: every task does)."""
+        limit = self.thread.config.task_hosts_max
+        if limit <= 0:
+            return task_id
+        subs = [sub.id for sub in self.thread.topology.task_subtopologies()]
+        sub, _, partition = task_id.partition("_")
+        index = int(partition) * len(subs) + subs.index(int(sub))
+        if index < limit:
+            return task_id
+        first = index % limit
+        return f"{subs[first % len(subs)]}_{first // len(subs)}"
+
     @property
     def fused(self) -> bool:
         """Whether the batch's levels run one after another in one Spark task (its planned

@@ -1,15 +1,18 @@
-"""A task host: the long-lived process that holds one task on an executor.
+"""A task host: the long-lived process that holds tasks on an executor.
 
 Spark's Python workers come and go (Spark reuses, replaces and kills them, and hands any
 partition to any idle worker), so a task does not live in one: each task lives in a host
-process of its own, forked by the executor's :mod:`host server <runtime.tasks.server>`,
-and the worker that runs the task's Spark task sends it the batch over a Unix socket and
-hands back what it returns. The host keeps the task's directory lock for as long as it
-lives, so two writers never open one RocksDB; a worker that Spark kills loses nothing.
+process forked by the executor's :mod:`host server <runtime.tasks.server>` (a host of its
+own, or beyond ``task.hosts.max`` hosts one it shares with other tasks, see
+:meth:`~runtime.tasks.contract.BatchPlan.host_of`), and the worker that runs the task's
+Spark task sends it the batch over a Unix socket and hands back what it returns. The host
+keeps each task's directory lock for as long as it holds the task, so two writers never
+open one RocksDB; a worker that Spark kills loses nothing.
 
-A host serves one request at a time (a task's batches are sequential) and exits, closing
-its task, when its server goes away, when told to, or after ``IDLE_TIMEOUT_S`` without a
-request; a killed host leaves only what the next one restores (KIP-892).
+A host serves one request at a time (a task's batches are sequential; tasks sharing a host
+take turns) and exits, closing its tasks, when its server goes away, when told to, or after
+``IDLE_TIMEOUT_S`` without a request; a killed host leaves only what the next one restores
+(KIP-892).
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def warm_up() -> None:
 def serve(  # noqa: PLR0917 - what the server hands its host
     listener: socket.socket,
     server_pid: int,
-    task_id: str,
+    host: str,
     tcp: socket.socket | None = None,
     secrets: Sequence[str] = (),
     server_address: str = "",
@@ -101,7 +104,7 @@ def serve(  # noqa: PLR0917 - what the server hands its host
         return
     finally:
         manager.close_all()
-        log.info("[task host %s] closed", task_id)
+        log.info("[task host %s] closed", host)
 
 
 def _raise_stop(signum: int, frame: Any) -> None:

@@ -90,9 +90,9 @@ def authenticated(conn: socket.socket, secrets: Sequence[str]) -> bool:
     return ok
 
 
-def host_socket(directory: str, task_id: str) -> str:
-    """Return the socket path of ``task_id``'s host."""
-    return os.path.join(directory, f"{task_id}.sock")
+def host_socket(directory: str, host: str) -> str:
+    """Return the socket path of the host ``host`` (a task's id, or the host it shares)."""
+    return os.path.join(directory, f"{host}.sock")
 
 
 class PeerGoneError(ConnectionError):

@@ -1,4 +1,4 @@
-"""The host server of an executor: forks one :mod:`task host <runtime.tasks.host>` per task.
+"""The host server of an executor: forks the :mod:`task hosts <runtime.tasks.host>`.
 
 One server runs per executor and ``application.id`` (its executor's state directory,
 :func:`~runtime.tasks.executor.executor_state_dir`, names its socket directory), forked by the first
@@ -9,8 +9,9 @@ milliseconds. Its Unix socket and the hosts' live under :func:`socket_dir`.
 (``python -m runtime.tasks.server <dir> <pid>`` starts one in a fresh interpreter, which
 imports the engine first.)
 
-It answers ``{"op": "host", "task": id}`` with the path of that task's host socket (forking
-the host if it has none alive) and ``{"op": "shutdown"}`` (the application closed) by
+It answers ``{"op": "host", "task": name}`` with the path of the socket of the host
+``name`` (a task's id, or the host it shares: :meth:`~runtime.tasks.contract.BatchPlan.host_of`),
+forking that host if it is not alive, and ``{"op": "shutdown"}`` (the application closed) by
 stopping every host. On a cluster (an executor id other than ``driver``) the server and
 each host also listen on TCP at the executor's address, so that a worker of another
 executor reaches the host of a task that lives here (see :mod:`runtime.tasks.client`):
@@ -132,25 +133,25 @@ class HostServer:
         secret = header.get("secret")
         if secret and conn.family == socket.AF_UNIX and secret not in self.secrets:
             self.secrets = [*self.secrets, secret][-KEPT_SECRETS:]  # from this executor
-        task_id = str(header["task"])
+        host = str(header["task"])
         self._reap()
-        if task_id not in self.hosts:
-            self.hosts[task_id] = self._fork_host(task_id)
+        if host not in self.hosts:
+            self.hosts[host] = self._fork_host(host)
         answer = {
             "ok": True,
-            "path": host_socket(self.directory, task_id),
-            "address": self.host_addresses.get(task_id, ""),
+            "path": host_socket(self.directory, host),
+            "address": self.host_addresses.get(host, ""),
             "server": self.address,
         }
         with contextlib.suppress(OSError):
             send_frame(conn, answer)
         return True
 
-    def _fork_host(self, task_id: str) -> int:
-        listener = _listen(host_socket(self.directory, task_id))
+    def _fork_host(self, host: str) -> int:
+        listener = _listen(host_socket(self.directory, host))
         tcp = None
         if self.ip is not None:
-            tcp, self.host_addresses[task_id] = listen_tcp(self.ip)
+            tcp, self.host_addresses[host] = listen_tcp(self.ip)
         server_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # the host
@@ -159,26 +160,26 @@ class HostServer:
                 for inherited in (self.listener, self.tcp):
                     if inherited is not None:
                         inherited.close()
-                self.serve_host(listener, server_pid, task_id, tcp, self.secrets, self.address)
+                self.serve_host(listener, server_pid, host, tcp, self.secrets, self.address)
             except BaseException:
-                log.exception("[task host %s] failed", task_id)
+                log.exception("[task host %s] failed", host)
                 code = 1
             finally:
                 os._exit(code)
         listener.close()
         if tcp is not None:
             tcp.close()
-        log.info("[host server] task %s: host pid=%d", task_id, pid)
+        log.info("[host server] host %s: pid=%d", host, pid)
         return pid
 
     def _reap(self) -> None:
-        for task_id, pid in list(self.hosts.items()):
+        for host, pid in list(self.hosts.items()):
             with contextlib.suppress(ChildProcessError):
                 done, _ = os.waitpid(pid, os.WNOHANG)
                 if not done:
                     continue
-            del self.hosts[task_id]
-            self.host_addresses.pop(task_id, None)
+            del self.hosts[host]
+            self.host_addresses.pop(host, None)
 
     def stop_hosts(self) -> None:
         """Ask every host to close its task and exit; kill those that do not in time."""

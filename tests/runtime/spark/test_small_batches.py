@@ -4,6 +4,8 @@ between its levels. Both give the same committed results."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ from runtime.app.app import StreamsApp
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
+from runtime.tasks.contract import BatchPlan, ThreadPlan
+from runtime.tasks.protocol import socket_dir
 from runtime.thread.placement import TaskPlacement
 from tests.runtime.spark.helpers import eos_config
 from topology import Grouped, StreamsBuilder
@@ -96,3 +100,50 @@ def test_a_batch_on_a_local_master_runs_in_one_spark_partition() -> None:
     configured.spark_partitions = 3
     configured.local = True
     assert configured.for_plan()["spark_partitions"] == 3
+
+
+def test_tasks_beyond_task_hosts_max_share_hosts_and_commit_the_same(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """12 tasks (three sub-topologies, four partitions) in 5 hosts: three tasks share the
+    first two hosts, two tasks each other one; every level's visits still run side by
+    side, a shared host's one after another, and the results are those of one host per
+    task."""
+    shared = run(spark, tmp_path, "shared", **{"task.hosts.max": 5})
+    own = run(spark, tmp_path, "own", **{"task.hosts.max": 0})
+    assert shared == own
+    sockets = socket_dir(str(tmp_path / "shared" / "state"), "small-shared")
+    hosts = {f"{t}.sock" for t in ("0_0", "1_0", "2_0", "0_1", "1_1")}
+    assert {name for name in os.listdir(sockets) if name.endswith(".sock")} == {
+        *hosts,
+        "server.sock",
+    }
+
+
+def test_a_task_lives_in_the_host_of_its_number_modulo_task_hosts_max() -> None:
+    config = StreamsConfig.from_dict(
+        {"application.id": "a", "topics.root": "/tmp/x", "task.hosts.max": 5}
+    )
+    plan = BatchPlan(
+        thread=ThreadPlan(three_levels(), config, "/tmp/x", "owner"),
+        outputs={},
+        staging_dir="",
+        sources={},
+        positions={},
+        transaction=None,
+    )
+    # numbered 0_0, 1_0, 2_0, 0_1, 1_1 | 2_1, 0_2, 1_2, 2_2, 0_3 | 1_3, 2_3
+    assert [plan.host_of(t) for t in ("0_0", "1_1", "2_1", "0_2", "0_3", "1_3", "2_3")] == [
+        "0_0",
+        "1_1",
+        "0_0",
+        "1_0",
+        "1_1",
+        "0_0",
+        "1_0",
+    ]
+    own = StreamsConfig.from_dict(
+        {"application.id": "a", "topics.root": "/tmp/x", "task.hosts.max": 0}
+    )
+    unbounded = dataclasses.replace(plan, thread=ThreadPlan(three_levels(), own, "/tmp/x", "o"))
+    assert unbounded.host_of("2_3") == "2_3"
