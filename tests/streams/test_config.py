@@ -81,6 +81,7 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "statestore.uncommitted.max.bytes": str(64 * 1024 * 1024),
         "max.poll.records": "1000",
         "batch.spark.partitions": "0",
+        "task.hosts.max": "64",
         "metadata.max.age.ms": "300000",
         "poll.ms": "100",
         "stall.timeout.ms": "0",
