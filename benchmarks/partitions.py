@@ -16,6 +16,7 @@ time ``streams-eos status`` takes to collect the application's status from stora
 the driver's resident memory.
 
     python benchmarks/partitions.py [--partitions 4,64] [--large 1000] [--batch-lines 200]
+                                    [--config task.hosts.max=8 ...]
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def run_case(
         "statestore.snapshot.interval": 0,
         "log.retention.ms": -1,  # the input's timestamps are synthetic (long past)
         "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
+        **dict(item.split("=", 1) for item in args.config),
     }
     app = StreamsApp(wc.build_topology(), config, spark=spark)
     progress: list[BatchProgress] = []
@@ -113,6 +115,9 @@ def main() -> None:
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--commit-interval-ms", type=int, default=100)
+    parser.add_argument(
+        "--config", action="append", default=[], help="KEY=VALUE: a configuration key for every run"
+    )
     args = parser.parse_args()
     counts = [int(p) for p in args.partitions.split(",")]
     print(machine())

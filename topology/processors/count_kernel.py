@@ -12,6 +12,8 @@ fold, without a step per record.
 
 from __future__ import annotations
 
+import operator
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -80,7 +82,7 @@ class Stored(NamedTuple):
 
 def parse(raws: list[bytes | None]) -> Stored | None:
     """The stored ``ValueAndTimestamp<Long>`` entries; None when one is not 16 bytes."""
-    present = np.fromiter((raw is not None for raw in raws), bool, len(raws))
+    present = np.fromiter(map(operator.is_not, raws, repeat(None)), bool, len(raws))
     counts = np.zeros(len(raws), np.int64)
     stamps = np.zeros(len(raws), np.int64)
     if present.any():
@@ -146,9 +148,9 @@ def every_update(
         fresh = ~present if groups.rank is None else ~present & (groups.rank == 0)
         for i in np.flatnonzero(fresh).tolist():
             olds[i] = None  # a key's first count replaces nothing
-        changes = [_new(Change, pair) for pair in zip(news, olds, strict=True)]
+        changes = list(map(_new, repeat(Change), zip(news, olds, strict=True)))
     else:
-        changes = [_new(Change, (new, None)) for new in news]
+        changes = list(map(_new, repeat(Change), zip(news, repeat(None))))
     return Updates(changes, stamps.tolist()), stamps[groups.last]
 
 

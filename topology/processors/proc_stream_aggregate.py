@@ -238,7 +238,7 @@ class StreamCountProcessor(StreamAggregateProcessor):
             decoded = deserialize_column(key_serde, topic, groups.keys)
         except SerializationError:
             return False
-        if any(key is None for key in decoded):  # a serde reading these bytes as no key
+        if None in decoded:  # a serde reading these bytes as no key
             return False
         if not same_bytes(key_serde, store.key_serde):
             raw_keys = store.raw_keys(decoded)
