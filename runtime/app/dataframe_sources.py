@@ -48,6 +48,7 @@ from runtime.app.dataframe_staging import (
     stage_task,
     staged_files,
 )
+from runtime.spark.checkpoint import is_local_location, start_with_file_system_logs
 from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
 from topology.graph.graph import SourceSpec
@@ -189,14 +190,16 @@ class DataFrameIngest:
     def start(self, spark: SparkSession) -> StreamingQuery:
         """Start the source's query."""
         del spark  # the DataFrame's own session runs it
-        self.query = (
+        writer = (
             self.df.select(*self.columns.names())
             .writeStream.foreachBatch(self._batch)
             .queryName(f"streams-{self.application_id}-source-{self.name}")
-            .option("checkpointLocation", self.checkpoint)
             .trigger(processingTime=f"{self.trigger_ms} milliseconds")
-            .start()
         )
+        if is_local_location(self.checkpoint):  # an atomic rename keeps its logs safe
+            self.query = start_with_file_system_logs(self.df.sparkSession, writer, self.checkpoint)
+        else:
+            self.query = writer.option("checkpointLocation", self.checkpoint).start()
         self._started.set()
         return self.query
 
