@@ -14,6 +14,7 @@ from common.errors import StreamsError, TopologyError
 from statestores.api import ChangelogCollector, StateStore
 from topology.api.processor import PunctuationType, Punctuator
 from topology.api.record import Headers, Record
+from topology.engine.columnar import record_entry
 from topology.engine.task_api import TaskView
 
 if TYPE_CHECKING:
@@ -86,6 +87,13 @@ class NodeContext:
         if len(batch.keys):
             for fn in self._batch_children:
                 fn(batch)
+
+    def record_by_record(self, forward: Forward) -> BatchForward:
+        """Return an entry feeding a batch to ``forward`` record by record, each with the
+        record context the record engine gives it
+        (:func:`~topology.engine.columnar.record_entry`): how a batch node runs what reads
+        its record's context (a user's transformer)."""
+        return record_entry(self._task, forward)
 
     def set_timestamp(self, timestamp: int) -> None:
         """Make ``timestamp`` the current record's (what a store write is stamped with)

@@ -10,23 +10,32 @@ joins both paths. Old values are computed only when downstream asked for them.
 
 The DSL records these nodes in :mod:`topology.dsl.join_build` (stream-table and
 stream-global-table) and :mod:`topology.dsl.join_table_build` (table-table).
+
+This module holds the stream-table joins; the table-table joins are in
+:mod:`topology.processors.join_table_table`. Every public name is importable from here.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from common.errors import TopologyError
-from statestores.api import PUT_RETURN_CODE_NOT_PUT
 from statestores.versioned_store import MeteredVersionedKeyValueStore
 from topology.api.processor import Processor
-from topology.api.record import Record, ValueAndTimestamp, make_change
+from topology.api.record import Record
 from topology.engine.columnar import Batch
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 from topology.processors.join_grace import GraceBuffer
+from topology.processors.join_table_table import (
+    TableJoinGetter,
+    TableJoinMergeProcessor,
+    TableJoinMode,
+    TableTableJoinProcessor,
+    runs_transformer,
+)
 from topology.processors.joins import (
     DerivedGetter,
     GetterSupplier,
@@ -36,18 +45,19 @@ from topology.processors.joins import (
     call_joiner,
     get_many,
 )
-from topology.processors.proc_table import (
-    PUT_RETURN_CODE_IS_LATEST,
-    TableParams,
-    TupleForwarder,
-    put_table,
-)
+
+__all__ = [
+    "StreamTableJoinProcessor",
+    "TableJoinGetter",
+    "TableJoinMergeProcessor",
+    "TableJoinMode",
+    "TableTableJoinProcessor",
+    "runs_transformer",
+    "versioned_reader",
+]
 
 _LOG = logging.getLogger(__name__)
 _new = tuple.__new__
-_UNKNOWN = -1
-#: Which join a table-table side runs: ``right`` is the right side of a left join.
-TableJoinMode = Literal["inner", "left", "right", "outer"]
 
 
 class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
@@ -209,159 +219,6 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
             taken = batch if len(keep) == len(ks) else batch.take(keep)
             context: Any = self.context
             context.forward_batch(taken.with_values(joined))
-
-
-class TableTableJoinProcessor(Processor[Any, Any, Any, Any]):
-    """One side of a table-table join: an update here is joined with the other side's
-    current value.
-
-    Args:
-        name: the node name.
-        mode: the join seen from this side (``right``: right side of a left join).
-        is_left: this is the left table (the joiner takes ``(left, right)``).
-        getter: how to read the other table.
-        joiner: the user's ``(left, right) -> result``.
-        params: the join's shared params (``send_old_values``).
-    """
-
-    context: NodeContext
-
-    def __init__(  # noqa: PLR0917 - one supplier per side
-        self,
-        name: str,
-        mode: TableJoinMode,
-        is_left: bool,
-        getter: GetterSupplier,
-        joiner: Callable[[Any, Any], Any],
-        params: TableParams,
-    ) -> None:
-        self.name = name
-        self.mode = mode
-        self.is_left = is_left
-        self.getter: ValueGetter = getter.make()
-        self.fn = joiner
-        self.params = params
-        self.dropped = 0
-
-    def init(self, context: Any) -> None:
-        """Open the other table's stores."""
-        self.context = context
-        self.getter.init(context)
-
-    def _join(self, this: Any, other: Any) -> Any:
-        left, right = (this, other) if self.is_left else (other, this)
-        try:
-            return self.fn(left, right)
-        except Exception as exc:
-            raise user_error(self.name, self.fn, exc, "value joiner") from exc
-
-    def process(self, record: Record[Any, Any]) -> None:
-        """Join the change with the other side and forward the joined change. An update
-        that is not its key's latest version (from a versioned table, KIP-914) is dropped,
-        counted in ``dropped-records``: a join result reflects the latest values only."""
-        key, change, ts = record[0], record[1], record[2]
-        if key is None:
-            self.dropped += 1
-            return
-        if not change.is_latest:
-            self._skip_out_of_order()
-            return
-        found = self.getter.get(key)
-        other = None if found is None else found[0]
-        new_value, old_value = change[0], change[1]
-        send_old, mode = self.params.send_old_values, self.mode
-        if other is None and (
-            mode in ("inner", "right") or (new_value is None and old_value is None)
-        ):
-            return
-        result_ts = max(ts, _UNKNOWN if found is None else found[1])
-        new = old = None
-        if mode == "right":
-            new = self._join(new_value, other)
-            old = self._join(old_value, other) if send_old else None
-        elif mode == "outer":
-            if other is not None or new_value is not None:
-                new = self._join(new_value, other)
-            if send_old and (other is not None or old_value is not None):
-                old = self._join(old_value, other)
-        else:
-            new = None if new_value is None else self._join(new_value, other)
-            old = self._join(old_value, other) if send_old and old_value is not None else None
-        self.context.forward(_new(Record, (key, make_change(new, old, True), result_ts, record[3])))
-
-    def _skip_out_of_order(self) -> None:
-        """Drop an out-of-order update of a versioned table, as Kafka's table-table joins
-        (an update of a table that is not versioned always is the latest)."""
-        self.dropped += 1
-        self.context.record_dropped()
-        _LOG.info(
-            "Skipping out-of-order record from versioned table while performing table-table join."
-        )
-
-
-class TableJoinMergeProcessor(Processor[Any, Any, Any, Any]):
-    """Merge both sides' joined changes; store them when the result is materialized
-    (Kafka's ``KTableKTableJoinMerger``)."""
-
-    def __init__(self, params: TableParams) -> None:
-        self.params = params
-
-    def init(self, context: Any) -> None:
-        """Open the result store when materialized."""
-        self.context = context
-        self.store: Any = None
-        if self.params.store_name is not None:
-            self.store = context.get_state_store(self.params.store_name)
-            self.forwarder = TupleForwarder(self.store, context, self.params.send_old_values)
-
-    def process(self, record: Record[Any, Any]) -> None:
-        """Store (when materialized) and forward; a materialized result forwards whether
-        its store took the update as the latest version (KIP-914)."""
-        key, change, ts = record[0], record[1], record[2]
-        old = change[1] if self.params.send_old_values else None
-        if self.store is None:
-            if old is not change[1]:
-                record = _new(
-                    Record, (key, make_change(change[0], None, change.is_latest), ts, record[3])
-                )
-            self.context.forward(record)
-            return
-        code = put_table(self.store, key, change[0], ts)
-        if code != PUT_RETURN_CODE_NOT_PUT:
-            out = make_change(change[0], old, code == PUT_RETURN_CODE_IS_LATEST)
-            self.forwarder.maybe_forward(_new(Record, (key, out, ts, record[3])))
-
-
-class TableJoinGetter:
-    """Compute a non-materialized join result by key from both sides' getters (the
-    ``view()`` of Kafka's table-table join processors)."""
-
-    def __init__(
-        self, mode: TableJoinMode, left: ValueGetter, right: ValueGetter, joiner: Any
-    ) -> None:
-        self.mode = mode
-        self.left = left
-        self.right = right
-        self.joiner = joiner
-
-    def init(self, context: Any) -> None:
-        """Open both sides' stores."""
-        self.left.init(context)
-        self.right.init(context)
-
-    def get(self, key: Any) -> ValueAndTimestamp[Any] | None:
-        """Return the joined value of ``key`` and the larger timestamp, or None."""
-        left = self.left.get(key)
-        if left is None and self.mode != "outer":
-            return None
-        right = self.right.get(key)
-        if right is None and self.mode == "inner":
-            return None
-        if left is None and right is None:
-            return None
-        ts = max(_UNKNOWN if left is None else left[1], _UNKNOWN if right is None else right[1])
-        value = self.joiner(None if left is None else left[0], None if right is None else right[0])
-        return ValueAndTimestamp(value, ts)
 
 
 def versioned_reader(getter: Any) -> Any:

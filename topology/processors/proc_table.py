@@ -1,143 +1,66 @@
-"""Processors of KTables: source, filter, map_values, to_stream, group_by's re-keying, and
-the forwarder that emits table updates on cache flush (Kafka's
-``TimestampedTupleForwarder``).
+"""Processors of KTables: the source, ``to_stream`` and ``group_by``'s re-keying.
 
 Table processors pass :class:`~topology.api.record.Change` values (new and, when a downstream
 operator asked for it, old). Stores hold :class:`~topology.api.record.ValueAndTimestamp`.
+
+This module holds the source (Kafka's ``KTableSource``), ``to_stream`` and the re-keying
+(``KTableRepartitionMap``); ``filter``, ``map_values`` and ``transform_values`` are in
+:mod:`topology.processors.table_transform`, how table nodes store and forward their updates
+(:class:`TableParams`, :func:`put_table`, :class:`TupleForwarder`) in
+:mod:`topology.processors.table_forward`. Every public name is importable from here.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from common.errors import StreamsError
-from statestores.api import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_VALID_TO_UNDEFINED
-from statestores.caching import cache_max_bytes
+from statestores.api import PUT_RETURN_CODE_NOT_PUT
 from statestores.versioned_store import MeteredVersionedKeyValueStore
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp, make_change
-from topology.engine.columnar import Batch, rows_at
+from topology.engine.columnar import Batch
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
+from topology.processors.table_forward import (
+    PUT_RETURN_CODE_IS_LATEST,
+    AnyRecord,
+    TableParams,
+    TableStoreProcessor,
+    TupleForwarder,
+    put_table,
+)
+from topology.processors.table_transform import (
+    ForwardingDisabledContext,
+    TableFilterProcessor,
+    TableMapValuesProcessor,
+    TableTransformValuesProcessor,
+)
+
+__all__ = [
+    "PUT_RETURN_CODE_IS_LATEST",
+    "AnyRecord",
+    "ForwardingDisabledContext",
+    "TableFilterProcessor",
+    "TableMapValuesProcessor",
+    "TableParams",
+    "TableRepartitionMapProcessor",
+    "TableSourceProcessor",
+    "TableStoreProcessor",
+    "TableToStreamProcessor",
+    "TableTransformValuesProcessor",
+    "TupleForwarder",
+    "put_table",
+]
 
 _LOG = logging.getLogger(__name__)
 _new = tuple.__new__
-AnyRecord = Record[Any, Any]
-#: What :func:`put_table` returns for the latest version of its key (Kafka's
-#: ``KeyValueStoreWrapper.PUT_RETURN_CODE_IS_LATEST``).
-PUT_RETURN_CODE_IS_LATEST = PUT_RETURN_CODE_VALID_TO_UNDEFINED
 
 
-@dataclass(slots=True)
-class TableParams:
-    """What a table node does, settled while the DSL is recorded: its store (``None``: not
-    materialized) and whether downstream needs old values. Shared with its supplier."""
-
-    store_name: str | None = None
-    send_old_values: bool = False
-    #: The parent table is versioned (Kafka's ``useVersionedSemantics``, KIP-914): a
-    #: filter then forwards a deletion even when both old and new values are null.
-    versioned_semantics: bool = False
-
-
-def put_table(store: Any, key: Any, value: Any, timestamp: int) -> int:
-    """Write a table update into a timestamped or a versioned store (Kafka's
-    ``KeyValueStoreWrapper.put``).
-
-    Returns:
-        :data:`PUT_RETURN_CODE_IS_LATEST` when the update is its key's latest version (a
-        timestamped store's always is), ``PUT_RETURN_CODE_NOT_PUT`` when a versioned store
-        did not take it (older than its history retention: not forwarded either, KIP-914),
-        else the ``valid_to`` of a version put into a versioned store's history.
-    """
-    if isinstance(store, MeteredVersionedKeyValueStore):
-        return store.put(key, value, timestamp)
-    store.put(key, None if value is None else ValueAndTimestamp(value, timestamp))
-    return PUT_RETURN_CODE_IS_LATEST
-
-
-class TupleForwarder:
-    """Forward table updates directly, or, when the store caches, on flush."""
-
-    def __init__(self, store: Any, context: Any, send_old_values: bool) -> None:
-        self.context = context
-        self.send_old_values = send_old_values
-        self.cached = bool(
-            store.set_flush_listener(
-                self._on_flush, self._on_flush_batch, old_values=send_old_values
-            )
-        )
-        #: Whether updates wait in the cache (one of size 0 forwards each write at once).
-        self.buffered = self.cached and cache_max_bytes(context.app_config) > 0
-        #: While set, what the cache hands on is not forwarded (a batch node forwarded it).
-        self.muted = False
-
-    def maybe_forward(self, record: AnyRecord) -> None:
-        """Forward ``record`` (a Change value) unless the cache will forward it on flush."""
-        if not self.cached:
-            self.context.forward(record)
-
-    def forward_folded(
-        self,
-        batch: Batch,
-        index: list[int],
-        keys: list[Any],
-        changes: list[Any],
-        stamps: list[int],
-    ) -> None:
-        """Forward the updates a batch node folded, one per record at ``index`` of
-        ``batch``, as one batch (a cache of size 0 forwards them without headers)."""
-        if not index:
-            return
-        hs = None if self.cached else batch.headers
-        self.context.forward_batch(
-            Batch(
-                keys,
-                changes,
-                stamps,
-                None if hs is None else [hs[i] for i in index],
-                rows_at(batch.rows, index),
-            )
-        )
-
-    def _on_flush_batch(
-        self, keys: list[Any], news: list[Any], olds: list[Any], timestamps: list[int]
-    ) -> None:
-        """A flush's updates: one batch to the children (columnar), else one by one."""
-        if self.muted:
-            return
-        context = self.context
-        if not context.forwards_batches():
-            for key, new, old, ts in zip(keys, news, olds, timestamps, strict=True):
-                self._on_flush(key, new, old, ts)
-            return
-        send_old = self.send_old_values
-        changes = [
-            Change(None if new is None else new[0], None if old is None or not send_old else old[0])
-            for new, old in zip(news, olds, strict=True)
-        ]
-        stamps = [ts if new is None else new[1] for new, ts in zip(news, timestamps, strict=True)]
-        context.forward_batch(Batch(keys, changes, stamps, None, range(len(keys))))
-
-    def _on_flush(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
-        if self.muted:
-            return
-        value = Change(
-            None if new is None else new[0],
-            None if old is None or not self.send_old_values else old[0],
-        )
-        ts = new[1] if new is not None else timestamp
-        self.context.forward(_new(Record, (key, value, ts, ())))
-
-
-class TableSourceProcessor(Processor[Any, Any, Any, Any]):
+class TableSourceProcessor(TableStoreProcessor):
     """Turn a topic's records into table updates; materialize them when asked. Null keys
     are dropped; a null value deletes the key (a tombstone)."""
-
-    context: NodeContext
 
     def __init__(self, name: str, params: TableParams) -> None:
         self.name = name
@@ -146,11 +69,7 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
 
     def init(self, context: Any) -> None:
         """Open the store when materialized."""
-        self.context = context
-        self.store: Any = None
-        if self.params.store_name is not None:
-            self.store = context.get_state_store(self.params.store_name)
-            self.forwarder = TupleForwarder(self.store, context, self.params.send_old_values)
+        super().init(context)
         self.versioned = isinstance(self.store, MeteredVersionedKeyValueStore)
 
     def process(self, record: AnyRecord) -> None:
@@ -253,161 +172,6 @@ class TableSourceProcessor(Processor[Any, Any, Any, Any]):
             )
 
 
-class _TableTransform(Processor[Any, Any, Any, Any]):
-    """A table operator computing its value from the parent's change, optionally
-    materialized into its own store."""
-
-    def __init__(self, name: str, fn: Callable[..., Any], params: TableParams) -> None:
-        self.name = name
-        self.fn = fn
-        self.params = params
-
-    def init(self, context: Any) -> None:
-        """Open the store when materialized."""
-        self.context = context
-        self.store: Any = None
-        if self.params.store_name is not None:
-            self.store = context.get_state_store(self.params.store_name)
-            self.forwarder = TupleForwarder(self.store, context, self.params.send_old_values)
-
-    def compute(self, key: Any, value: Any) -> Any:
-        """Return the new value for the parent's ``value`` (``None`` stays ``None``)."""
-        raise NotImplementedError
-
-    def skips(self, new: Any, old: Any) -> bool:
-        """Whether an update is not forwarded at all (only a filter skips some)."""
-        return False
-
-    def process(self, record: AnyRecord) -> None:
-        """Transform the change, store it (when materialized) and forward it: a
-        materialized node forwards whether its own store took the update as the latest
-        version (KIP-914), one that is not forwards the parent's ``is_latest``."""
-        key, change, ts = record[0], record[1], record[2]
-        try:
-            new = self.compute(key, change[0])
-            old = None
-            if self.params.send_old_values:
-                if self.store is not None:
-                    stored = self.store.get(key)
-                    old = None if stored is None else stored[0]
-                else:
-                    old = self.compute(key, change[1])
-        except Exception as exc:
-            raise user_error(self.name, self.fn, exc) from exc
-        if self.skips(new, old):
-            return
-        if self.store is None:
-            self.context.forward(
-                _new(Record, (key, make_change(new, old, change.is_latest), ts, record[3]))
-            )
-            return
-        code = put_table(self.store, key, new, ts)
-        if code != PUT_RETURN_CODE_NOT_PUT:
-            out = make_change(new, old, code == PUT_RETURN_CODE_IS_LATEST)
-            self.forwarder.maybe_forward(_new(Record, (key, out, ts, record[3])))
-
-
-class TableFilterProcessor(_TableTransform):
-    """Keep values for which ``fn(key, value)`` holds (``negate``: does not); a filtered
-    out update becomes a deletion, as Kafka's ``KTableFilter``."""
-
-    def __init__(
-        self, name: str, fn: Callable[[Any, Any], bool], params: TableParams, negate: bool
-    ) -> None:
-        super().__init__(name, fn, params)
-        self.negate = negate
-
-    def compute(self, key: Any, value: Any) -> Any:
-        """Return ``value`` if it passes, else ``None``."""
-        if value is None:
-            return None
-        return value if bool(self.fn(key, value)) is not self.negate else None
-
-    def skips(self, new: Any, old: Any) -> bool:
-        """Skip a deletion of a row that was not there when old values are sent, unless
-        the parent table is versioned (Kafka's ``KTableFilter``: an out-of-order update
-        must reach a versioned table downstream even then)."""
-        params = self.params
-        return (
-            params.send_old_values
-            and not params.versioned_semantics
-            and old is None
-            and new is None
-        )
-
-
-class TableMapValuesProcessor(_TableTransform):
-    """Map each value with ``fn(value)`` (or ``fn(key, value)``)."""
-
-    def __init__(
-        self, name: str, fn: Callable[..., Any], params: TableParams, with_key: bool
-    ) -> None:
-        super().__init__(name, fn, params)
-        self.with_key = with_key
-
-    def compute(self, key: Any, value: Any) -> Any:
-        """Return the mapped value."""
-        if value is None:
-            return None
-        return self.fn(key, value) if self.with_key else self.fn(value)
-
-
-class ForwardingDisabledContext:
-    """The node's context as a value transformer sees it: everything but forwarding (Kafka's
-    ``ForwardingDisabledProcessorContext``), so the key cannot change."""
-
-    __slots__ = ("_context",)
-
-    def __init__(self, context: Any) -> None:
-        self._context = context
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
-
-    def forward(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse: the transformed value is the transformer's only output."""
-        raise StreamsError(
-            "ProcessorContext#forward() is not supported from this context, as the framework "
-            "must ensure the key is not changed (#forward allows changing the key on messages "
-            "which are sent). Use KStream.map() instead."
-        )
-
-
-class TableTransformValuesProcessor(_TableTransform):
-    """Transform each value with a user's transformer (Kafka's ``KTableTransformValues``):
-    ``supplier()`` makes one per processor, initialised with the node's context (the
-    stores connected to it); ``transform(key, value)`` sees deletions too (``None``)."""
-
-    def __init__(self, name: str, supplier: Callable[[], Any], params: TableParams) -> None:
-        super().__init__(name, supplier, params)
-        self.transformer: Any = None
-
-    def init(self, context: Any) -> None:
-        """Open the store when materialized; make and initialise the transformer."""
-        super().init(context)
-        self.transformer = self.fn()
-        if self.transformer is None:
-            raise user_error(
-                self.name,
-                self.fn,
-                TypeError("the supplier returned None; return a new transformer each call"),
-                "transformer supplier",
-            )
-        init = getattr(self.transformer, "init", None)
-        if init is not None:
-            init(ForwardingDisabledContext(context))
-
-    def compute(self, key: Any, value: Any) -> Any:
-        """Return ``transform(key, value)``."""
-        return self.transformer.transform(key, value)
-
-    def close(self) -> None:
-        """Close the transformer."""
-        close = getattr(self.transformer, "close", None)
-        if close is not None:
-            close()
-
-
 class TableToStreamProcessor(Processor[Any, Any, Any, Any]):
     """Forward each update's new value as a stream record (a deletion as ``None``)."""
 
@@ -432,6 +196,8 @@ class TableRepartitionMapProcessor(Processor[Any, Any, Any, Any]):
     subtraction and the new value to its new group as an addition (one record when both
     land in the same group), as Kafka's ``KTableRepartitionMap``."""
 
+    context: NodeContext
+
     def __init__(self, name: str, fn: Callable[[Any, Any], tuple[Any, Any]]) -> None:
         self.name = name
         self.fn = fn
@@ -448,6 +214,32 @@ class TableRepartitionMapProcessor(Processor[Any, Any, Any, Any]):
         key, change, ts, headers = record
         if not change.is_latest:
             return
+        for group, value in self._regrouped(key, change):
+            self.forward(_new(Record, (group, value, ts, headers)))
+
+    def process_batch(self, batch: Batch) -> None:
+        """Re-key a batch of updates (the selector called as one record at a time does:
+        a record's new value, then its old one) and forward what they become as one
+        batch, each record's in :meth:`process`'s order."""
+        index: list[int] = []
+        keys: list[Any] = []
+        values: list[Any] = []
+        regrouped = self._regrouped
+        for i, key, change in zip(range(len(batch)), batch.keys, batch.values, strict=True):
+            if change.is_latest:
+                for group, value in regrouped(key, change):
+                    index.append(i)
+                    keys.append(group)
+                    values.append(value)
+        if index:
+            part = batch.take(index)
+            self.context.forward_batch(
+                Batch(keys, values, part.timestamps, part.headers, part.rows)
+            )
+
+    def _regrouped(self, key: Any, change: Any) -> tuple[tuple[Any, Change[Any]], ...]:
+        """The ``(group, change)`` records an update becomes: the old group's subtraction,
+        then the new group's addition, or one record when the groups are the same."""
         new: Any
         old: Any
         try:
@@ -458,9 +250,6 @@ class TableRepartitionMapProcessor(Processor[Any, Any, Any, Any]):
         new_ok = new is not None and new[0] is not None and new[1] is not None
         old_ok = old is not None and old[0] is not None and old[1] is not None
         if new_ok and old_ok and new[0] == old[0]:
-            self.forward(_new(Record, (new[0], Change(new[1], old[1]), ts, headers)))
-            return
-        if old_ok:
-            self.forward(_new(Record, (old[0], Change(None, old[1]), ts, headers)))
-        if new_ok:
-            self.forward(_new(Record, (new[0], Change(new[1], None), ts, headers)))
+            return ((new[0], Change(new[1], old[1])),)
+        added = ((new[0], Change(new[1], None)),) if new_ok else ()
+        return ((old[0], Change(None, old[1])), *added) if old_ok else added
