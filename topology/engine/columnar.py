@@ -4,7 +4,8 @@ A task processes one topic-partition's records of a poll (``StreamTask.process_c
 as a :class:`Batch`: keys, values, timestamps and headers as lists, plus each record's
 input row. A node that can take a batch whole (the stateless DSL operators, the stream, table,
 time-, sliding- and session-windowed aggregations (session windows emitting on update),
-table sources, stream-table and stream-stream joins (inner, left and outer), sinks) has a
+table sources, a table's filter, map_values, transform_values and group_by re-keying,
+stream-table, stream-stream and table-table joins (inner, left and outer), sinks) has a
 ``process_batch``: the user's function is called once per record and nothing else is. Any
 other node (a Processor-API node, an emit-on-close session or sliding window,
 ``suppress``) gets a batch through :func:`record_entry`, which feeds
