@@ -59,6 +59,7 @@ SERVER_START_S = 30.0
 IN_FLIGHT = 16
 
 _last_plan: list[Any] = [None, b""]  # plan, its pickled fields of the batch
+_last_thread: list[Any] = [None, b""]  # a thread plan, pickled
 
 
 class TaskHostError(StreamsError):
@@ -263,15 +264,25 @@ def _send_starting(
     """Send a visit to its host ``host`` on this executor, having the server fork the host
     first when none is alive (the server listens on the host's socket before it forks, so
     the visit waits there while the next host starts): a batch's new hosts start one after
-    another but run their first visits side by side. None: no host took it."""
+    another but run their first visits side by side. A new host knows no thread plan: its
+    first request carries it (asked for only when the answer is read, the new hosts' first
+    visits would run one after another). None: no host took it."""
     sock = _send_local(directory, host, header, body)
     if sock is None:
         try:
             _ensure_host(directory, host, plan, executor_id())
         except TaskHostError:
             return None  # run alone, with its retries and their errors
-        sock = _send_local(directory, host, header, body)
+        sock = _send_local(directory, host, {**header, "thread": _thread_bytes(plan)}, body)
     return sock
+
+
+def _thread_bytes(plan: BatchPlan) -> bytes:
+    """The batch's thread plan, pickled (cached for the last thread plan)."""
+    if _last_thread[0] is not plan.thread:
+        _last_thread[:] = [plan.thread, plan.thread.pickled()]
+    data: bytes = _last_thread[1]
+    return data
 
 
 def _answer(
@@ -282,7 +293,7 @@ def _answer(
         try:
             answer, payload = recv_frame(sock)
             if answer.get("need_thread"):  # a new host: the thread plan, once
-                send_frame(sock, {**header, "thread": plan.thread.pickled()}, body)
+                send_frame(sock, {**header, "thread": _thread_bytes(plan)}, body)
                 answer, payload = recv_frame(sock)
         except (PeerGoneError, OSError):
             return None
@@ -359,7 +370,7 @@ def _exchange(
     send_frame(sock, header, body)
     answer, payload = recv_frame(sock)
     if answer.get("need_thread"):  # a new host: the thread plan, once
-        send_frame(sock, {**header, "thread": plan.thread.pickled()}, body)
+        send_frame(sock, {**header, "thread": _thread_bytes(plan)}, body)
         answer, payload = recv_frame(sock)
     return answer, payload
 
