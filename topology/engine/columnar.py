@@ -3,12 +3,12 @@
 A task processes one topic-partition's records of a poll (``StreamTask.process_columns``)
 as a :class:`Batch`: keys, values, timestamps and headers as lists, plus each record's
 input row. A node that can take a batch whole (the stateless DSL operators, the stream, table,
-time-, sliding- and session-windowed aggregations (session windows emitting on update),
-table sources, a table's filter, map_values, transform_values and group_by re-keying,
-stream-table, stream-stream and table-table joins (inner, left and outer), sinks) has a
-``process_batch``: the user's function is called once per record and nothing else is. Any
-other node (a Processor-API node, an emit-on-close session or sliding window,
-``suppress``) gets a batch through :func:`record_entry`, which feeds
+time-, sliding- and session-windowed aggregations (emitting on update or on window
+close), ``suppress``, table sources, a table's filter, map_values, transform_values and
+group_by re-keying, stream-table, stream-stream and table-table joins (inner, left and
+outer), sinks) has a ``process_batch``: the user's function is called once per record and
+nothing else is. Any other node (a Processor-API node) gets a batch through
+:func:`record_entry`, which feeds
 it record by record with the record context a record-at-a-time run gives it (the input
 record's offset and headers, the stream time up to that record), so it behaves exactly as
 in the record engine.

@@ -5,11 +5,11 @@ Decided from the topology and the configuration alone, as a task decides when it
 under the columnar engine a source runs columnar where taking its records node by node
 cannot change a result (:func:`~topology.engine.columnar.columnar_source`); below such a
 source, each node takes the batch whole when it has a batch path (the stateless DSL
-operators, the stream, windowed, sliding and session aggregations, table sources, a sink of
-one topic with the default partitioner, stream-table and stream-stream joins), and is fed
-the batch record by record otherwise (a Processor-API node, a ``transform_values``
-transformer, which reads its record's context, an emit-on-close session or sliding
-window, ``suppress``). A
+operators, the stream, windowed, sliding and session aggregations, emitting on update or on
+window close, ``suppress``, table sources, a sink of one topic with the default
+partitioner, stream-table and stream-stream joins), and is fed the batch record by record
+otherwise (a Processor-API node, a ``transform_values`` transformer, which reads its
+record's context). A
 source whose only child is a count or a windowed count hands it the raw Arrow columns. A
 sink writing a count's repartition topic combines each batch per key, a windowed count's
 per key and window set (inside a batch that shuffles it).

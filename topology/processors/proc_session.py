@@ -12,17 +12,21 @@ Under emit-on-close nothing is forwarded per update: after each record, the sess
 ended before ``observed stream time - gap - grace`` go out once, by end, start, then key
 bytes, each stamped with its end (Kafka's time-ordered session store's scan).
 
-A batch (emitting on update) is folded in memory where the store's retention cannot
-change a result (:meth:`SessionWindowAggregateProcessor.process_batch`): each key's
-sessions read once, merged record by record as :meth:`~SessionWindowAggregateProcessor.
-process` merges them, written once each (the cache's dirty order), every update forwarded
-as one batch when nothing caches them.
+A batch is folded in memory where the store's retention cannot change a result
+(:meth:`SessionWindowAggregateProcessor.process_batch`, :mod:`topology.processors.
+session_fold`): each key's sessions read once, merged record by record as
+:meth:`~SessionWindowAggregateProcessor.process` merges them, written once each (the
+cache's dirty order), every update forwarded as one batch when nothing caches them. A
+record that cannot start such a run goes alone, in its own record context. Under
+emit-on-close the batch is cut at the records that emit closed sessions (see
+:mod:`topology.processors.close_batch`): each of those goes alone, after the writes of
+the records before it, and emits what the store then holds.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
+from itertools import accumulate, islice
 from typing import Any
 
 from statestores.api import Window, Windowed
@@ -30,15 +34,13 @@ from statestores.caching import cache_max_bytes
 from topology.api.emit import ON_WINDOW_UPDATE, EmitStrategy
 from topology.api.record import Change, Record
 from topology.engine.columnar import Batch, rows_at
-from topology.engine.nodes import user_error
-from topology.processors.proc_aggregate import count_add, count_init
+from topology.processors.close_batch import ClosingAggregating, part
 from topology.processors.proc_table import TableParams
-from topology.processors.proc_window import AnyRecord, WindowedAggregating
+from topology.processors.proc_window import AnyRecord
+from topology.processors.session_fold import KeySessions, SessionFold
 from topology.processors.window_emit import forward_final
 
 _new = tuple.__new__
-_MIN_TIME = -(1 << 63)
-_MAX_TIME = (1 << 63) - 1
 
 
 class SessionTupleForwarder:
@@ -100,7 +102,7 @@ class SessionTupleForwarder:
         self.context.forward(_new(Record, (key, change, key.window.end, ())))
 
 
-class SessionWindowAggregateProcessor(WindowedAggregating):
+class SessionWindowAggregateProcessor(ClosingAggregating):
     """Aggregate into sessions separated by ``gap_ms`` of inactivity."""
 
     def __init__(  # noqa: PLR0917 - the aggregation's functions
@@ -119,19 +121,18 @@ class SessionWindowAggregateProcessor(WindowedAggregating):
         self.gap_ms = gap_ms
         self.grace_ms = grace_ms
         self.merger = merger
-        if not emit.on_close:  # emitting on close looks for closed sessions per record
-            self.process_batch = self._process_batch
 
     def make_forwarder(self) -> Any:
         """Return a forwarder stamping records with the session end."""
         return SessionTupleForwarder(self.store, self.context, self.send_old)
 
-    def process(self, record: AnyRecord) -> None:
-        """Merge the record's overlapping sessions and fold the record in."""
+    def _aggregate(self, record: AnyRecord) -> int | None:
+        """Merge the record's overlapping sessions and fold the record in (or drop it);
+        return the close time after it, None for a null key."""
         key, ts = record[0], record[2]
         if key is None:
             self.drop("null key", record)
-            return
+            return None
         self.observe(ts)
         close_time = self.observed_stream_time - self.grace_ms - self.gap_ms
         merged: list[tuple[Windowed[Any], Any]] = []
@@ -145,57 +146,81 @@ class SessionWindowAggregateProcessor(WindowedAggregating):
         window = Window(start, end)
         if end < close_time:
             self.drop("expired window", record, window)
-        else:
-            if start != ts or end != ts:
-                for session, value in merged:
-                    self.store.remove(session)
-                    self._forward(session, None, value, record)
-            agg = self.call(self.aggregator, key, record[1], agg)
-            session_key = Windowed(key, window)
-            self.store.put(session_key, agg)
-            self._forward(session_key, agg, None, record)
-        if self.emitter is not None:
-            self._emit_closed(record, close_time)
+            return close_time
+        if start != ts or end != ts:
+            for session, value in merged:
+                self.store.remove(session)
+                self._forward(session, None, value, record)
+        agg = self.call(self.aggregator, key, record[1], agg)
+        session_key = Windowed(key, window)
+        self.store.put(session_key, agg)
+        self._forward(session_key, agg, None, record)
+        return close_time
 
-    def _process_batch(self, batch: Batch) -> None:
+    def process_batch(self, batch: Batch) -> None:
         """Process a batch as :meth:`process` would, record by record, with the same
-        store contents, drops and updates: runs of records are folded in memory
-        (:meth:`_fold`); a record that cannot start a run (see :meth:`_run_end`) goes
-        through :meth:`process` alone."""
+        store contents, drops, updates and closed sessions: runs of records are folded in
+        memory (:meth:`_runs`); under emit-on-close the batch is cut at the records that
+        emit (see :mod:`topology.processors.close_batch`), each of which is aggregated
+        alone, after the writes of those before it, and emits what the store then holds,
+        in its own record context."""
         ks, ts = batch.keys, batch.timestamps
-        n, i = len(ks), 0
+        n = len(ks)
+        if self.emitter is None:
+            self._runs(batch, 0, n)
+            return
+        lookers = [i for i in range(n) if ks[i] is not None]  # a dropped record looks too
+        wait = self.grace_ms + self.gap_ms
+        seen = accumulate((ts[i] for i in lookers), max, initial=self.observed_stream_time)
+        closes = [time - wait for time in islice(seen, 1, None)]
+        self._process_closing(batch, lookers, closes, 1, self._runs)
+
+    def _runs(self, batch: Batch, lo: int, hi: int) -> None:
+        """Aggregate the records ``lo`` to ``hi`` of a batch (none of which emits closed
+        sessions): runs of records are folded in memory (:meth:`_fold`); a record that
+        cannot start a run (see :meth:`_run_end`) goes through :meth:`_aggregate` alone,
+        in its own record context where it forwards its updates at once (they may reach
+        nodes that read it)."""
+        ks, ts = batch.keys, batch.timestamps
         retention = getattr(self.store, "retention_period", None)
-        while i < n:
-            end = i if retention is None else self._run_end(ks, ts, i, retention)
-            if end == i:
-                self.context.set_timestamp(ts[i])
-                self.process(_new(Record, (ks[i], batch.values[i], ts[i], batch.header(i))))
-                i += 1
-            else:
+        # whether a record's updates are forwarded as it is aggregated (nothing caches
+        # them), then in its own record context (which the task keeps after it)
+        forwards = self.emitter is None and not self.forwarder.cached
+        i = lo
+        while i < hi:
+            end = i if retention is None else self._run_end(ks, ts, i, hi, retention)
+            if end > i:
                 self._fold(batch, i, end)
                 i = end
+            elif forwards:
+                self._one_by_one(part(batch, i, i + 1))
+                i += 1
+            else:
+                self.context.set_timestamp(ts[i])
+                self._aggregate(_new(Record, (ks[i], batch.values[i], ts[i], batch.header(i))))
+                i += 1
 
-    def _run_end(self, ks: list[Any], ts: list[int], start: int, retention: int) -> int:
-        """The end of the longest run from ``start`` that :meth:`_fold` may take: keys
-        hashable, and no session a record reaches (ending at ``t - gap`` or later) nor
-        one it writes expiring while the run goes on. The store's stream time (the
-        largest session end it took) stays at or below ``max(observed stream time, t)``
-        over the run, so its oldest live end stays at or below ``t_min - gap`` when
-        ``top - t_min <= retention - gap - 1``: the store's retention then changes no
-        read and no write, and reading each key's sessions once is reading them per
+    def _run_end(self, ks: list[Any], ts: list[int], start: int, stop: int, retention: int) -> int:
+        """The end (at most ``stop``) of the longest run from ``start`` that :meth:`_fold`
+        may take: keys hashable, and no session a record reaches (ending at ``t - gap``
+        or later) nor one it writes expiring while the run goes on. The store's stream
+        time (the largest session end it took) stays at or below ``max(observed stream
+        time, t)`` over the run, so its oldest live end stays at or below ``t_min - gap``
+        when ``top - t_min <= retention - gap - 1``: the store's retention then changes
+        no read and no write, and reading each key's sessions once is reading them per
         record."""
         reach = retention - self.gap_ms - 1
         top, low = self.observed_stream_time, None
-        rest = ts[start:] if start else ts
+        rest = ts[start:stop]
         newest = max(rest)
-        if max(top, newest) - min(rest) <= reach:  # the rest of the batch, if hashable
+        if max(top, newest) - min(rest) <= reach:  # the rest of the stretch, if hashable
             try:
-                set(ks[start:] if start else ks)
+                set(ks[start:stop])
             except TypeError:
                 pass
             else:
-                return len(ks)
-        for i in range(start, len(ks)):
+                return stop
+        for i in range(start, stop):
             key = ks[i]
             if key is None:
                 continue
@@ -208,7 +233,7 @@ class SessionWindowAggregateProcessor(WindowedAggregating):
             low = t if low is None or t < low else low
             if top - low > reach:
                 return i
-        return len(ks)
+        return stop
 
     def _fold(self, batch: Batch, lo: int, hi: int) -> None:
         """Fold the records ``lo`` to ``hi`` of a batch: each key's reachable sessions
@@ -230,10 +255,10 @@ class SessionWindowAggregateProcessor(WindowedAggregating):
         plain = len({type(k) for k in distinct}) <= 1  # then a key is its own slot
         slots = distinct if plain else {(type(k), k) for k in distinct}
         found = {
-            slot: _KeySessions(store.find_sessions(slot if plain else slot[1], first, last))
+            slot: KeySessions(store.find_sessions(slot if plain else slot[1], first, last))
             for slot in slots
         }
-        fold = _Fold(self, batch, found, plain)
+        fold = SessionFold(self, batch, found, plain)
         fold.run(lo, hi)
         set_timestamp = self.context.set_timestamp
         for (_slot, start, end), (key, value, i) in fold.writes():
@@ -243,17 +268,18 @@ class SessionWindowAggregateProcessor(WindowedAggregating):
                 store.remove(windowed)
             else:
                 store.put(windowed, value)
-        if not self.forwarder.cached:
+        if fold.collect:
             keys = [Windowed(k, Window(start, end)) for k, start, end in fold.out_keys]
             self.forwarder.forward_folded(batch, fold.out, keys, fold.changes)
 
-    def _emit_closed(self, record: AnyRecord, close_time: int) -> None:
+    def _emit_closed(self, record: AnyRecord, close_time: int, row: int | None = None) -> None:
         """Emit the sessions ending before ``close_time`` not emitted yet, each stamped
         with its end (after the record's writes, as Kafka's: a record may merge a session
-        that closes at this very record into a session still open)."""
+        that closes at this very record into a session still open); ``row`` as
+        :meth:`ClosingAggregating._emit_closed` takes it."""
         emitter = self.emitter
         assert emitter is not None
-        if not emitter.due(close_time):
+        if row is None and not emitter.due(close_time):
             return
         upper = close_time - 1  # both ends are inclusive
         lower = max(0, emitter.last_emit)
@@ -262,230 +288,11 @@ class SessionWindowAggregateProcessor(WindowedAggregating):
         sessions, values = self.store.find_ended_sessions(lower, upper)
         n = len(sessions)
         ends = [s.window.end for s in sessions]
-        forward_final(self.context, sessions, values, ends, [record[3]] * n, None)
+        rows = None if row is None else [row] * n
+        forward_final(self.context, sessions, values, ends, [record[3]] * n, rows)
         emitter.emitted(close_time, n)
 
     def _forward(self, session: Windowed[Any], new: Any, old: Any, record: AnyRecord) -> None:
         change = Change(new, old if self.send_old else None)
         out = _new(Record, (session, change, session.window.end, record[3]))
         self.forwarder.maybe_forward(out)
-
-
-class _Fold:
-    """The in-memory fold of a run of a batch's records (see
-    :meth:`SessionWindowAggregateProcessor._fold`)."""
-
-    def __init__(
-        self,
-        node: SessionWindowAggregateProcessor,
-        batch: Batch,
-        found: dict[Any, _KeySessions],
-        plain: bool,
-    ) -> None:
-        self.node = node
-        self.batch = batch
-        self.found = found
-        #: whether a key is its own slot in ``found`` (else ``(type, key)``)
-        self.plain = plain
-        self.buffered = node.forwarder.buffered
-        self.cached = node.forwarder.cached
-        #: (slot, start, end) -> (key, aggregate or None, record): each session's last
-        #: write (a buffering cache), in the order of its last update
-        self._last: dict[tuple[Any, int, int], tuple[Any, Any, int]] = {}
-        #: every write in order (no cache, or one that hands each write on)
-        self._all: list[tuple[tuple[Any, int, int], tuple[Any, Any, int]]] = []
-        #: the forwarded updates (no cache): their records, (key, start, end), changes
-        self.out: list[int] = []
-        self.out_keys: list[tuple[Any, int, int]] = []
-        self.changes: list[Change[Any]] = []
-
-    def writes(self) -> list[tuple[tuple[Any, int, int], tuple[Any, Any, int]]]:
-        """The store writes to make, in order: ``((slot, start, end), (key, aggregate or
-        None, record))``. A buffering cache is written each session's last update, but
-        not the removal of a session the run created: the cache would hold that tombstone
-        of nothing and drop it on flush (the store had no such session: the run read
-        every live session its records reach, and one it did not read is not one a cached
-        tombstone hides, since a session covering it would have been live and read)."""
-        if not self.buffered:
-            return self._all
-        found = self.found
-        return [
-            (place, write)
-            for place, write in self._last.items()
-            if write[1] is not None or (place[2], place[1]) in found[place[0]].loaded
-        ]
-
-    def run(self, lo: int, hi: int) -> None:
-        """Merge and fold the records ``lo`` to ``hi``, as :meth:`process` does each."""
-        if self.buffered:
-            self._run_buffered(lo, hi)
-            return
-        node, batch, found, plain = self.node, self.batch, self.found, self.plain
-        for i in range(lo, hi):
-            key, t = batch.keys[i], batch.timestamps[i]
-            if key is None:
-                record = _new(Record, (key, batch.values[i], t, batch.header(i)))
-                node.drop("null key", record)
-                continue
-            node.observe(t)
-            slot = key if plain else (type(key), key)
-            self._one(i, slot, found[slot], node.observed_stream_time)
-
-    def _write(self, place: tuple[Any, int, int], key: Any, value: Any, old: Any, i: int) -> None:
-        """Note the write of ``value`` (None: a removal) to the session at ``place`` by
-        record ``i`` (and its update, forwarded when nothing caches it)."""
-        if self.buffered:
-            last = self._last
-            last.pop(place, None)
-            last[place] = (key, value, i)
-        else:
-            self._all.append((place, (key, value, i)))
-        if not self.cached:
-            self.out.append(i)
-            self.out_keys.append((key, place[1], place[2]))
-            self.changes.append(Change(value, old if self.node.send_old else None))
-
-    def _run_buffered(self, lo: int, hi: int) -> None:  # noqa: PLR0915 - hot path
-        """:meth:`run` for a cache that buffers: only each session's last write counts,
-        so a record that reaches no session or exactly one (in order, the usual case)
-        is folded without a search or a list, and the removal of a session the run
-        created is not kept (see :meth:`writes`); a record reaching several goes through
-        :meth:`_one`."""
-        node, batch, found, plain = self.node, self.batch, self.found, self.plain
-        ks, vs, ts = batch.keys, batch.values, batch.timestamps
-        gap, grace, name = node.gap_ms, node.grace_ms, node.name
-        init, merger, aggregator = node.initializer, node.merger, node.aggregator
-        counting = init is count_init and aggregator is count_add
-        last = self._last
-        stream_time = node.observed_stream_time
-        try:
-            for i in range(lo, hi):
-                key, t = ks[i], ts[i]
-                if key is None:
-                    node.drop("null key", _new(Record, (key, vs[i], t, batch.header(i))))
-                    continue
-                if t > stream_time:
-                    stream_time = node.observed_stream_time = t
-                slot = key if plain else (type(key), key)
-                sessions = found[slot]
-                aggs, bounds = sessions.aggs, sessions.bounds
-                n = len(bounds)
-                at = bisect_left(bounds, (t - gap, _MIN_TIME)) if n else 0
-                reached = bounds[at] if at < n else None
-                if reached is not None and (
-                    reached[1] > t + gap
-                    or (at + 1 < n and bounds[at + 1][0] <= t + gap + sessions.longest)
-                ):
-                    self._one(i, slot, sessions, stream_time)  # none reached, or several
-                    continue
-                try:
-                    agg = 0 if counting else init()
-                except Exception as exc:
-                    raise user_error(name, init, exc) from exc
-                start = end = t
-                if reached is not None:
-                    try:
-                        agg = merger(key, agg, aggs[reached])
-                    except Exception as exc:
-                        raise user_error(name, merger, exc) from exc
-                    if reached[1] < start:  # noqa: PLR1730 - hot path
-                        start = reached[1]
-                    if reached[0] > end:  # noqa: PLR1730 - hot path
-                        end = reached[0]
-                if end < stream_time - grace - gap:
-                    record = _new(Record, (key, vs[i], t, batch.header(i)))
-                    node.drop("expired window", record, Window(start, end))
-                    continue
-                if counting:
-                    agg += 1
-                else:
-                    try:
-                        agg = aggregator(key, vs[i], agg)
-                    except Exception as exc:
-                        raise user_error(name, aggregator, exc) from exc
-                session = (end, start)
-                if reached is None:  # a new session, the last in the order
-                    bounds.append(session)
-                elif reached != session:  # the reached session goes, merged into this one
-                    del bounds[at]
-                    del aggs[reached]
-                    place = (slot, reached[1], reached[0])
-                    last.pop(place, None)
-                    if reached in sessions.loaded:
-                        last[place] = (key, None, i)
-                    if not bounds or bounds[-1] < session:
-                        bounds.append(session)
-                    else:
-                        insort(bounds, session)
-                    if end - start > sessions.longest:  # noqa: PLR1730 - hot path
-                        sessions.longest = end - start
-                aggs[session] = agg
-                place = (slot, start, end)
-                last.pop(place, None)
-                last[place] = (key, agg, i)
-        finally:
-            node.observed_stream_time = max(node.observed_stream_time, stream_time)
-
-    def _one(self, i: int, slot: Any, sessions: _KeySessions, stream_time: int) -> None:
-        """Fold record ``i`` (a key) into its key's ``sessions`` as :meth:`process` folds
-        it into the store."""
-        node, batch = self.node, self.batch
-        key, t, gap, name = batch.keys[i], batch.timestamps[i], node.gap_ms, node.name
-        aggs, bounds = sessions.aggs, sessions.bounds
-        merged = sessions.reach(bisect_left(bounds, (t - gap, _MIN_TIME)), t + gap)
-        try:
-            agg = node.initializer()
-        except Exception as exc:
-            raise user_error(name, node.initializer, exc) from exc
-        start = end = t
-        for reached in merged:
-            try:
-                agg = node.merger(key, agg, aggs[reached])
-            except Exception as exc:
-                raise user_error(name, node.merger, exc) from exc
-            start, end = min(start, reached[1]), max(end, reached[0])
-        if end < stream_time - node.grace_ms - gap:
-            record = _new(Record, (key, batch.values[i], t, batch.header(i)))
-            node.drop("expired window", record, Window(start, end))
-            return
-        try:
-            agg = node.aggregator(key, batch.values[i], agg)
-        except Exception as exc:
-            raise user_error(name, node.aggregator, exc) from exc
-        if start != t or end != t:
-            for gone in merged:  # each removed: a tombstone
-                del bounds[bisect_left(bounds, gone)]
-                self._write((slot, gone[1], gone[0]), key, None, aggs.pop(gone), i)
-        session = (end, start)
-        if session not in aggs:
-            insort(bounds, session)
-            sessions.longest = max(sessions.longest, end - start)
-        aggs[session] = agg
-        self._write((slot, start, end), key, agg, None, i)
-
-
-class _KeySessions:
-    """One key's sessions while a batch folds: ``(end, start)`` bounds ascending (the
-    store's order) and each one's aggregate."""
-
-    __slots__ = ("aggs", "bounds", "loaded", "longest")
-
-    def __init__(self, found: Any) -> None:
-        self.aggs: dict[tuple[int, int], Any] = {}
-        for session, value in found:
-            self.aggs[(session.window.end, session.window.start)] = value
-        self.bounds = list(self.aggs)
-        #: the sessions read from the store
-        self.loaded = frozenset(self.aggs)
-        #: no session here is longer (a session starting by ``s`` ends by ``s + longest``)
-        self.longest = max((end - start for end, start in self.bounds), default=0)
-
-    def reach(self, at: int, latest_start: int) -> list[tuple[int, int]]:
-        """The sessions from ``at`` on (those ending late enough) starting at or before
-        ``latest_start``, in the store's order (:meth:`find_sessions`'): a session that
-        starts by then ends by then plus the longest session's length."""
-        bounds = self.bounds
-        if at == len(bounds):
-            return []
-        to = bisect_right(bounds, (latest_start + self.longest, _MAX_TIME), at)
-        return [b for b in bounds[at:to] if b[1] <= latest_start]

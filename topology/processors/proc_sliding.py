@@ -21,10 +21,13 @@ own windows advance the store's stream time first, so a window the store's reten
 
 The columnar engine hands the node a batch whole: its records are folded in memory, each
 key's windows read once and each changed window written once (see
-:mod:`topology.processors.sliding_fold`). A batch goes record by record where folding
-could not give the record path's result: under emit-on-close, with an unhashable key, a
-store that does not say how it expires windows, or a cache too full to hold the batch's
-windows without evicting, or one that forwards each write at once.
+:mod:`topology.processors.sliding_fold`). A batch goes record by record (each record in
+its own record context where its updates go out at once) where folding could not give the
+record path's result: with an unhashable key, a store that does not say how it expires
+windows, or a cache too full to hold the batch's windows without evicting, or one that
+forwards each write at once. Under emit-on-close the batch is cut at the records that emit
+closed windows (see :mod:`topology.processors.close_batch`), the records between folded as
+above.
 """
 
 from __future__ import annotations
@@ -38,15 +41,16 @@ from topology.api.emit import ON_WINDOW_UPDATE, EmitStrategy
 from topology.api.record import Record, ValueAndTimestamp
 from topology.api.windows import SlidingWindows
 from topology.engine.columnar import Batch
+from topology.processors.close_batch import ClosingAggregating, forward_closed, part
 from topology.processors.proc_table import TableParams
-from topology.processors.proc_window import AnyRecord, WindowedAggregating
+from topology.processors.proc_window import AnyRecord
 from topology.processors.sliding_fold import SlidingFold, cache_holds
 from topology.processors.window_emit import NO_TIMESTAMP
 
 _new = tuple.__new__
 
 
-class SlidingWindowAggregateProcessor(WindowedAggregating):
+class SlidingWindowAggregateProcessor(ClosingAggregating):
     """Aggregate over sliding windows of ``windows.time_difference_ms``."""
 
     def __init__(
@@ -68,20 +72,58 @@ class SlidingWindowAggregateProcessor(WindowedAggregating):
         windows read with one range fetch, the records folded in order as :meth:`process`
         folds them, each changed window written once; without a buffering cache every
         update forwarded, in order, as one batch. Record by record where that could not
-        give the same result."""
-        fold = self._fold(batch)
-        if fold is None:
-            ks, vs, ts = batch.keys, batch.values, batch.timestamps
+        give the same result. Under emit-on-close the batch is cut at the records that
+        emit closed windows (see :mod:`topology.processors.close_batch`): each of those
+        goes alone, after the writes of the records before it, and emits what the store
+        then holds."""
+        if self.emitter is None:
+            self._stretch(batch, 0, len(batch.keys))
+            return
+        lookers, closes = self._lookers(batch)
+        self._process_closing(batch, lookers, closes, self.diff + 1, self._stretch)
+
+    def _lookers(self, batch: Batch) -> tuple[list[int], list[int]]:
+        """The records of a batch that would look for closed windows (those
+        :meth:`_process_reverse` takes: not null, expired or early), and each one's close
+        time."""
+        ks, vs, ts = batch.keys, batch.values, batch.timestamps
+        seen, grace, diff = self.observed_stream_time, self.windows.grace_ms, self.diff
+        lookers: list[int] = []
+        closes: list[int] = []
+        for i in range(len(ks)):
+            if ks[i] is None or vs[i] is None:
+                continue
+            t = ts[i]
+            seen = max(seen, t)
+            if diff <= t and t + 1 + diff > seen - grace:
+                lookers.append(i)
+                closes.append(seen - grace)
+        return lookers, closes
+
+    def _stretch(self, batch: Batch, lo: int, hi: int) -> None:
+        """Fold the records ``lo`` to ``hi`` of a batch (none of which emits closed
+        windows), or feed them one by one where folding could not give the same result:
+        each in its own record context where it forwards its updates at once (nothing
+        caches them; they may reach nodes that read it)."""
+        records = part(batch, lo, hi)
+        fold = self._fold(records)
+        if fold is not None:
+            fold.run()
+        elif self.emitter is None and not self.forwarder.cached:
+            self._one_by_one(records)
+        else:
+            ks, vs, ts = records.keys, records.values, records.timestamps
             for i in range(len(ks)):
                 self.context.set_timestamp(ts[i])
-                self.process(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
-            return
-        fold.run()
+                self._aggregate(_new(Record, (ks[i], vs[i], ts[i], records.header(i))))
 
     def _fold(self, batch: Batch) -> SlidingFold | None:
         """The batch's fold, or None when it goes record by record."""
-        if self.emitter is not None or not hasattr(self.store, "read_floor"):
+        store = self.store
+        if not hasattr(store, "read_floor"):
             return None
+        if self.emitter is not None and store.cached_bytes() is not None:
+            return None  # a closing node's cache (Kafka's DSL makes none) forwards nothing
         ks, vs = batch.keys, batch.values
         try:
             keys = {ks[i] for i in range(len(ks)) if vs[i] is not None} - {None}
@@ -94,29 +136,31 @@ class SlidingWindowAggregateProcessor(WindowedAggregating):
             return None  # it might evict mid-batch
         return SlidingFold(self, batch, keys)
 
-    def process(self, record: AnyRecord) -> None:
-        """Update and create the windows of the record (null keys and values dropped)."""
+    def _aggregate(self, record: AnyRecord) -> int | None:
+        """Update and create the windows of the record (or drop it); return the close
+        time after it when it looks for closed windows (not a dropped or early record, as
+        Kafka's), else None."""
         if record[0] is None or record[1] is None:
             self.drop("null key or value", record)
-            return
+            return None
         ts = record[2]
         self.observe(ts)
         close_time = self.observed_stream_time - self.windows.grace_ms
         if ts + 1 + self.diff <= close_time:
             self.drop("expired window", record, Window(ts - self.diff, ts))
-            return
+            return None
         if ts < self.diff:  # as Kafka's processEarly: no look for closed windows
             self._process_early(record, close_time)
-            return
+            return None
         self._process_reverse(record, close_time)
-        if self.emitter is not None:  # after the writes, as Kafka's: see the module's docstring
-            self._emit_closed(record, close_time)
+        return close_time  # it looks after its writes: see the module's docstring
 
-    def _emit_closed(self, record: AnyRecord, close_time: int) -> None:
-        """Emit the windows closed by ``close_time`` (ending before it) not emitted yet."""
+    def _emit_closed(self, record: AnyRecord, close_time: int, row: int | None = None) -> None:
+        """Emit the windows closed by ``close_time`` (ending before it) not emitted yet;
+        ``row`` as :meth:`ClosingAggregating._emit_closed` takes it."""
         emitter = self.emitter
         assert emitter is not None
-        if not emitter.due(close_time):
+        if row is None and not emitter.due(close_time):
             return
         upper = close_time - self.diff - 1  # both ends are inclusive
         if upper < 0:
@@ -124,7 +168,7 @@ class SlidingWindowAggregateProcessor(WindowedAggregating):
         last = emitter.last_emit
         lower = 0 if last == NO_TIMESTAMP else max(0, last - self.diff)
         found = self.store.fetch_closed(lower, upper)
-        self.emit_closed(found, record)
+        forward_closed(self.context, found, record[3], row)
         emitter.emitted(close_time, len(found))
 
     def _window(self, start: int) -> Window:

@@ -7,7 +7,9 @@ records are folded one by one, in order, as the record path folds them (Kafka's
 functions called in the same order), on those windows in memory; each changed window is
 written once, in the order of its last update (the cache's dirty and LRU order of the
 record path), stamped with its last update's timestamp. Without a cache that buffers them,
-the updates go out as one batch, each with its record's row.
+the updates go out as one batch, each with its record's row (none under emit-on-close: the
+node forwards closed windows, not updates, and a batch folds only between the records that
+look for them, see :mod:`topology.processors.close_batch`).
 
 What a record sees is what the record path's range read would find:
 
@@ -68,8 +70,9 @@ class SlidingFold:
         self.store = store
         self.diff = node.diff
         self.buffered = node.forwarder.buffered
-        #: Whether every update is forwarded (no cache buffers it).
-        self.collect = not self.buffered
+        #: Whether every update is forwarded (no cache buffers it, and the node emits
+        #: updates, not closed windows).
+        self.collect = not self.buffered and node.emitter is None
         self.send_old = node.send_old
         self.stream = store.stream_time
         lows: dict[Any, int] = {}
