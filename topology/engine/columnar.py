@@ -91,11 +91,25 @@ class Batch:
     def take(self, index: Sequence[int]) -> Batch:
         """The records at ``index``, in that order."""
         ks, vs, ts = self.keys, self.values, self.timestamps
-        hs = self.headers
+        return self.standing_at(
+            index, [ks[i] for i in index], [vs[i] for i in index], [ts[i] for i in index]
+        )
+
+    def standing_at(
+        self,
+        index: Sequence[int],
+        keys: list[Any],
+        values: list[Any],
+        timestamps: list[int],
+        headers: bool = True,
+    ) -> Batch:
+        """New records, one for each record at ``index`` of this batch, with that record's
+        headers (none when ``headers`` is false) and input row."""
+        hs = self.headers if headers else None
         return Batch(
-            [ks[i] for i in index],
-            [vs[i] for i in index],
-            [ts[i] for i in index],
+            keys,
+            values,
+            timestamps,
             None if hs is None else [hs[i] for i in index],
             rows_at(self.rows, index),
         )

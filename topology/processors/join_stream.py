@@ -33,7 +33,7 @@ from statestores.api import StoreBuilder
 from statestores.stores import Stores
 from topology.api.processor import Processor
 from topology.api.record import Record
-from topology.engine.columnar import Batch, rows_at
+from topology.engine.columnar import Batch
 from topology.graph.stores import resolve_serde
 from topology.processors.joins import KeyedJoiner, call_joiner
 
@@ -369,7 +369,6 @@ class StreamStreamJoinProcessor(Processor[Any, Any, Any, Any]):
         """Join a batch of this side's records (see the class's docstring): the joiner
         called once per match and unmatched record, in the record engine's order."""
         ks, vs, ts = batch.keys, batch.values, batch.timestamps
-        hs = batch.headers
         index: list[int] = []
         out_keys: list[Any] = []
         joined: list[Any] = []
@@ -396,15 +395,7 @@ class StreamStreamJoinProcessor(Processor[Any, Any, Any, Any]):
                     out(ks[row], self._join(ks[row], vs[row], other_value), max(ts[row], other_ts))
         if index:
             context: Any = self.context
-            context.forward_batch(
-                Batch(
-                    out_keys,
-                    joined,
-                    stamps,
-                    None if hs is None else [hs[i] for i in index],
-                    rows_at(batch.rows, index),
-                )
-            )
+            context.forward_batch(batch.standing_at(index, out_keys, joined, stamps))
 
     def _partners(
         self, ks: list[Any], vs: list[Any], ts: list[int], rows: Iterable[int]

@@ -30,56 +30,31 @@ from itertools import accumulate, islice
 from typing import Any
 
 from statestores.api import Window, Windowed
-from statestores.caching import cache_max_bytes
 from topology.api.emit import ON_WINDOW_UPDATE, EmitStrategy
 from topology.api.record import Change, Record
-from topology.engine.columnar import Batch, rows_at
+from topology.engine.columnar import Batch
 from topology.processors.close_batch import ClosingAggregating, part
 from topology.processors.proc_table import TableParams
 from topology.processors.proc_window import AnyRecord
 from topology.processors.session_fold import KeySessions, SessionFold
+from topology.processors.table_forward import FlushForwarder
 from topology.processors.window_emit import forward_final
 
 _new = tuple.__new__
 
 
-class SessionTupleForwarder:
+class SessionTupleForwarder(FlushForwarder):
     """Forward session updates directly or on cache flush, stamped with the session's end
     (Kafka's ``SessionTupleForwarder`` and ``SessionCacheFlushListener``)."""
-
-    def __init__(self, store: Any, context: Any, send_old_values: bool) -> None:
-        self.context = context
-        self.send_old_values = send_old_values
-        self.cached = bool(
-            store.set_flush_listener(
-                self._on_flush, self._on_flush_batch, old_values=send_old_values
-            )
-        )
-        #: Whether updates wait in the cache (one of size 0 forwards each write at once).
-        self.buffered = self.cached and cache_max_bytes(context.app_config) > 0
-
-    def maybe_forward(self, record: AnyRecord) -> None:
-        """Forward ``record`` unless the cache will forward it on flush."""
-        if not self.cached:
-            self.context.forward(record)
 
     def forward_folded(
         self, batch: Batch, index: list[int], keys: list[Any], changes: list[Any]
     ) -> None:
         """Forward the updates a batch folded (nothing caches them), one per record at
         ``index`` of ``batch``, each stamped with its session's end, as one batch."""
-        if not index:
-            return
-        hs = batch.headers
-        self.context.forward_batch(
-            Batch(
-                keys,
-                changes,
-                [k.window.end for k in keys],
-                None if hs is None else [hs[i] for i in index],
-                rows_at(batch.rows, index),
-            )
-        )
+        if index:
+            ends = [k.window.end for k in keys]
+            self.context.forward_batch(batch.standing_at(index, keys, changes, ends))
 
     def _on_flush_batch(
         self, keys: list[Windowed[Any]], news: list[Any], olds: list[Any], stamps: list[int]

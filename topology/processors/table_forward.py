@@ -24,7 +24,7 @@ from statestores.caching import cache_max_bytes
 from statestores.versioned_store import MeteredVersionedKeyValueStore
 from topology.api.processor import Processor
 from topology.api.record import Change, Record, ValueAndTimestamp
-from topology.engine.columnar import Batch, rows_at
+from topology.engine.columnar import Batch
 from topology.engine.context import NodeContext
 from topology.processors.joins import KeyValueReader
 
@@ -67,8 +67,9 @@ def put_table(store: Any, key: Any, value: Any, timestamp: int) -> int:
     return PUT_RETURN_CODE_IS_LATEST
 
 
-class TupleForwarder:
-    """Forward table updates directly, or, when the store caches, on flush."""
+class FlushForwarder:
+    """Forward a store's updates directly, or, when the store caches, on flush (what a
+    subclass's ``_on_flush`` and ``_on_flush_batch`` hand on)."""
 
     def __init__(self, store: Any, context: Any, send_old_values: bool) -> None:
         self.context = context
@@ -80,6 +81,26 @@ class TupleForwarder:
         )
         #: Whether updates wait in the cache (one of size 0 forwards each write at once).
         self.buffered = self.cached and cache_max_bytes(context.app_config) > 0
+
+    def maybe_forward(self, record: AnyRecord) -> None:
+        """Forward ``record`` unless the cache will forward it on flush."""
+        if not self.cached:
+            self.context.forward(record)
+
+    def _on_flush(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
+        raise NotImplementedError
+
+    def _on_flush_batch(
+        self, keys: list[Any], news: list[Any], olds: list[Any], timestamps: list[int]
+    ) -> None:
+        raise NotImplementedError
+
+
+class TupleForwarder(FlushForwarder):
+    """Forward table updates directly, or, when the store caches, on flush."""
+
+    def __init__(self, store: Any, context: Any, send_old_values: bool) -> None:
+        super().__init__(store, context, send_old_values)
         #: While set, what the cache hands on is not forwarded (a batch node forwarded it).
         self.muted = False
 
@@ -88,11 +109,6 @@ class TupleForwarder:
         """Whether the store's cache forwards each write as it is made (a cache of size 0):
         a batch node then takes its batch record by record."""
         return self.cached and not self.buffered
-
-    def maybe_forward(self, record: AnyRecord) -> None:
-        """Forward ``record`` (a Change value) unless the cache will forward it on flush."""
-        if not self.cached:
-            self.context.forward(record)
 
     def forward_folded(
         self,
@@ -104,18 +120,10 @@ class TupleForwarder:
     ) -> None:
         """Forward the updates a batch node folded, one per record at ``index`` of
         ``batch``, as one batch (a cache of size 0 forwards them without headers)."""
-        if not index:
-            return
-        hs = None if self.cached else batch.headers
-        self.context.forward_batch(
-            Batch(
-                keys,
-                changes,
-                stamps,
-                None if hs is None else [hs[i] for i in index],
-                rows_at(batch.rows, index),
+        if index:
+            self.context.forward_batch(
+                batch.standing_at(index, keys, changes, stamps, headers=not self.cached)
             )
-        )
 
     def _on_flush_batch(
         self, keys: list[Any], news: list[Any], olds: list[Any], timestamps: list[int]
