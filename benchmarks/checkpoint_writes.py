@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from modes import load_wordcount, percentile, produce
+from modes import bench_config, load_wordcount, percentile, produce
 from produce_consume import machine
 
 from runtime.app.app import StreamsApp
@@ -42,17 +42,12 @@ MANAGERS = {
 
 def run(spark: Any, wc: Any, work: str, mode: str, *, turn: int, args: Any) -> dict[str, float]:
     checkpoint.DISPOSABLE_CHECKPOINT_FILES = MANAGERS[mode]  # what start_disposable sets
-    config = {
-        **wc.CONFIG,
-        "application.id": f"cp-{mode}-{turn}",
-        "topics.root": os.path.join(work, "root"),
-        "state.dir": os.path.join(work, "state"),
-        "commit.interval.ms": 10,
-        "max.poll.records": args.max_poll_records,
-        "statestore.snapshot.interval": 0,
-        "log.retention.ms": -1,  # the input's timestamps are synthetic (long past)
-        "group.initial.rebalance.delay.ms": 0,
-    }
+    config = bench_config(
+        wc.CONFIG,
+        f"cp-{mode}-{turn}",
+        work,
+        **{"commit.interval.ms": 10, "max.poll.records": args.max_poll_records},
+    )
     app = StreamsApp(wc.build_topology(), config, spark=spark)
     started = time.perf_counter()
     app.run_until_idle()

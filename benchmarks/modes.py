@@ -58,19 +58,37 @@ def produce(admin: TopicAdmin, wc: Any, records: int, chunk: int = 100_000) -> N
         producer.flush()
 
 
-def run_mode(spark: Any, wc: Any, work: str, mode: str, *, turn: int, args: Any) -> dict[str, Any]:
-    config = {
-        **wc.CONFIG,
-        "application.id": f"wc-{mode.replace('_', '-')}-{turn}",
-        "processing.guarantee": mode,
+def bench_config(
+    base: dict[str, Any], application_id: str, work: str, **extra: Any
+) -> dict[str, Any]:
+    """A benchmark application's configuration: ``base`` (an example's), its id, topics and
+    state under ``work``, no snapshots, no retention and no rebalance delay; ``extra``
+    adds or overrides keys (given as keyword arguments with dots: ``**{"a.b": 1}``)."""
+    return {
+        **base,
+        "application.id": application_id,
         "topics.root": os.path.join(work, "root"),
         "state.dir": os.path.join(work, "state"),
-        "commit.interval.ms": args.commit_interval_ms,
-        "max.poll.records": args.max_poll_records,
         "statestore.snapshot.interval": 0,
         "log.retention.ms": -1,  # the input's timestamps are synthetic (long past)
         "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
+        **extra,
     }
+
+
+def polling(args: Any) -> dict[str, Any]:
+    """``args``' commit interval and ``max.poll.records`` as configuration keys."""
+    return {
+        "commit.interval.ms": args.commit_interval_ms,
+        "max.poll.records": args.max_poll_records,
+    }
+
+
+def run_mode(spark: Any, wc: Any, work: str, mode: str, *, turn: int, args: Any) -> dict[str, Any]:
+    app_id = f"wc-{mode.replace('_', '-')}-{turn}"
+    config = bench_config(
+        wc.CONFIG, app_id, work, **polling(args), **{"processing.guarantee": mode}
+    )
     app = StreamsApp(wc.build_topology(), config, spark=spark)
     started = time.perf_counter()
     app.run_until_idle()

@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from modes import load_wordcount, percentile, produce
+from modes import bench_config, load_wordcount, percentile, produce
 from produce_consume import machine
 
 from runtime.app.app import StreamsApp
@@ -54,19 +54,19 @@ def run_case(
     admin.create(wc.OUTPUT, partitions)
     produce(admin, wc, args.batches * args.batch_lines)
     app_id = f"wc-partitions-{partitions}-{turn}"
-    config = {
-        **wc.CONFIG,
-        "application.id": app_id,
-        "processing.guarantee": "exactly_once_v2",
-        "topics.root": root,
-        "state.dir": os.path.join(work, f"state-{partitions}-{turn}"),
-        "commit.interval.ms": args.commit_interval_ms,
-        "max.poll.records": max(1, -(-args.batch_lines // partitions)),
-        "statestore.snapshot.interval": 0,
-        "log.retention.ms": -1,  # the input's timestamps are synthetic (long past)
-        "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
-        **dict(item.split("=", 1) for item in args.config),
-    }
+    config = bench_config(
+        wc.CONFIG,
+        app_id,
+        work,
+        **{
+            "commit.interval.ms": args.commit_interval_ms,
+            "processing.guarantee": "exactly_once_v2",
+            "topics.root": root,
+            "state.dir": os.path.join(work, f"state-{partitions}-{turn}"),
+            "max.poll.records": max(1, -(-args.batch_lines // partitions)),
+            **dict(item.split("=", 1) for item in args.config),
+        },
+    )
     app = StreamsApp(wc.build_topology(), config, spark=spark)
     progress: list[BatchProgress] = []
     app.add_progress_listener(progress.append)

@@ -62,7 +62,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from modes import percentile
+from modes import bench_config, percentile, polling
 from produce_consume import machine
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from vs_spark_kit import (
@@ -70,6 +70,7 @@ from vs_spark_kit import (
     files_per_trigger_of,
     max_poll_records_of,
     parquet_files,
+    report,
     spark_input,
 )
 
@@ -206,17 +207,7 @@ def run_streams(spark: Any, work: str, *, turn: int, args: Any) -> dict[str, Any
     """Run :class:`DedupJob` under exactly_once_v2 until idle; time it. Its batches and
     their latencies are those that read input, as Spark's (a batch run only for a due
     wall-clock punctuator, or the tasks' first, reads none); ``all_batches`` counts all."""
-    config = {
-        **DedupJob.CONFIG,
-        "application.id": f"dedup-{turn}",
-        "topics.root": os.path.join(work, "root"),
-        "state.dir": os.path.join(work, "state"),
-        "commit.interval.ms": args.commit_interval_ms,
-        "max.poll.records": args.max_poll_records,
-        "statestore.snapshot.interval": 0,
-        "log.retention.ms": -1,  # the input's timestamps are synthetic (long past)
-        "group.initial.rebalance.delay.ms": 0,  # one instance: no one to wait for
-    }
+    config = bench_config(DedupJob.CONFIG, f"dedup-{turn}", work, **polling(args))
     app = StreamsApp(DedupJob(args).build_topology(), config, spark=spark)
     batches: list[BatchProgress] = []
     app.add_progress_listener(batches.append)
@@ -355,24 +346,6 @@ def checked(system: str, got: dict[str, Any], expected: Firsts) -> str:
     )
 
 
-def report(best: dict[str, dict[str, Any]]) -> None:
-    """Print each system's best round and the ratios of throughput and batch latency."""
-    print(f"\nspark's file source: maxFilesPerTrigger={best['spark']['files_per_trigger']}")
-    print("best round per system:")
-    print(f"{'system':<10}{'records/s':>11}{'batches':>9}{'p50 s':>8}{'p99 s':>8}")
-    for system in ("streams", "spark"):
-        got = best[system]
-        print(
-            f"{system:<10}{got['rate']:>11,.0f}{got['batches']:>9}"
-            f"{got['p50']:>8.2f}{got['p99']:>8.2f}"
-        )
-    ratio = best["streams"]["rate"] / best["spark"]["rate"]
-    print(f"\nstreams (exactly_once_v2) / spark (transformWithStateInPandas) = {ratio:.2f}")
-    print("(issue 40 acceptance: >= 2.0)")
-    latency = best["streams"]["p50"] / best["spark"]["p50"]
-    print(f"batch latency p50, streams / spark = {latency:.2f}")
-
-
 def run_round(spark: Any, work: str, input_dir: str, turn: int, args: Any) -> dict[str, Any]:
     """One round: each system once, alternating which goes first; return their results."""
     root = os.path.join(work, "root")
@@ -443,7 +416,7 @@ def main() -> None:
                 print(f"  round {turn + 1} {system:<8} {checked(system, got, expected)}")
                 if system not in best or got["rate"] > best[system]["rate"]:
                     best[system] = got
-        report(best)
+        report(best, "records", spark="spark (transformWithStateInPandas)", goal=">= 2.0")
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
