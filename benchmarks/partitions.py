@@ -119,6 +119,9 @@ def main() -> None:
         "--config", action="append", default=[], help="KEY=VALUE: a configuration key for every run"
     )
     args = parser.parse_args()
+    for item in args.config:
+        if "=" not in item:
+            parser.error(f"--config {item!r}: give KEY=VALUE, e.g. task.hosts.max=8")
     counts = [int(p) for p in args.partitions.split(",")]
     print(machine())
     print(
