@@ -32,10 +32,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from common.errors import StreamsError
-from runtime.tasks.contract import BatchPlan, cloud_dumps
+from runtime.tasks.contract import BatchPlan, Row, cloud_dumps
 from runtime.tasks.executor import DRIVER, advertised_address, executor_id, executor_state_dir
 from runtime.tasks.protocol import (
     SERVER_SOCKET,
@@ -44,7 +42,7 @@ from runtime.tasks.protocol import (
     connect_tcp,
     encode_inputs,
     host_socket,
-    read_table,
+    read_rows,
     recv_frame,
     send_frame,
     socket_dir,
@@ -87,7 +85,7 @@ class Visit:
 
 
 #: The rows a visit's host answered, and on a cluster where it ran (executor id, server).
-VisitResult = tuple[list[pa.RecordBatch], tuple[str, str] | None]
+VisitResult = tuple[list[Row], tuple[str, str] | None]
 
 
 def run_on_host(  # noqa: PLR0917 - one visit of one task
@@ -375,7 +373,7 @@ def _exchange(
     return answer, payload
 
 
-def _rows(answer: dict[str, Any], payload: bytes) -> list[pa.RecordBatch]:
+def _rows(answer: dict[str, Any], payload: bytes) -> list[Row]:
     """The result rows of a host's answer.
 
     Raises:
@@ -383,8 +381,7 @@ def _rows(answer: dict[str, Any], payload: bytes) -> list[pa.RecordBatch]:
     """
     if not answer.get("ok"):
         raise _error(answer)
-    table = read_table(payload)
-    return [] if table is None else table.to_batches()
+    return read_rows(payload)
 
 
 def _error(answer: dict[str, Any]) -> BaseException:

@@ -34,7 +34,8 @@ from runtime.tasks.shuffle import shuffle_keys_of
 from topology.graph.topology import Topology
 
 #: Row kinds: a staged file, a consumed position, a metric, records on their way to a
-#: later level (packed: see :func:`pack`), a task that prepared writes in the batch's
+#: later level (packed: see :func:`pack_row`; a fused batch's bundles are in
+#: :mod:`runtime.tasks.bundle`), a task that prepared writes in the batch's
 #: transaction, when a task's next wall-clock punctuation is due (``timestamp``), and a
 #: task of a later level to visit even without records, and a task that ran an earlier
 #: level of the batch (``offset``) and must find it open at its last level (``count``),
@@ -105,6 +106,9 @@ _PACK_COMPRESS_BYTES = 64 * 1024
 
 Txn = tuple[str, int]
 Positions = dict[tuple[str, int], int]
+#: A result row on its way through a Spark task: its :data:`ROW_SCHEMA` fields by name
+#: (those left out are null). Rows become Arrow only where they leave the Spark task.
+Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -284,16 +288,6 @@ def shuffle_of(plan: BatchPlan, level: int, partition: int) -> int:
     return shuffle_keys_of(spark)[partition % spark]
 
 
-def pack(
-    plan: BatchPlan, topic: str, partition: int, origin: int, records: pa.Table
-) -> pa.RecordBatch:
-    """One row carrying ``records`` of ``topic``/``partition`` to the level reading them
-    (see :func:`pack_row`), as a record batch."""
-    return pa.RecordBatch.from_pylist(
-        [pack_row(plan, topic, partition, origin, records)], schema=ROW_SCHEMA
-    )
-
-
 def pack_row(
     plan: BatchPlan, topic: str, partition: int, origin: int, records: pa.Table
 ) -> dict[str, Any]:
@@ -375,11 +369,10 @@ def metric_row(name: str, count: int, task_id: str | None = None) -> dict[str, A
     return {"kind": METRIC, "task": task_id, "topic": name, "count": count}
 
 
-def placed_row(task_id: str, placed: tuple[str, str]) -> pa.RecordBatch:
+def placed_row(task_id: str, placed: tuple[str, str]) -> Row:
     """The row telling the driver where ``task_id`` ran: ``path`` its executor's id,
     ``topic`` the TCP address of that executor's host server."""
-    row = {"kind": PLACED, "task": task_id, "path": placed[0], "topic": placed[1]}
-    return pa.RecordBatch.from_pylist([row], schema=ROW_SCHEMA)
+    return {"kind": PLACED, "task": task_id, "path": placed[0], "topic": placed[1]}
 
 
 def encode_stats(figures: list[Any], gauges: dict[str, float]) -> bytes:

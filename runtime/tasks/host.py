@@ -36,15 +36,15 @@ from pyspark import cloudpickle  # noqa: F401 - unpickling a topology needs it
 
 import statestores.stores  # noqa: F401 - a task's stores
 from runtime.storage.fs import register_storage_options
-from runtime.tasks.contract import ROW_SCHEMA, BatchPlan, ThreadPlan
+from runtime.tasks.contract import BatchPlan, ThreadPlan
 from runtime.tasks.manager import TaskManager
 from runtime.tasks.profiling import HostProfile
 from runtime.tasks.protocol import (
     PeerGoneError,
     authenticated,
-    batches_bytes,
     decode_inputs,
     recv_frame,
+    rows_bytes,
     send_frame,
 )
 from topology.engine.columnar import collection_paused
@@ -154,7 +154,7 @@ def _handle(conn: socket.socket, manager: TaskManager, known: _Known) -> bool:
         _send_error(conn, exc)
         return True
     try:
-        send_frame(conn, {"ok": True, "server": known.server}, batches_bytes(rows, ROW_SCHEMA))
+        send_frame(conn, {"ok": True, "server": known.server}, rows_bytes(rows))
     except OSError:  # the worker is gone (Spark killed it): the batch's outcome decides
         log.info("[task host] the worker left before the result was sent")
     return True

@@ -24,12 +24,12 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 
 from common.errors import BatchRetryError, StoreCorruptedError, StreamsError
 from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.storage.committer import StagedFile
+from runtime.tasks.bundle import inline_rows
 from runtime.tasks.collector import StagingCollector
 from runtime.tasks.contract import (
     PREPARED,
@@ -37,13 +37,12 @@ from runtime.tasks.contract import (
     WAKE,
     BatchPlan,
     PlanOutcomes,
+    Row,
     encode_stats,
     file_row,
     metric_row,
     open_row,
-    pack_row,
     position_rows,
-    record_batch,
 )
 from runtime.tasks.executor import executor_id, executor_state_dir
 from runtime.tasks.global_state import GlobalStores
@@ -109,7 +108,7 @@ class TaskManager:
         topics: list[str],
         level: int = 0,
         earlier: list[int] | None = None,
-    ) -> list[pa.RecordBatch]:
+    ) -> list[Row]:
         """Run the visit at ``level`` of task ``<subtopology_id>_<partition>`` in a batch;
         return its result rows (staged files, positions, counters, and records for the next
         level). A task runs its batch at its last level; a visit at an earlier one (a
@@ -180,7 +179,7 @@ class TaskManager:
         records: Mapping[str, pa.Table],
         topics: list[str],
         level: int,
-    ) -> list[pa.RecordBatch]:
+    ) -> list[Row]:
         """A visit before the task's last level: process, flush the caches (what they
         forward repartitions too), hand on the repartitioned records; commit nothing."""
         if any(t.num_rows for t in records.values()):
@@ -194,15 +193,7 @@ class TaskManager:
         live.open_batch = (plan.thread.owner, plan.batch)
         live.open_levels.append(level)
         task_id = live.task.task_id
-        return record_batch(
-            [
-                open_row(plan, task_id, partition, level),
-                *(
-                    pack_row(plan, topic, target, partition, _placed(topic, target, chunk))
-                    for topic, target, chunk in inline
-                ),
-            ]
-        )
+        return [open_row(plan, task_id, partition, level), *inline_rows(plan, partition, inline)]
 
     def _process(
         self,
@@ -247,7 +238,7 @@ class TaskManager:
         records: Mapping[str, pa.Table],
         topics: list[str],
         transaction: tuple[str, int] | None,
-    ) -> list[pa.RecordBatch]:
+    ) -> list[Row]:
         task, manager = live.task, live.manager
         if manager is not None and plan.snapshot:
             manager.snapshot()  # the committed state: this batch's writes are not in it
@@ -280,7 +271,7 @@ class TaskManager:
         held_back: int,
         inline: list[tuple[str, int, pa.Table]],
         worked: bool,
-    ) -> list[pa.RecordBatch]:
+    ) -> list[Row]:
         task = live.task
         task_id = task.task_id
         rows = [file_row(task_id, topic, f) for topic, f in files]
@@ -300,11 +291,8 @@ class TaskManager:
         due = task.next_wall_clock_punctuation()
         if due is not None:
             rows.append({"kind": WAKE, "task": task_id, "timestamp": due})
-        rows.extend(
-            pack_row(plan, topic, target, partition, _placed(topic, target, chunk))
-            for topic, target, chunk in inline
-        )
-        return record_batch(rows)
+        rows.extend(inline_rows(plan, partition, inline))
+        return rows
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -443,11 +431,3 @@ def corruption_of(error: BaseException) -> StoreCorruptedError | None:
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
-
-
-def _placed(topic: str, target: int, chunk: pa.Table) -> pa.Table:
-    """Records shuffled inside the batch, to ``target`` of ``topic`` (which their pack
-    names): offset -1, as they have none in their topic (unless they wait, and are
-    spilled to it)."""
-    offsets = pa.array(np.full(chunk.num_rows, -1, dtype=np.int64))
-    return chunk.select(["key", "value", "timestamp", "headers"]).add_column(0, "offset", offsets)

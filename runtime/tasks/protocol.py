@@ -148,20 +148,18 @@ def table_bytes(table: pa.Table | None) -> bytes:
     return bytes(sink.getvalue())
 
 
-def batches_bytes(batches: list[pa.RecordBatch], schema: pa.Schema) -> bytes:
-    """Return record batches as one Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
-        for batch in batches:
-            writer.write_batch(batch)
-    return bytes(sink.getvalue())
+def rows_bytes(rows: list[dict[str, Any]]) -> bytes:
+    """Return a visit's result rows (dicts of plain values and bytes), pickled: they stay
+    Python objects until they leave the Spark task, which makes them Arrow all at once."""
+    return pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def read_table(body: bytes) -> pa.Table | None:
-    """Return the table of an Arrow IPC stream (None for empty bytes)."""
+def read_rows(body: bytes) -> list[dict[str, Any]]:
+    """Return the result rows of :func:`rows_bytes` (none for empty bytes)."""
     if not body:
-        return None
-    return pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+        return []
+    rows: list[dict[str, Any]] = pickle.loads(body)
+    return rows
 
 
 # -- a task's input records ---------------------------------------------------------------

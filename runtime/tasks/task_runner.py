@@ -24,7 +24,11 @@ level with records of partition ``p``:
 4. closes the task (its stores and the task-directory lock), and returns metadata rows:
    the staged files and the consumed positions. The driver commits them.
 
-Rows of other levels and metadata rows pass through a level untouched.
+Rows of other levels and metadata rows pass through a level untouched. Inside a Spark task
+the rows are Python dicts (:data:`~runtime.tasks.contract.Row`: the hosts send them
+pickled); they become Arrow record batches only where they leave it (:func:`arrow_rows`).
+In a fused batch (every level in one Spark task) a visit's repartitioned records travel as
+one bundle per topic, split per target partition here (:mod:`runtime.tasks.bundle`).
 
 A Spark task that fails or is retried leaves at most orphan staged files (deleted by the
 coordinator's sweep) and a prepared batch that is never confirmed: exactly-once holds
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import pickle
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,6 +47,7 @@ import pyarrow.compute as pc
 from runtime.storage.fs import register_storage_options
 from runtime.storage.records import rows_where
 from runtime.storage.slices import TopicSlices, read_topic_slices
+from runtime.tasks.bundle import BUNDLE, bundle_inputs
 from runtime.tasks.client import Visit, run_on_hosts
 from runtime.tasks.contract import (
     OPEN,
@@ -51,8 +56,9 @@ from runtime.tasks.contract import (
     SOURCE_SCHEMA,
     VISIT,
     BatchPlan,
+    Row,
     metric_row,
-    pack,
+    pack_row,
     placed_row,
     record_batch,
     visit_row,
@@ -62,13 +68,14 @@ from runtime.tasks.protocol import InputPiece
 
 log = logging.getLogger(__name__)
 
+#: The most rows in one record batch a Spark task returns.
+ARROW_BATCH_ROWS = 4096
+
 
 # -- the level functions ------------------------------------------------------------------
 
 
-def run_source_level(
-    plan: BatchPlan, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
+def run_source_level(plan: BatchPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[Row]:
     """Level 0: run the tasks of the partition numbers of one Spark partition.
 
     The input is either the records themselves or (the source's ``plan_only`` option)
@@ -111,7 +118,7 @@ def run_source_level(
     for topic, partition, chunk in _groups(records):
         if plan.level_of(topic) != 0:
             # for a later sub-topology's co-partitioned source topic: shuffled to its level
-            yield pack(plan, topic, partition, -1, chunk)
+            yield pack_row(plan, topic, partition, -1, chunk)
         else:
             inputs.setdefault(partition, []).append((topic, chunk))
     if 0 in partitions:
@@ -119,66 +126,70 @@ def run_source_level(
     yield from _run_level(plan, 0, inputs, partitions)
 
 
-def run_inner_level(
-    plan: BatchPlan, level: int, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """Level ``level`` > 0: run the tasks over the packs of records shuffled to this Spark
-    task, handed to their hosts as they arrived (and the tasks visited without records);
-    pass every other row through."""
+def run_inner_level(plan: BatchPlan, level: int, rows: Iterable[Row]) -> Iterator[Row]:
+    """Level ``level`` > 0: run the tasks over the packs (or bundles) of records shuffled
+    to this Spark task, handed to their hosts as they arrived (and the tasks visited
+    without records); pass every other row through."""
     register_storage_options(plan.thread.root, plan.thread.config.storage_options)
-    table = _collect(batches)
-    if table is None:
-        return
     mine_topics = {t for t in plan.sources if plan.level_of(t) == level}
-    kinds = table.column("kind").to_pylist()
-    topics = table.column("topic").to_pylist()
-    levels = table.column("count").to_pylist()
-    mine: list[int] = []
-    visits: list[int] = []
-    passing: list[int] = []
-    for i, kind in enumerate(kinds):
-        if kind == RECORD and topics[i] in mine_topics:
-            mine.append(i)
-        elif kind in (VISIT, OPEN) and levels[i] == level:
-            visits.append(i)
+    bundles: list[tuple[str, int, bytes]] = []
+    packs: list[Row] = []
+    visits: list[Row] = []
+    for row in rows:
+        kind = row["kind"]
+        if kind == BUNDLE and row["topic"] in mine_topics:
+            bundles.append((row["topic"], row["origin"], row["value"]))
+        elif kind == RECORD and row["topic"] in mine_topics:
+            packs.append(row)
+        elif kind in (VISIT, OPEN) and row["count"] == level:
+            visits.append(row)
         else:
-            passing.append(i)
-    if passing:
-        yield from table.take(passing).to_batches()
-    parts = table.column("partition").to_pylist()
-    tasks = table.column("task").to_pylist()
-    offsets = table.column("offset").to_pylist()
-    origins = table.column("origin").to_pylist()
+            yield row
     earlier: dict[str, list[int]] = {}
-    for i in visits:
-        if kinds[i] == OPEN:
-            earlier.setdefault(tasks[i], []).append(offsets[i])
-    blobs = table.column("value")
-    inputs: dict[int, list[InputPiece]] = {}
-    for i in sorted(mine, key=lambda i: (parts[i], origins[i], topics[i])):
-        inputs.setdefault(parts[i], []).append((topics[i], blobs[i].as_buffer()))
-    partitions = sorted({parts[i] for i in visits} | set(inputs))
+    for row in visits:
+        if row["kind"] == OPEN:
+            earlier.setdefault(row["task"], []).append(row["offset"])
+    inputs: dict[int, list[InputPiece]] = dict(bundle_inputs(bundles)) if bundles else {}
+    for row in sorted(packs, key=lambda r: (r["partition"], r["origin"], r["topic"])):
+        inputs.setdefault(row["partition"], []).append((row["topic"], row["value"]))
+    partitions = sorted({row["partition"] for row in visits} | set(inputs))
     yield from _run_level(plan, level, inputs, partitions, earlier)
 
 
-def run_all_levels(
-    plan: BatchPlan, depth: int, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
+def run_all_levels(plan: BatchPlan, depth: int, batches: Iterator[pa.RecordBatch]) -> Iterator[Row]:
     """Every level of a batch that runs in one Spark partition (``plan.fused``): level 0
     over ``batches``, then each later level over the rows of the one before, as a shuffle
     into one Spark partition would hand them on (it would move nothing: a small batch
     saves its stages' cost). Each level's visits finish before the next level starts."""
     rows = run_source_level(plan, batches)
     for level in range(1, depth):
-        rows = run_inner_level(plan, level, rows)
+        rows = run_inner_level(plan, level, list(rows))
     yield from rows
 
 
-def _visits_of_later_levels(plan: BatchPlan) -> Iterator[pa.RecordBatch]:
+def shuffled_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Row]:
+    """The rows a Spark shuffle hands to a later level, as :data:`Row` dicts."""
+    for batch in batches:
+        yield from batch.to_pylist()
+
+
+def arrow_rows(rows: Iterable[Row], size: int = ARROW_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """``rows`` as record batches of :data:`ROW_SCHEMA`, ``size`` rows at most each: rows
+    become Arrow only where they leave the Spark task."""
+    chunk: list[Row] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield from record_batch(chunk)
+            chunk = []
+    yield from record_batch(chunk)
+
+
+def _visits_of_later_levels(plan: BatchPlan) -> Iterator[Row]:
     """One row per task of ``plan.visit`` above level 0, shuffled to its Spark task."""
-    yield from record_batch(
-        [visit_row(plan, task_id) for task_id in sorted(plan.visit) if plan.level_of_task(task_id)]
-    )
+    for task_id in sorted(plan.visit):
+        if plan.level_of_task(task_id):
+            yield visit_row(plan, task_id)
 
 
 def _run_level(
@@ -187,7 +198,7 @@ def _run_level(
     inputs: Mapping[int, list[InputPiece]],
     partitions: list[int],
     earlier: Mapping[str, list[int]] | None = None,
-) -> Iterator[pa.RecordBatch]:
+) -> Iterator[Row]:
     """Run each task of ``level`` that has input pieces here (partition -> its pieces of
     every topic, in order) or is visited in every batch."""
     tasks: dict[int, dict[int, set[str]]] = {}  # partition -> sub-topology -> its topics
@@ -216,7 +227,7 @@ def _run_level(
         if placed is not None:
             yield placed_row(visit.task_id, placed)
             if placed[0] != executor_id():
-                yield from record_batch([metric_row(REMOTE_VISITS, 1)])
+                yield metric_row(REMOTE_VISITS, 1)
 
 
 def _groups(records: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:

@@ -7,6 +7,8 @@ level a shuffle of the repartitioned records to their task's Spark partition, th
 :meth:`runtime.thread.placement.TaskPlacement.for_plan`) runs every level in one
 ``mapInArrow``, one level after another, without a shuffle: the task hosts do the work
 side by side whichever Spark task visits them, and a stage costs tens of milliseconds.
+That job is the same DataFrame at every batch of a thread (per number of partitions), its
+plan read from a file (:mod:`runtime.tasks.plan_files`): Spark plans it once.
 Only metadata rows come back to the driver: staged files, positions, counters, and when
 the tasks' next wall-clock punctuation is due.
 
@@ -27,18 +29,27 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType, _parse_datatype_string
 
 from common.errors import CombinedRecordsLateError, StreamsError
 from runtime.spark.locality import executor_hosts, group_partitions, located_rows
+from runtime.tasks.bundle import BUNDLE
 from runtime.tasks.contract import METRIC, RECORD, ROW_DDL, WAKE, BatchPlan
 from runtime.tasks.errors import guarded, task_error
-from runtime.tasks.task_runner import run_all_levels, run_inner_level, run_source_level
+from runtime.tasks.plan_files import plan_path, read_plan, write_plan
+from runtime.tasks.task_runner import (
+    arrow_rows,
+    run_all_levels,
+    run_inner_level,
+    run_source_level,
+    shuffled_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +96,7 @@ def run_batch_job(
         result.metrics["job-retry-total"] = retries
     if uncombined:
         result.metrics["uncombined-batch-total"] = uncombined
-    stray = [r for r in result.rows if r["kind"] == RECORD]
+    stray = [r for r in result.rows if r["kind"] in (RECORD, BUNDLE)]
     if stray:
         raise StreamsError(
             f"[batch {plan.thread.owner}] {len(stray)} repartitioned records of "
@@ -105,19 +116,35 @@ def run_batch_job(
 def _job(df: DataFrame, plan: BatchPlan, depth: int, partitions: Mapping[int, int]) -> DataFrame:
     """The batch's levels over ``df``, as one DataFrame of metadata rows."""
     schema = row_schema()
+    rows = _source_rows(df, plan, partitions)
+    if plan.fused and rows is not df and _is_local(df.sparkSession):
+        # one Spark task on this machine: the same job at every batch, the plan in a file
+        path = plan_path(plan.thread)
+        write_plan(path, plan)
+        return _planned_job(rows, path, depth)
     if plan.fused and depth > 1:  # one Spark task: no shuffle between the levels
-        return _source_rows(df, plan, partitions).mapInArrow(
-            functools.partial(_all_levels, plan, depth), schema
-        )
-    out = _source_rows(df, plan, partitions).mapInArrow(
-        functools.partial(_source_level, plan), schema
-    )
+        return rows.mapInArrow(functools.partial(_all_levels, plan, depth), schema)
+    out = rows.mapInArrow(functools.partial(_source_level, plan), schema)
     for level in range(1, depth):
         spark_partitions = plan.spark_partitions_of(partitions[level])
         out = out.repartition(spark_partitions, "shuffle").mapInArrow(
             functools.partial(_inner_level, plan, level), schema
         )
     return out
+
+
+@functools.lru_cache(maxsize=32)
+def _planned_job(rows: DataFrame, path: str, depth: int) -> DataFrame:
+    """Every level over ``rows`` (numbered rows, themselves built once per shape), in one
+    Spark task reading its batch's plan at ``path`` (:mod:`runtime.tasks.plan_files`):
+    built once per shape and thread, so Spark plans it once."""
+    return rows.mapInArrow(functools.partial(_planned_levels, path, depth), row_schema())
+
+
+def _is_local(spark: SparkSession) -> bool:
+    """Whether ``spark`` runs on a local master (its Spark tasks run on this machine)."""
+    master = str(spark.sparkContext.master)
+    return master == "local" or master.startswith("local[")
 
 
 @functools.cache
@@ -153,14 +180,29 @@ def _source_rows(df: DataFrame, plan: BatchPlan, partitions: Mapping[int, int]) 
     return _numbered_rows(spark, count, spark_partitions)
 
 
-@functools.lru_cache(maxsize=32)
 def _numbered_rows(spark: SparkSession, count: int, spark_partitions: int) -> DataFrame:
     """One row per partition number ``0..count-1`` in ``spark_partitions`` Spark
-    partitions (built once per shape: its plan is analysed once, and a batch's job only
-    adds its levels on top)."""
-    return spark.range(0, count, 1, spark_partitions).selectExpr(
+    partitions (built once per shape and SparkContext: its plan is analysed once, and a
+    batch's job only adds its levels on top; each batch of a query comes with a new
+    ``SparkSession`` object, so the context is the key)."""
+    context = spark.sparkContext
+    key = (count, spark_partitions)
+    known = _rows_of_shape.get(key)
+    if known is not None and known[0] is context:
+        return known[1]
+    if len(_rows_of_shape) >= _SHAPES_KEPT:
+        _rows_of_shape.clear()
+    rows = spark.range(0, count, 1, spark_partitions).selectExpr(
         "CAST(id AS INT) AS partition", "CAST(NULL AS BINARY) AS task_input"
     )
+    _rows_of_shape[key] = (context, rows)
+    return rows
+
+
+#: The numbered rows built so far: (count, Spark partitions) -> (context, rows).
+_rows_of_shape: dict[tuple[int, int], tuple[SparkContext, DataFrame]] = {}
+#: How many shapes of numbered rows are kept.
+_SHAPES_KEPT = 32
 
 
 def _first_level_owners(plan: BatchPlan, count: int) -> dict[int, str]:
@@ -203,12 +245,20 @@ def _collect(job: Callable[[], DataFrame], plan: BatchPlan) -> tuple[list[Any], 
 
 
 def _source_level(plan: BatchPlan, batches: Any) -> Any:
-    return guarded(run_source_level(plan, batches))
+    return guarded(arrow_rows(run_source_level(plan, batches)))
 
 
 def _inner_level(plan: BatchPlan, level: int, batches: Any) -> Any:
-    return guarded(run_inner_level(plan, level, batches))
+    return guarded(arrow_rows(run_inner_level(plan, level, shuffled_rows(batches))))
 
 
 def _all_levels(plan: BatchPlan, depth: int, batches: Any) -> Any:
-    return guarded(run_all_levels(plan, depth, batches))
+    return guarded(arrow_rows(run_all_levels(plan, depth, batches)))
+
+
+def _planned_levels(path: str, depth: int, batches: Any) -> Any:
+    return guarded(_levels_of_file(path, depth, batches))
+
+
+def _levels_of_file(path: str, depth: int, batches: Any) -> Iterator[Any]:
+    yield from arrow_rows(run_all_levels(read_plan(path), depth, batches))

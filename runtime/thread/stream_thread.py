@@ -47,6 +47,7 @@ from runtime.storage.topics import TopicAdmin
 from runtime.tasks.collector import OutputTopic
 from runtime.tasks.contract import FILE, BatchPlan, thread_plan
 from runtime.tasks.global_state import plan_globals
+from runtime.tasks.plan_files import remove_plans
 from runtime.thread.batch_job import run_batch_job
 from runtime.thread.batch_levels import BatchLevels, WindowCombining, choose_levels
 from runtime.thread.commit import Batch, BatchCommit, CommitStrategy
@@ -425,6 +426,7 @@ class StreamThread:
         if self.membership is not None:
             self.membership.close(leave=True)
         self.commit.close()
+        remove_plans(self.thread_plan)
 
     # -- shared ------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from tests.crash.conftest import FAST_JVM, RUN_CONFIG, example, runnable_example
 
 #: Records per example and kill count: enough batches (max.poll.records=2 per partition)
 #: for every kill.
-GENERATE = {("wordcount", 2): 70, ("wordcount", 5): 160, ("flash_sale", 5): 300}
+GENERATE = {("wordcount", 2): 150, ("wordcount", 5): 160, ("flash_sale", 5): 300}
 QUICK = {**RUN_CONFIG, "max.poll.records": "2"}
 
 

@@ -32,7 +32,14 @@ from common.config import StreamsConfig
 from runtime.app.internal_topics import TopicPlan, plan_topics
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.client import run_on_host, shutdown_hosts
-from runtime.tasks.contract import PACKED_SCHEMA, PREPARED, BatchPlan, ThreadPlan, thread_plan
+from runtime.tasks.contract import (
+    PACKED_SCHEMA,
+    PREPARED,
+    ROW_SCHEMA,
+    BatchPlan,
+    ThreadPlan,
+    thread_plan,
+)
 from runtime.tasks.manager import TaskManager
 from runtime.tasks.protocol import SERVER_SOCKET, socket_dir
 from runtime.tasks.server import main as server_main
@@ -193,7 +200,9 @@ def test_a_task_host_and_the_driver_commit_through_one_task_commit(
     _, thread, topics = application(tmp_path, guarantee, "state")
     manager = TaskManager()
     for plan, batch in plans(thread, topics, eos):
-        rows = pa.Table.from_batches(manager.run(plan, 0, 0, {"words": batch}, ["words"]))
+        rows = pa.Table.from_pylist(
+            manager.run(plan, 0, 0, {"words": batch}, ["words"]), schema=ROW_SCHEMA
+        )
         assert (PREPARED in rows.column("kind").to_pylist()) is eos
     host_store = manager.live["0_0"].task.stores["counts"]
     host_counts = {w: host_store.get(w).value for w in "abc"}  # a timestamped store
@@ -207,7 +216,7 @@ def test_a_task_host_and_the_driver_commit_through_one_task_commit(
     try:
         for plan, batch in plans(thread, topics, eos):
             out, _ = run_on_host(plan, 0, 0, [("words", batch)], ["words"])
-            rows = pa.Table.from_batches(out)
+            rows = pa.Table.from_pylist(out, schema=ROW_SCHEMA)
             assert (PREPARED in rows.column("kind").to_pylist()) is eos
     finally:
         shutdown_hosts(config.state_dir, config.application_id)

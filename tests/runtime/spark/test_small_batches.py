@@ -20,6 +20,7 @@ from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.contract import BatchPlan, ThreadPlan
 from runtime.tasks.protocol import socket_dir
+from runtime.thread.batch_job import _planned_job
 from runtime.thread.placement import TaskPlacement
 from tests.runtime.spark.helpers import eos_config
 from topology import Grouped, StreamsBuilder
@@ -83,6 +84,24 @@ def test_fused_and_shuffled_batches_commit_the_same(spark: SparkSession, tmp_pat
     expected = Counter(w for line in LINES for w in line.split())
     assert fused[0] == {w: str(n) for w, n in expected.items()}
     assert fused == shuffled
+
+
+def test_a_thread_on_a_local_master_runs_the_same_job_at_every_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark plans a fused batch's job once per shape: later batches only run it (their
+    plans read from a file that the thread deletes when it closes)."""
+    before = _planned_job.cache_info()
+    root = str(tmp_path / "same" / "root")
+    got = run(spark, tmp_path, "same")
+    after = _planned_job.cache_info()
+    expected = Counter(w for line in LINES for w in line.split())
+    assert got[0] == {w: str(n) for w, n in expected.items()}
+    built = after.misses - before.misses
+    assert 1 <= built <= 2  # the first batch's shape, and maybe one more
+    assert after.hits - before.hits >= 3
+    sockets = socket_dir(str(tmp_path / "same" / "state"), "small-same")
+    assert not [n for n in os.listdir(sockets) if n.endswith(".pickle")], root
 
 
 def test_a_batch_on_a_local_master_runs_in_one_spark_partition() -> None:
