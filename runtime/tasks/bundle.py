@@ -36,9 +36,9 @@ Inline = list[tuple[str, int, pa.Table]]
 
 def inline_rows(plan: BatchPlan, partition: int, inline: Inline) -> list[dict[str, Any]]:
     """The rows carrying ``inline`` (written by the visit of partition ``partition``) to
-    the level reading them: one bundle per topic in a fused batch, else one pack per
-    (topic, target)."""
-    if not plan.fused:
+    the level reading them: one bundle per topic when the worker runs every level
+    (``plan.bundles``), else one pack per (topic, target)."""
+    if not plan.bundles:
         return [
             pack_row(plan, topic, target, partition, placed(chunk))
             for topic, target, chunk in inline

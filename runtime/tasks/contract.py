@@ -178,6 +178,9 @@ class BatchPlan:
     executor sends the task's visits there (:mod:`runtime.tasks.client`), with
     ``host_secret`` (hex), which opens those connections. ``driver_host`` is the driver's
     address (an executor listens on the interface that reaches it).
+
+    ``bundles``: the worker visiting the tasks runs every level itself (a fused batch), so
+    a visit hands its repartitioned records on as bundles (:mod:`runtime.tasks.bundle`).
     """
 
     thread: ThreadPlan
@@ -203,6 +206,7 @@ class BatchPlan:
     placement: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     host_secret: str = ""
     driver_host: str = ""
+    bundles: bool = False
 
     def spark_partitions_of(self, tasks: int) -> int:
         """How many Spark partitions run a level of ``tasks`` tasks: at most

@@ -37,6 +37,7 @@ because only the result that reached the driver is committed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 from collections.abc import Iterable, Iterator, Mapping
@@ -161,6 +162,7 @@ def run_all_levels(plan: BatchPlan, depth: int, batches: Iterator[pa.RecordBatch
     over ``batches``, then each later level over the rows of the one before, as a shuffle
     into one Spark partition would hand them on (it would move nothing: a small batch
     saves its stages' cost). Each level's visits finish before the next level starts."""
+    plan = dataclasses.replace(plan, bundles=True)  # no shuffle to place packs
     rows = run_source_level(plan, batches)
     for level in range(1, depth):
         rows = run_inner_level(plan, level, list(rows))
