@@ -10,7 +10,7 @@ import pytest
 
 from common.config import StreamsConfig
 from topology import StreamsBuilder
-from topology.engine.columnar import Batch, ExpandedRows, expanded
+from topology.engine.columnar import Batch, ExpandedRows, Repeated, expanded
 from topology.engine.task import StreamTask
 from topology.engine.task_metrics import E2E
 
@@ -70,16 +70,19 @@ def test_a_sink_below_a_flat_map_measures_what_the_record_engine_measures() -> N
 def test_an_expanded_batch_knows_its_timestamps_figures_without_reading_them() -> None:
     base = Batch(["k"] * 4, ["a b", "", "c", "d e f"], [7, 1, 9, 3], None, range(4))
     counts = [2, 0, 1, 3]
-    batch = expanded(base, ["k"] * 6, list("abcdef"), counts)
-    assert batch.repeats is not None
-    assert batch.timestamps == [7, 7, 9, 3, 3, 3]
-    assert type(batch.rows) is ExpandedRows
+    batch = expanded(base, Repeated(base.keys, counts), list("abcdef"), counts)
     figures = batch.timestamp_figures()
     assert figures == (6, 3, 9, 32)
     assert batch.with_keys(list("uvwxyz")).timestamp_figures() == figures
     assert batch.with_values(list("uvwxyz")).timestamp_figures() == figures
+    assert list(batch.timestamp_array()) == [7, 7, 9, 3, 3, 3]
+    assert batch.timestamps == [7, 7, 9, 3, 3, 3]  # read: a list from now on
+    assert batch.timestamp_figures() == figures
+    assert batch.keys == ["k"] * 6
+    assert type(batch.rows) is ExpandedRows
     picked = batch.take([0, 2])
-    assert picked.repeats is None and picked.timestamp_figures() == (2, 7, 9, 16)
+    assert picked.timestamp_figures() == (2, 7, 9, 16)
     again = expanded(batch, ["k"] * 6, list("abcdef"), [1] * 6)  # an expansion's expansion
-    assert again.repeats is None and again.timestamp_figures() == figures
+    assert again.timestamp_figures() == figures
     assert expanded(base, [], [], [0] * 4).timestamp_figures() is None
+    assert list(expanded(base, [], [], [0] * 4).timestamp_array()) == []

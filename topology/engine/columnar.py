@@ -32,6 +32,8 @@ from functools import wraps
 from itertools import accumulate, chain, repeat
 from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, overload
 
+import numpy as np
+
 from topology.api.record import Headers, Record
 from topology.engine.task_api import TaskView
 from topology.graph.graph import ProcessorSpec, SinkSpec
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 
 _new = tuple.__new__
 _NO_HEADERS: Headers = ()
+#: A bound below which a sum of int64 products cannot overflow.
+_SAFE_SUM = 1 << 62
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -48,45 +52,100 @@ R = TypeVar("R")
 ENGINES = ("columnar", "record")
 
 
+class Repeated:
+    """A column of ``items[i]`` repeated ``counts[i]`` times, in order (what a flat map's
+    expansion makes of its input's keys and timestamps), kept as the two until read."""
+
+    __slots__ = ("_arrays", "counts", "items")
+
+    def __init__(self, items: Sequence[Any], counts: list[int]) -> None:
+        self.items = items
+        self.counts = counts
+        self._arrays: tuple[Any, Any] | None = None
+
+    def materialized(self) -> list[Any]:
+        """The column as a list."""
+        return list(chain.from_iterable(map(repeat, self.items, self.counts)))
+
+    def int_arrays(self) -> tuple[Any, Any]:
+        """The items (ints) and the counts as int64 NumPy arrays."""
+        if self._arrays is None:
+            items, counts = self.items, self.counts
+            self._arrays = (
+                np.fromiter(items, np.int64, len(items)),
+                np.fromiter(counts, np.int64, len(counts)),
+            )
+        return self._arrays
+
+
 class Batch:
     """Records as columns: ``headers`` None when no record has any; ``rows`` the input row
-    each record came from (for the record context of nodes fed record by record);
-    ``repeats`` None, or ``(stamps, counts)`` when ``timestamps`` is each of ``stamps``
-    repeated ``counts`` times (a flat map's expansion: what its timestamps sum to is then
-    known without reading them all, see :meth:`timestamp_figures`)."""
+    each record came from (for the record context of nodes fed record by record). Keys
+    and timestamps may be given as :class:`Repeated` (a flat map's expansion): they are
+    made lists when first read, and what the timestamps sum to is known without them
+    (:meth:`timestamp_figures`), so a chain that never reads a column costs nothing per
+    record for it."""
 
-    __slots__ = ("headers", "keys", "repeats", "rows", "timestamps", "values")
+    __slots__ = ("_keys", "_timestamps", "headers", "rows", "values")
 
-    def __init__(  # noqa: PLR0917 - the columns of a batch
+    def __init__(
         self,
-        keys: list[Any],
+        keys: list[Any] | Repeated,
         values: list[Any],
-        timestamps: list[int],
+        timestamps: list[int] | Repeated,
         headers: list[Headers] | None,
         rows: Sequence[int],
-        repeats: tuple[Sequence[int], list[int]] | None = None,
     ) -> None:
-        self.keys = keys
+        self._keys = keys
         self.values = values
-        self.timestamps = timestamps
+        self._timestamps = timestamps
         self.headers = headers
         self.rows = rows
-        self.repeats = repeats
+
+    @property
+    def keys(self) -> list[Any]:
+        """The records' keys."""
+        ks = self._keys
+        if isinstance(ks, Repeated):
+            ks = self._keys = ks.materialized()
+        return ks
+
+    @property
+    def timestamps(self) -> list[int]:
+        """The records' timestamps."""
+        ts = self._timestamps
+        if isinstance(ts, Repeated):
+            ts = self._timestamps = ts.materialized()
+        return ts
+
+    def timestamp_array(self) -> Any:
+        """The records' timestamps as an int64 NumPy array."""
+        ts = self._timestamps
+        if isinstance(ts, Repeated):
+            return np.repeat(*ts.int_arrays())
+        return np.fromiter(ts, np.int64, len(ts))
 
     def timestamp_figures(self) -> tuple[int, int, int, int] | None:
         """``(records, least, greatest, sum)`` of the timestamps, None when there are none;
-        from ``repeats`` when the batch has them (a few input records, not every output)."""
-        if self.repeats is None:
-            ts = self.timestamps
+        from the repeated timestamps when they are (a few input records, not every
+        output)."""
+        ts = self._timestamps
+        if not isinstance(ts, Repeated):
             return (len(ts), min(ts), max(ts), sum(ts)) if ts else None
-        stamps, counts = self.repeats
-        kept = [t for t, c in zip(stamps, counts, strict=True) if c]
-        if not kept:
+        n = len(self.values)
+        if not n:
             return None
-        return len(self.timestamps), min(kept), max(kept), sum(map(operator.mul, stamps, counts))
+        stamps, counts = ts.int_arrays()
+        present = counts > 0
+        if not present.all():
+            stamps, counts = stamps[present], counts[present]
+        low, high = int(stamps.min()), int(stamps.max())
+        if (high - low) * n < _SAFE_SUM:  # each distance from the least times its count
+            return n, low, high, low * n + int((stamps - low) @ counts)
+        return n, low, high, sum(map(operator.mul, ts.items, ts.counts))
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.values)
 
     def take(self, index: Sequence[int]) -> Batch:
         """The records at ``index``, in that order."""
@@ -116,11 +175,11 @@ class Batch:
 
     def with_keys(self, keys: list[Any]) -> Batch:
         """The same records with new keys."""
-        return Batch(keys, self.values, self.timestamps, self.headers, self.rows, self.repeats)
+        return Batch(keys, self.values, self._timestamps, self.headers, self.rows)
 
     def with_values(self, values: list[Any]) -> Batch:
         """The same records with new values."""
-        return Batch(self.keys, values, self.timestamps, self.headers, self.rows, self.repeats)
+        return Batch(self._keys, values, self._timestamps, self.headers, self.rows)
 
     def header(self, i: int) -> Headers:
         """The headers of record ``i``."""
@@ -180,17 +239,18 @@ def rows_at(rows: Sequence[int], index: Iterable[int]) -> list[int]:
     return [rows[i] for i in index]
 
 
-def expanded(batch: Batch, keys: list[Any], values: list[Any], counts: list[int]) -> Batch:
+def expanded(
+    batch: Batch, keys: list[Any] | Repeated, values: list[Any], counts: list[int]
+) -> Batch:
     """The batch of ``keys``/``values`` a flat map expanded from ``batch``: record ``i`` of
     ``batch`` became ``counts[i]`` records, with its timestamp, headers and row."""
-    hs, ts = batch.headers, batch.timestamps
+    hs = batch.headers
     return Batch(
         keys,
         values,
-        list(chain.from_iterable(map(repeat, ts, counts))),
+        Repeated(batch.timestamps, counts),
         None if hs is None else list(chain.from_iterable(map(repeat, hs, counts))),
         ExpandedRows(batch.rows, counts, len(values)),
-        (ts, counts) if batch.repeats is None else None,
     )
 
 
@@ -284,14 +344,10 @@ def record_entry(task: TaskView, forward: Callable[[Record[Any, Any]], None]) ->
     def run(batch: Batch) -> None:
         given = task.batch_input
         if given is None:  # a batch outside process_columns (a cache flush): no row context
-            for i in range(len(batch.keys)):
-                task.current_timestamp = batch.timestamps[i]
-                forward(
-                    _new(
-                        Record,
-                        (batch.keys[i], batch.values[i], batch.timestamps[i], batch.header(i)),
-                    )
-                )
+            ks, vs, ts = batch.keys, batch.values, batch.timestamps
+            for i in range(len(ks)):
+                task.current_timestamp = ts[i]
+                forward(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
             return
         offsets, in_headers, times = given.offsets, given.headers, given.stream_times
         ks, vs, ts, hs, rows = batch.keys, batch.values, batch.timestamps, batch.headers, batch.rows

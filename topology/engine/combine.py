@@ -171,7 +171,7 @@ def combine_counts(batch: Batch, values_valid: bool = False) -> Batch | None:
     keys = _key_column(batch, values_valid)
     if keys is None or looks_distinct(keys):  # (new keys: nothing to combine)
         return None
-    ts = np.fromiter(batch.timestamps, np.int64, n)
+    ts = batch.timestamp_array()
     table = pa.table({"k": keys, "t": ts, "i": np.arange(n, dtype=np.int64)})
     groups = table.group_by("k", use_threads=False).aggregate(
         [("i", "max"), ("i", "count"), ("t", "max")]
@@ -186,9 +186,10 @@ def combine_counts(batch: Batch, values_valid: bool = False) -> Batch | None:
     for i, many in zip(order, counts, strict=True):
         own = () if hs is None else hs[i]
         headers.append(own if many == 1 else (*own, (COMBINED_HEADER, many.to_bytes(8, "big"))))
+    kept = [ks[i] for i in order]
     return Batch(
-        [ks[i] for i in order],
-        [vs[i] for i in order],
+        kept,
+        kept if vs is ks else [vs[i] for i in order],
         groups.column("t_max").to_pylist(),
         headers,
         rows_at(rows, order),
@@ -207,7 +208,7 @@ def combine_windowed(
     keys = _key_column(batch, values_valid)
     if keys is None:
         return None
-    ts = np.fromiter(batch.timestamps, np.int64, n)
+    ts = batch.timestamp_array()
     size, advance = windows.size_ms, windows.advance_ms
     if int(ts[0]) < 0 or int(ts[-1]) > MAX_TIME - size or bool((ts[1:] < ts[:-1]).any()):
         return None
@@ -224,9 +225,10 @@ def combine_windowed(
     groups = groups.sort_by("i_max")  # each group at its last record: the cache's order
     order = groups.column("i_max").to_pylist()
     hs, vs = batch.headers, batch.values
+    kept = [ks[i] for i in order]
     return Batch(
-        [ks[i] for i in order],
-        [vs[i] for i in order],
+        kept,
+        kept if vs is ks else [vs[i] for i in order],
         ts[order].tolist(),
         [
             (*(() if hs is None else hs[i]), (COMBINED_HEADER, many.to_bytes(8, "big")))

@@ -84,7 +84,7 @@ class NodeContext:
 
     def forward_batch(self, batch: Batch) -> None:
         """Send ``batch`` to every child (columnar processing)."""
-        if len(batch.keys):
+        if len(batch):
             for fn in self._batch_children:
                 fn(batch)
 

@@ -337,4 +337,4 @@ def _equal_serdes(a: Any, b: Any) -> bool:
 
 def _same_items(a: list[Any], b: list[Any]) -> bool:
     """Whether two lists hold the very same objects (by identity: no ``__eq__`` runs)."""
-    return len(a) == len(b) and all(map(operator.is_, a, b))
+    return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))

@@ -72,7 +72,7 @@ def cut_at(
 
 def part(batch: Batch, lo: int, hi: int) -> Batch:
     """The records ``lo`` to ``hi`` of ``batch`` (the batch itself when that is all)."""
-    if lo == 0 and hi == len(batch.keys):
+    if lo == 0 and hi == len(batch):
         return batch
     hs = batch.headers
     return Batch(
@@ -149,7 +149,7 @@ class ClosingAggregating(WindowedAggregating):
         takes them), each of those aggregated alone, then emitting what it closed."""
         assert self.emitter is not None
         cuts = emission_cuts(self.emitter, lookers, closes, floor)
-        cut_at(len(batch.keys), cuts, partial(stretch, batch), partial(self._emitting, batch))
+        cut_at(len(batch), cuts, partial(stretch, batch), partial(self._emitting, batch))
 
     def _emitting(self, batch: Batch, i: int) -> None:
         """Aggregate record ``i`` of ``batch`` (one that looks), then emit the windows it

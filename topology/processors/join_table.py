@@ -175,9 +175,10 @@ class StreamTableJoinProcessor(Processor[Any, Any, Any, Any]):
         versioned table, read as of each record's time, is joined record by record."""
         ks, vs = batch.keys, batch.values
         if self.as_of is not None:
+            ts = batch.timestamps
             for i in range(len(ks)):
-                self.context.set_timestamp(batch.timestamps[i])
-                self.process(_new(Record, (ks[i], vs[i], batch.timestamps[i], batch.header(i))))
+                self.context.set_timestamp(ts[i])
+                self.process(_new(Record, (ks[i], vs[i], ts[i], batch.header(i))))
             return
         if self.key_mapper is None:
             table_keys = ks

@@ -77,7 +77,7 @@ class SlidingWindowAggregateProcessor(ClosingAggregating):
         goes alone, after the writes of the records before it, and emits what the store
         then holds."""
         if self.emitter is None:
-            self._stretch(batch, 0, len(batch.keys))
+            self._stretch(batch, 0, len(batch))
             return
         lookers, closes = self._lookers(batch)
         self._process_closing(batch, lookers, closes, self.diff + 1, self._stretch)

@@ -6,16 +6,17 @@ function, and forwards through the pre-bound children of its context.
 
 from __future__ import annotations
 
-import operator
+import inspect
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, repeat
+from itertools import chain
+from types import FunctionType
 from typing import Any, TextIO
 
 from topology.api.processor import Processor
 from topology.api.record import Record
-from topology.engine.columnar import Batch, BatchForward, expanded
+from topology.engine.columnar import Batch, BatchForward, Repeated, expanded
 from topology.engine.context import NodeContext
 from topology.engine.nodes import user_error
 
@@ -172,15 +173,18 @@ class FlatMapValuesProcessor(_Stateless):
         except Exception as exc:
             raise self.fail(exc) from exc
         counts = list(map(len, got))
-        if all(map(operator.is_, ks, repeat(None))):  # no keys (lines of text): none again
-            keys = [None] * len(values)
-        else:
-            keys = list(chain.from_iterable(map(repeat, ks, counts)))
-        self.context.forward_batch(expanded(batch, keys, values, counts))
+        # each record's key repeated: made a list only if a node below reads the keys
+        self.context.forward_batch(expanded(batch, Repeated(ks, counts), values, counts))
 
 
 class SelectKeyProcessor(_Stateless):
-    """Forward with key ``fn(key, value)``."""
+    """Forward with key ``fn(key, value)``. A function that returns its second argument
+    and does nothing else (``lambda k, v: v``, grouping by the value) is not called per
+    record on a batch: the batch's values are its keys, the very same list."""
+
+    def __init__(self, name: str, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name, fn)
+        self.keys_are_values = returns_second_argument(fn)
 
     def process(self, record: AnyRecord) -> None:
         """Select the key and forward."""
@@ -193,6 +197,9 @@ class SelectKeyProcessor(_Stateless):
     def process_batch(self, batch: Batch) -> None:
         """Select each key; forward the batch."""
         fn, vs = self.fn, batch.values
+        if self.keys_are_values:
+            self.context.forward_batch(batch.with_keys(vs))
+            return
         try:
             keys = list(map(fn, batch.keys, vs))
         except Exception as exc:
@@ -315,6 +322,37 @@ class BranchProcessor(Processor[Any, Any, Any, Any]):
                 child(batch.take(index))
         if self.batch_default is not None and rest:
             self.batch_default(batch.take(rest))
+
+
+def _second_argument(_first: Any, second: Any) -> Any:
+    return second
+
+
+#: The flags of a code object that change what its body's instructions do when called.
+_CALL_FLAGS = (
+    inspect.CO_VARARGS
+    | inspect.CO_VARKEYWORDS
+    | inspect.CO_GENERATOR
+    | inspect.CO_COROUTINE
+    | inspect.CO_ITERABLE_COROUTINE
+    | inspect.CO_ASYNC_GENERATOR
+)
+
+
+def returns_second_argument(fn: object) -> bool:
+    """Whether ``fn`` is a plain function of two positional arguments whose whole body
+    returns the second (``lambda k, v: v``): its instructions are those of such a
+    function, so calling it can do nothing else."""
+    if type(fn) is not FunctionType:
+        return False
+    code, model = fn.__code__, _second_argument.__code__
+    return (
+        code.co_code == model.co_code
+        and code.co_argcount == 2
+        and not code.co_posonlyargcount
+        and not code.co_kwonlyargcount
+        and not code.co_flags & _CALL_FLAGS
+    )
 
 
 def _expansions(results: Iterable[Iterable[Any]]) -> list[list[Any]]:

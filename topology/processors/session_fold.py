@@ -80,8 +80,9 @@ class SessionFold:
             self._run_buffered(lo, hi)
             return
         node, batch, found, plain = self.node, self.batch, self.found, self.plain
+        ks, ts = batch.keys, batch.timestamps
         for i in range(lo, hi):
-            key, t = batch.keys[i], batch.timestamps[i]
+            key, t = ks[i], ts[i]
             if key is None:
                 record = _new(Record, (key, batch.values[i], t, batch.header(i)))
                 node.drop("null key", record)
