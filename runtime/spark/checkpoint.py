@@ -65,11 +65,12 @@ def start_with_file_system_logs(
 
     That manager writes a log file as a temporary file renamed into place, refusing an
     existing one, which on a local file system (an atomic rename) keeps a kept checkpoint
-    (a DataFrame source's read positions) as safe as Spark's default; what it skips is the
-    default's file creation through ``FileContext``, which without Hadoop's native library
-    forks a ``chmod`` per file (about 15 ms each here, three files and their checksums a
-    micro-batch). The setting is read when the query starts; the session's own is put
-    back at once, so the user's other queries keep theirs.
+    (a DataFrame source's read positions) as safe as Spark's default, at a fraction of its
+    cost (``benchmarks/checkpoint_writes.py``). Without Hadoop's native library both still
+    fork a ``chmod`` for each file they create, a log file and its checksum file alike
+    (four a micro-batch for a stream thread's query). The setting is read when the query
+    starts; the session's own is put back at once, so the user's other queries keep
+    theirs.
     """
     before = spark.conf.get(CHECKPOINT_FILE_MANAGER, None)
     spark.conf.set(CHECKPOINT_FILE_MANAGER, DISPOSABLE_CHECKPOINT_FILES)

@@ -71,6 +71,10 @@ log = logging.getLogger(__name__)
 
 #: The most rows in one record batch a Spark task returns.
 ARROW_BATCH_ROWS = 4096
+#: The most source records of a fused batch whose visits bundle their repartitioned
+#: records: bundles save the many small streams of a small batch over many partitions,
+#: but this worker splits and writes them again, which a large batch would feel.
+BUNDLE_RECORDS_MAX = 50_000
 
 
 # -- the level functions ------------------------------------------------------------------
@@ -162,11 +166,19 @@ def run_all_levels(plan: BatchPlan, depth: int, batches: Iterator[pa.RecordBatch
     over ``batches``, then each later level over the rows of the one before, as a shuffle
     into one Spark partition would hand them on (it would move nothing: a small batch
     saves its stages' cost). Each level's visits finish before the next level starts."""
-    plan = dataclasses.replace(plan, bundles=True)  # no shuffle to place packs
+    if _planned_records(plan) <= BUNDLE_RECORDS_MAX:  # no shuffle to place packs
+        plan = dataclasses.replace(plan, bundles=True)
     rows = run_source_level(plan, batches)
     for level in range(1, depth):
         rows = run_inner_level(plan, level, list(rows))
     yield from rows
+
+
+def _planned_records(plan: BatchPlan) -> int:
+    """How many source records the batch reads (its planned slices)."""
+    if plan.inputs is None:
+        return 0
+    return sum(ts.end - ts.start for pieces in plan.inputs.values() for ts in pieces)
 
 
 def shuffled_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Row]:
