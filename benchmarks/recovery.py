@@ -94,15 +94,15 @@ def measure(keys: int, repeats: int, workdir: str) -> dict[str, Any]:
         "keys": keys,
         "fill_s": round(fill_s, 2),
         "recovery_s": recoveries,
-        "recovery_p50_s": round(statistics.median(recoveries), 2),
-        "recovery_max_s": round(max(recoveries), 2),
+        "recovery_p50_s": round(statistics.median(recoveries), 2) if recoveries else None,
+        "recovery_max_s": round(max(recoveries), 2) if recoveries else None,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 1_000_000])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="0: measure the fill only")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
     print(machine())
@@ -111,11 +111,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix=f"recovery-{keys}-") as work:
             result = measure(keys, args.repeats, work)
         results.append(result)
-        print(
-            f"keys={keys:>9,} fill={result['fill_s']}s recovery p50={result['recovery_p50_s']}s"
-            f" max={result['recovery_max_s']}s",
-            flush=True,
+        recovery = (
+            f" recovery p50={result['recovery_p50_s']}s max={result['recovery_max_s']}s"
+            if args.repeats
+            else ""
         )
+        print(f"keys={keys:>9,} fill={result['fill_s']}s{recovery}", flush=True)
     smallest = min(results, key=lambda r: int(r["keys"]))
     for result in results:
         if result is smallest:

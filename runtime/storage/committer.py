@@ -61,6 +61,9 @@ class StagedFile:
 
 def split_by_partition(table: pa.Table, parts: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
     """Yield ``(partition, records)`` groups of ``table``, keeping record order per group."""
+    if len(parts) and parts.min() == parts.max():  # one partition (a task's changelog)
+        yield int(parts[0]), table
+        return
     order = np.argsort(parts, kind="stable")
     sorted_parts = parts[order]
     table = table.take(pa.array(order))
@@ -95,24 +98,39 @@ def write_file(
         else f"partition={partition}/part-{name}"
     )
     full = f"{table_path}/{rel}"
+    size = write_data_file(
+        root, full, chunk.select(FILE_SCHEMA.names).cast(FILE_SCHEMA), compression, ["timestamp"]
+    )
+    lo, hi = pc.min_max(chunk.column("timestamp")).values()
+    return StagedFile(rel, partition, chunk.num_rows, size, lo.as_py(), hi.as_py())
+
+
+def write_data_file(
+    root: StorageRoot, full: str, records: pa.Table, compression: str, statistics: list[str]
+) -> int:
+    """Write ``records`` as the parquet data file ``full`` in one write (its size known
+    without a stat); return its size. A failed write leaves nothing behind.
+
+    Raises:
+        StorageError: the file could not be written (e.g. the disk is full).
+    """
+    buf = pa.BufferOutputStream()
     try:
-        with root.output(full) as out:
-            pq.write_table(
-                chunk.select(FILE_SCHEMA.names).cast(FILE_SCHEMA),
-                out,
-                compression=None if compression == "none" else compression,
-                row_group_size=ROW_GROUP_SIZE,
-                use_dictionary=False,
-                write_statistics=["timestamp"],
-            )
-    except StorageError:  # root.output wraps the filesystem's errors
+        pq.write_table(
+            records,
+            buf,
+            compression=None if compression == "none" else compression,
+            row_group_size=ROW_GROUP_SIZE,
+            use_dictionary=False,
+            write_statistics=statistics,
+        )
+        return root.write_file_bytes(full, buf.getvalue())
+    except StorageError:  # root.write_file_bytes wraps the filesystem's errors
         root.delete_file(full)
         raise
     except (OSError, pa.ArrowException) as exc:
         root.delete_file(full)
         raise StorageError(f"cannot write data file {full}: {exc}") from exc
-    lo, hi = pc.min_max(chunk.column("timestamp")).values()
-    return StagedFile(rel, partition, chunk.num_rows, root.file_size(full), lo.as_py(), hi.as_py())
 
 
 class ParticipantCommitter(Protocol):

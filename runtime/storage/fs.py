@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from common.errors import StorageError
@@ -225,11 +226,32 @@ class StorageRoot:
     def output(self, path: str) -> Iterator[pafs.NativeFile]:
         """Open ``path`` for writing (parent directories created)."""
         try:
-            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            with self.fs.open_output_stream(path, compression=None) as out:
+            with self._open_output(path) as out:
                 yield out
         except OSError as exc:
             raise StorageError(f"cannot write {path}: {exc}") from exc
+
+    def write_file_bytes(self, path: str, data: bytes | pa.Buffer) -> int:
+        """Write a new file at ``path`` (parent directories created) in one write; return
+        its size. Unlike :meth:`write_bytes` it is not renamed into place: for files no
+        reader looks for until a commit names them (data files)."""
+        try:
+            with self._open_output(path) as out:
+                out.write(data)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+        return len(data) if isinstance(data, bytes) else data.size
+
+    def _open_output(self, path: str) -> pafs.NativeFile:
+        parent = path.rsplit("/", 1)[0]
+        if not self.is_local:
+            self.fs.create_dir(parent, recursive=True)
+            return self.fs.open_output_stream(path, compression=None)
+        try:  # a local directory usually exists: no mkdir for every file
+            return self.fs.open_output_stream(path, compression=None)
+        except FileNotFoundError:
+            self.fs.create_dir(parent, recursive=True)
+            return self.fs.open_output_stream(path, compression=None)
 
     def _info(self, path: str) -> pafs.FileInfo:
         try:

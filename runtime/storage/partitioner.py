@@ -76,31 +76,31 @@ def murmur2_array(keys: pa.BinaryArray | pa.LargeBinaryArray) -> np.ndarray:
     lengths = offsets[1:] - offsets[:-1]
     if keys.null_count:
         lengths = np.where(np.asarray(keys.is_null(), dtype=bool), 0, lengths)
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    # Pad so that gathers past a key's end never leave the buffer (masked out below).
-    data = np.concatenate([data, np.zeros(8, dtype=np.uint8)]).astype(np.uint64)
-    m = np.uint64(_M)
-    mask = np.uint64(_MASK)
-    h = (np.uint64(_SEED) ^ lengths.astype(np.uint64)) & mask
+    raw = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    # Padded so that reads past a key's end never leave the buffer (masked out below);
+    # ``words[i]`` is the little-endian 32-bit word at byte ``i`` (an overlapping view):
+    # one gather per block. uint32 arithmetic wraps as Java's int does.
+    data = np.concatenate([raw, np.zeros(8, dtype=np.uint8)])
+    words = np.ndarray(shape=(len(data) - 3,), dtype="<u4", buffer=data, strides=(1,))
+    m = np.uint32(_M)
+    h = np.uint32(_SEED) ^ lengths.astype(np.uint32)
     blocks = lengths // 4
-    for j in range(int(blocks.max(initial=0))):
-        active = blocks > j
-        pos = starts + 4 * j
-        pos = np.where(active, pos, 0)
-        k = data[pos] | (data[pos + 1] << 8) | (data[pos + 2] << 16) | (data[pos + 3] << 24)
-        k = (k * m) & mask
-        k ^= k >> np.uint64(24)
-        k = (k * m) & mask
-        mixed = ((h * m) & mask) ^ k
-        h = np.where(active, mixed, h)
-    tail = lengths & 3
-    base = np.where(tail > 0, starts + (lengths & ~3), 0)
-    h = np.where(tail == 3, h ^ (data[base + 2] << np.uint64(16)), h)
-    h = np.where(tail >= 2, h ^ (data[base + 1] << np.uint64(8)), h)
-    h = np.where(tail >= 1, ((h ^ data[base]) * m) & mask, h)
-    h ^= h >> np.uint64(13)
-    h = (h * m) & mask
-    h ^= h >> np.uint64(15)
+    with np.errstate(over="ignore"):
+        for j in range(int(blocks.max(initial=0))):
+            active = blocks > j
+            k = words[np.where(active, starts + 4 * j, 0)]
+            k *= m
+            k ^= k >> np.uint32(24)
+            k *= m
+            mixed = (h * m) ^ k
+            h = np.where(active, mixed, h)
+        tail = lengths & 3
+        base = np.where(tail > 0, starts + (lengths & ~3), 0)
+        last = words[base] & np.where(tail == 3, 0xFFFFFF, np.where(tail == 2, 0xFFFF, 0xFF))
+        h = np.where(tail >= 1, (h ^ last.astype(np.uint32)) * m, h)
+        h ^= h >> np.uint32(13)
+        h *= m
+        h ^= h >> np.uint32(15)
     return h.astype(np.uint32)
 
 

@@ -32,13 +32,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
 from common.errors import CommitOutcomeUnknownError, CommitTimeoutError, StorageError, StreamsError
-from runtime.storage.committer import ROW_GROUP_SIZE, TopicCommitter
+from runtime.storage.committer import TopicCommitter, write_data_file
 from runtime.storage.delta_log import read_entry
 from runtime.storage.offset_index import (
     COMPACTION_KEY,
@@ -108,22 +107,15 @@ def write_file(
     """
     rel = f"partition={partition}/{prefix}-{uuid.uuid4().hex}.{codec}.parquet"
     full = f"{admin.table_path(topic)}/{rel}"
-    try:
-        with admin.root.output(full) as out:
-            pq.write_table(
-                records.select(REWRITTEN_FILE_SCHEMA.names).cast(REWRITTEN_FILE_SCHEMA),
-                out,
-                compression=None if codec == "none" else codec,
-                row_group_size=ROW_GROUP_SIZE,
-                use_dictionary=False,
-                write_statistics=["timestamp", OFFSET_COLUMN],
-            )
-    except (OSError, pa.ArrowException) as exc:
-        admin.root.delete_file(full)
-        raise StorageError(f"cannot write data file {full}: {exc}") from exc
+    size = write_data_file(
+        admin.root,
+        full,
+        records.select(REWRITTEN_FILE_SCHEMA.names).cast(REWRITTEN_FILE_SCHEMA),
+        codec,
+        ["timestamp", OFFSET_COLUMN],
+    )
     first = int(records.column(OFFSET_COLUMN)[0].as_py())
     lo, hi = pc.min_max(records.column("timestamp")).values()
-    size = admin.root.file_size(full)
     segment = Segment(first, records.num_rows, rel, hi.as_py(), span_end - first, size)
     return NewFile(partition, segment, lo.as_py())
 

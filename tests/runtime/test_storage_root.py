@@ -7,11 +7,15 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 
 from common.errors import StorageError
+from runtime.storage.committer import write_file
 from runtime.storage.fs import StorageRoot
+from runtime.storage.records import FILE_SCHEMA
 
 _CHURN = """
 import os, sys, time
@@ -73,3 +77,40 @@ def test_listing_gives_types_sizes_and_times_like_the_filesystem(tmp_path: Path)
     assert root.list_dir(str(tmp_path / "missing")) == []
     with pytest.raises(StorageError, match="cannot list"):
         root.list_dir(str(tmp_path / "a.parquet"))
+
+
+def test_a_data_file_is_written_whole_where_its_directories_are_missing(tmp_path: Path) -> None:
+    """A staged data file is written in one write (its size known without a stat), its
+    parent directories created when missing, and read back as written; a path under a
+    file raises a StorageError naming it."""
+    root = StorageRoot(str(tmp_path))
+    records = pa.table(
+        {
+            "key": pa.array([b"k1", None], pa.binary()),
+            "value": pa.array([b"v1", b"v2"], pa.binary()),
+            "timestamp": pa.array([7, 3], pa.int64()),
+            "headers": pa.nulls(2, FILE_SCHEMA.field("headers").type),
+        }
+    )
+    staged = write_file(
+        root, str(tmp_path / "t"), "txn-staging/a/1", 3, records, compression="zstd"
+    )
+    full = tmp_path / "t" / staged.path
+    assert staged.path.startswith("txn-staging/a/1/partition=3/")
+    assert staged.size == full.stat().st_size > 0
+    assert (staged.partition, staged.count, staged.min_timestamp, staged.max_timestamp) == (
+        3,
+        2,
+        3,
+        7,
+    )
+    assert pq.read_table(full).column("value").to_pylist() == [b"v1", b"v2"]
+    second = write_file(
+        root, str(tmp_path / "t"), "txn-staging/a/1", 3, records, compression="none"
+    )
+    assert (
+        second.path != staged.path and (tmp_path / "t" / second.path).stat().st_size == second.size
+    )
+    (tmp_path / "blocked").write_bytes(b"")
+    with pytest.raises(StorageError, match="blocked"):
+        root.write_file_bytes(str(tmp_path / "blocked" / "x" / "f.parquet"), b"data")

@@ -247,3 +247,29 @@ def test_a_long_lived_store_keeps_its_manifest_and_snapshots_small(tmp_path: Pat
     settings = RocksDBSettings()
     assert settings.manifest_bound(0) == settings.manifest_bound(10) == bound
     assert settings.manifest_bound(1000) == 1000 * 1024 > bound
+
+
+class NoMemtableBloom:
+    """Turns the memtables' bloom filter off."""
+
+    def set_config(self, store_name: str, options: object, configs: object) -> None:
+        options.set_memtable_prefix_bloom_ratio(0.0)  # type: ignore[attr-defined]
+        options.set_memtable_whole_key_filtering(False)  # type: ignore[attr-defined]
+
+
+def test_a_store_filters_its_memtables_by_whole_key(tmp_path: Path) -> None:
+    """New keys (a count's every first word) are looked up absent: the memtables carry a
+    bloom filter of whole keys (RocksDB's own options file says so), unless a config
+    setter turns it off; absent and present keys read right either way."""
+    setter = {CONFIG_SETTER_KEY: f"{__name__}:NoMemtableBloom"}
+    for config, expect in (({}, ("true", 0.1)), (setter, ("false", 0.0))):
+        path = tmp_path / f"db-{expect[0]}"
+        base = RocksDBBase(str(path), "counts", config)
+        try:
+            base.write({b"present": b"1"}, (), {})
+            assert base.get(b"present") == b"1" and base.get(b"absent") is None
+        finally:
+            base.close()
+        options = max(path.glob("OPTIONS-*")).read_text()
+        assert f"memtable_whole_key_filtering={expect[0]}" in options
+        assert f"memtable_prefix_bloom_size_ratio={expect[1]:.6f}" in options
