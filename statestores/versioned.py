@@ -27,6 +27,7 @@ only the latest version (when it is old enough); a put older than that is not pu
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from statestores.api import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_VALID_TO_UNDEFINED
@@ -145,6 +146,18 @@ class Versions:
             for (ts, payload), end in zip(entries, ends, strict=True)
             if payload[:1] != _TOMBSTONE and (end is None or end > time_from)
         ]
+
+    def stored_keys(self) -> Iterator[bytes]:
+        """Every key with a stored version (a tombstone too), in key byte order."""
+        last = None
+        for entry, _ in self.store.items(_VERSION, _INDEX, reverse=False):
+            if entry[:1] != _VERSION:
+                continue
+            (size,) = _LEN.unpack_from(entry, 1)
+            key = entry[5 : 5 + size]
+            if key != last:
+                yield key
+                last = key
 
     def _floor(self, key: bytes, timestamp: int) -> tuple[int, bytes] | None:
         """The version of ``key`` with the largest ``validFrom <= timestamp``."""

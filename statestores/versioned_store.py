@@ -7,6 +7,7 @@ versioned stores have no cache, as Kafka's.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
 from common.serdes import Serde
@@ -97,6 +98,18 @@ class MeteredVersionedKeyValueStore(MeteredStore, Generic[K, V]):
         """The latest version of ``key``, or the one valid at ``as_of_timestamp``."""
         self.metrics["get"] += 1
         return self._typed(self.versions.get(self._raw_key(key), as_of_timestamp))
+
+    def all_versions(self) -> Iterator[tuple[K, VersionedRecord[V]]]:
+        """Every key's versions as :meth:`get_versions` answers them (tombstones left
+        out), key by key in serialized key order, each key's oldest first."""
+        self.metrics["range"] += 1
+        deserialize = self.key_serde.deserialize
+        for raw in self.versions.stored_keys():
+            key = deserialize(self.topic, raw)
+            for found in self.versions.versions(raw, MIN_TIME, MAX_TIME):
+                record = self._typed(found)
+                if record is not None:
+                    yield key, record
 
     def get_versions(
         self,

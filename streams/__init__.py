@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "StreamsApp": "runtime.app.app",
     "delta_table_stream": "runtime.spark.delta_table_source",
+    "read_store": "runtime.app.read_store",
     "StreamThreadExceptionResponse": "runtime.app.app_state",
     "StreamsConfig": "common.config",
     "Stores": "statestores.stores",
@@ -156,6 +157,7 @@ __all__ = [
     "Windowed",
     "WindowedSerdes",
     "delta_table_stream",
+    "read_store",
     "serde_from_name",
 ]
 
@@ -174,6 +176,7 @@ if TYPE_CHECKING:
     from common.serdes import Serde, Serdes, serde_from_name
     from runtime.app.app import StreamsApp
     from runtime.app.app_state import StreamThreadExceptionResponse
+    from runtime.app.read_store import read_store
     from runtime.spark.delta_table_source import delta_table_stream
     from runtime.storage.producer import Producer
     from runtime.storage.reader import TopicReader

@@ -138,6 +138,7 @@ class _Replica:
         *,
         task_id: str,
         directory: str,
+        reader: Any = None,
     ) -> None:
         partition = int(task_id.rsplit("_", 1)[1])
         app_config = {**config_dict(config), SNAPSHOT_INTERVAL_KEY: 0}
@@ -147,7 +148,7 @@ class _Replica:
             partition=partition,
             state_dir=directory,
             app_config=app_config,
-            changelog_reader=TopicChangelogReader(admin),
+            changelog_reader=reader or TopicChangelogReader(admin),
             snapshots=RootSnapshotStorage(admin.root),
             transactional=config.eos_enabled,
         )
@@ -197,18 +198,8 @@ class QueryableStore:
         *,
         timestamped: bool = False,
     ) -> None:
-        topic = changelog_topic(config.application_id, name)
+        topic = checked_changelog(factory, config, admin, name)
         builder: Any = factory.builder(config)
-        if not getattr(builder, "logging_enabled", True):
-            raise InvalidStateStoreError(
-                f"store {name!r} keeps no changelog (logging disabled): its state exists only "
-                "inside the tasks; enable logging to query it"
-            )
-        if not admin.exists(topic):
-            raise InvalidStateStoreError(
-                f"store {name!r} has no changelog topic {topic} yet: start the application "
-                f"{config.application_id} once first"
-            )
         self.name = name
         self.changelog = topic
         #: The serde of the store's keys (what a key must be to look it up).
@@ -352,29 +343,14 @@ class QueryableStore:
     def _catch_up(self) -> None:
         if self._closed:
             raise InvalidStateStoreError(f"the query of store {self.name!r} is closed")
-        self._settle()
+        self.settle()
         for replica in self._replicas:
             replica.catch_up()
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """Wait until no transaction of the application that writes this store's changelog
         is between its commit decision and its last topic commit (see the module)."""
-        deadline = time.monotonic() + SETTLE_S
-        while rolling := self._rolling_forward():
-            if time.monotonic() > deadline:
-                self._stuck |= rolling
-                return
-            time.sleep(0.005)
-
-    def _rolling_forward(self) -> set[tuple[str, int]]:
-        prefix = f"{self._application_id}-"
-        return {
-            (meta.transactional_id, meta.txn_sequence)
-            for meta in self._coordinator.list()
-            if meta.transactional_id.startswith(prefix)
-            and meta.state is TransactionState.PREPARE_COMMIT
-            and self.changelog in meta.staged
-        } - self._stuck
+        settle(self._coordinator, self._application_id, self.changelog, self._stuck)
 
     def _value(self, found: Any) -> Any:
         if self.unwrap and isinstance(found, ValueAndTimestamp):
@@ -403,6 +379,87 @@ class QueryableStore:
         with self._lock:
             self._catch_up()
             return [item for r in self._replicas for item in read(r.store)]
+
+
+def checked_changelog(factory: Any, config: StreamsConfig, admin: TopicAdmin, name: str) -> str:
+    """The changelog topic of store ``name``, which a read of its state restores from.
+
+    Raises:
+        InvalidStateStoreError: the store keeps no changelog, or has none yet.
+    """
+    topic = changelog_topic(config.application_id, name)
+    if not getattr(factory.builder(config), "logging_enabled", True):
+        raise InvalidStateStoreError(
+            f"store {name!r} keeps no changelog (logging disabled): its state exists only "
+            "inside the tasks; enable logging to query it"
+        )
+    if not admin.exists(topic):
+        raise InvalidStateStoreError(
+            f"store {name!r} has no changelog topic {topic} yet: start the application "
+            f"{config.application_id} once first"
+        )
+    return topic
+
+
+def settle(
+    coordinator: TransactionCoordinator,
+    application_id: str,
+    changelog: str,
+    stuck: set[tuple[str, int]],
+) -> None:
+    """Wait (up to :data:`SETTLE_S`) until no transaction of ``application_id`` that
+    writes ``changelog`` is between its commit decision and its last topic commit; one
+    that takes longer joins ``stuck`` and is not waited for again."""
+    deadline = time.monotonic() + SETTLE_S
+    prefix = f"{application_id}-"
+    while (
+        rolling := {
+            (meta.transactional_id, meta.txn_sequence)
+            for meta in coordinator.list()
+            if meta.transactional_id.startswith(prefix)
+            and meta.state is TransactionState.PREPARE_COMMIT
+            and changelog in meta.staged
+        }
+        - stuck
+    ):
+        if time.monotonic() > deadline:
+            stuck |= rolling
+            return
+        time.sleep(0.005)
+
+
+class _BoundedReader:
+    """A changelog reader whose partitions end where ``ends`` says (a read of a fixed cut,
+    however far the changelog went on since)."""
+
+    def __init__(self, reader: TopicChangelogReader, ends: dict[tuple[str, int], int]) -> None:
+        self.reader = reader
+        self.ends = ends
+
+    def offsets(self, topic: str, partition: int) -> tuple[int, int] | None:
+        found = self.reader.offsets(topic, partition)
+        end = self.ends.get((topic, partition))
+        if found is None or end is None:
+            return found
+        return found[0], min(found[1], end)
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> Any:
+        return self.reader.read(topic, partition, offset, max_records)
+
+
+def replica_of(
+    factory: Any,
+    config: StreamsConfig,
+    admin: TopicAdmin,
+    *,
+    task_id: str,
+    directory: str,
+    ends: dict[tuple[str, int], int],
+) -> _Replica:
+    """A replica of one partition of a store restored up to ``ends`` (changelog topic and
+    partition -> offset) and no further, in ``directory``; ``.store`` reads it."""
+    reader = _BoundedReader(TopicChangelogReader(admin), ends)
+    return _Replica(factory, config, admin, task_id=task_id, directory=directory, reader=reader)
 
 
 def query_of(

@@ -5,6 +5,9 @@ process: a standby replica restored from the store's snapshots and changelog, an
 from the last committed transaction, while the application runs or after it stopped. The
 store's kind and serdes come from the catalog the application kept when it started.
 
+``--export PATH`` writes every entry as a new Delta table instead (columns as
+``streams.read_store`` gives them; see :mod:`runtime.app.store_frames`).
+
 ``--key K`` prints that key's value (window and session stores: its windows); without it,
 every entry (``--from``/``--to`` bound a key-value store's keys, ``--limit`` the lines).
 A key is given as text and passed to the key serde as a string, else as an integer, a
@@ -19,6 +22,7 @@ import json
 from typing import Any
 
 from common.errors import StreamsError
+from runtime.app.store_frames import export_store, plan_read
 from runtime.app.store_queries import QueryableStore, StoreCatalog
 from runtime.storage.topics import TopicAdmin
 from streams.cli import COMMANDS
@@ -42,6 +46,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", dest="to_key", metavar="K", help="last key (range)")
     parser.add_argument("--limit", type=int, default=0, metavar="N", help="at most N entries")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument(
+        "--export",
+        metavar="PATH",
+        help="write the store's committed state as a new Delta table at PATH (columns key, "
+        "value, timestamp, and window_start/window_end or valid_to), instead of printing it",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -50,6 +60,14 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise StreamsError(f"--limit must be >= 0 (got {args.limit})")
     admin = TopicAdmin(args.root)
+    if args.export is not None:
+        read = plan_read(admin, args.application_id, args.store)
+        rows = export_store(read, args.export)
+        print(
+            f"exported {rows} entries of store {args.store!r} ({len(read.ends)} partitions) "
+            f"to {args.export}"
+        )
+        return 0
     with StoreCatalog.read(admin, args.application_id).query(admin, args.store) as store:
         if args.key is not None:
             key = _key(store, args.key)

@@ -23,6 +23,7 @@ from typing import Any
 
 from common.serdes import Serdes
 from runtime.app.app import StreamsApp
+from runtime.app.read_store import read_store
 from runtime.app.topology_file import build_config
 from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
@@ -149,8 +150,13 @@ def main(argv: list[str]) -> int:
         for thread in app.threads:
             for executor, tasks in thread.placement.by_executor().items():
                 executors.setdefault(executor, []).extend(tasks)
+        store = getattr(example, "STORE", None)
+        if store is not None:  # the store as data, read on the executors
+            frame = read_store(app.spark, config.application_id, store, root=root)
+            stored = {row.key: row.value for row in frame.collect()}
         line = {
             "example": name,
+            "store": stored if store is not None else None,
             "master": app.spark.sparkContext.master,
             "seconds": round(time.perf_counter() - started, 1),
             "metrics": app.metrics().by_name("stream-thread-metrics"),

@@ -68,6 +68,8 @@ def expected_counts(example: Any, lines: list[str]) -> Counter[str]:
 
 
 def test_word_count_and_enrichment_run_exactly_once_on_two_executors(tmp_path: Path) -> None:
+    """Each example runs until idle on two executors; the word count's store, read as a
+    DataFrame on the executors, equals its last committed counts."""
     root, state = str(tmp_path / "root"), str(tmp_path / "state")
     runs = run_on_cluster(tmp_path, root, state, str(SMALL), "wordcount", "enrichment")
     assert [r["example"] for r in runs] == ["wordcount", "enrichment"]
@@ -93,6 +95,7 @@ def test_word_count_and_enrichment_run_exactly_once_on_two_executors(tmp_path: P
     last, updates = word_counts(root, wordcount)
     assert last == dict(expected_counts(wordcount, lines))
     assert max(updates.values()) == 1  # no count was written twice
+    assert runs[0]["store"] == last  # read_store on the executors: the committed counts
 
     enrichment = load_example("enrichment")
     expected = driver_outputs(enrichment, generated_records(enrichment, SMALL))

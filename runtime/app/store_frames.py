@@ -1,0 +1,351 @@
+"""Any store as data: a store's committed state as a Spark DataFrame, read on the executors.
+
+:func:`read_store` fixes, on the driver, where each partition of the store's changelog
+ends (its committed end, once no transaction is between its commit decision and its last
+topic commit: the cut an interactive query would answer from). Each Spark task then
+restores its partitions where it runs, as a standby replica does (the newest snapshot at
+or below that end, then the changelog up to it, never past it), reads every entry and
+hands it on as Arrow columns. So the DataFrame is one consistent cut of the store, the
+same however often Spark evaluates it, and a large store never passes through the
+driver. :func:`store_batches` is the same read in one process (``streams-eos state
+--export``).
+
+Columns (:func:`store_schema`): ``key``, ``value``, ``timestamp``, and for a window or a
+session store ``window_start`` and ``window_end``, for a versioned store ``valid_to`` (null
+for the current version); the times are UTC timestamps. A key or value is decoded with the
+store's serde and typed by it: strings, integers, doubles and bytes as such, a pydantic
+model's fields as a struct, a schemaless JSON serde's values as their JSON text; a serde
+with an ``arrow_type`` attribute (a ``pyarrow.DataType``) gives its own type, any other
+serde's values come as their serialized bytes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+import tempfile
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from pydantic import BaseModel
+
+from common.config import StreamsConfig
+from common.errors import StreamsError
+from common.serdes import (
+    BytesSerde,
+    DoubleSerde,
+    IntegerSerde,
+    JsonSerde,
+    LongSerde,
+    PydanticSerde,
+    StringSerde,
+)
+from runtime.app.store_queries import (
+    InvalidStateStoreError,
+    StoreCatalog,
+    checked_changelog,
+    replica_of,
+    settle,
+)
+from runtime.storage.fs import register_storage_options, storage_options
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin
+from runtime.txn.coordinator import TransactionCoordinator
+from statestores.metered import changelog_topic
+from topology.api.record import ValueAndTimestamp
+from topology.graph.stores import ValueAndTimestampSerde
+
+#: Rows per record batch a partition's read hands on.
+BATCH_ROWS = 10_000
+#: The time columns of any kind, and their type in an exported table.
+_ALL_TIMES = ("timestamp", "window_start", "window_end", "valid_to")
+_UTC = pa.timestamp("us", tz="UTC")
+_MS = pa.timestamp("ms", tz="UTC")  # what the int64 milliseconds are
+#: Session and window stores' entries span every live window.
+_FAR = 1 << 62
+_TIME_COLUMNS = {
+    "key_value": ("timestamp",),
+    "window": ("timestamp", "window_start", "window_end"),
+    "session": ("timestamp", "window_start", "window_end"),
+    "versioned": ("timestamp", "valid_to"),
+}
+#: Python annotations a pydantic model's fields may carry, as Arrow types.
+_SCALARS: dict[Any, pa.DataType] = {
+    str: pa.string(),
+    int: pa.int64(),
+    float: pa.float64(),
+    bool: pa.bool_(),
+    bytes: pa.binary(),
+    datetime.datetime: pa.timestamp("us", tz="UTC"),
+    datetime.date: pa.date32(),
+}
+
+
+@dataclass(frozen=True)
+class StoreRead:
+    """One read of a store: what every Spark task needs (pickled to the executors).
+
+    Attributes:
+        store: the store's name.
+        kind: ``key_value``, ``window``, ``session`` or ``versioned``.
+        factory: the store's factory (its kind, serdes and supplier).
+        subtopology: the sub-topology whose tasks hold it.
+        properties: the application's configuration, with ``topics.root`` and the
+            storage options of this read.
+        ends: partition -> the changelog offset the read stops at.
+        schema: the columns (times as int64 milliseconds; :func:`read_store` makes them
+            timestamps).
+    """
+
+    store: str
+    kind: str
+    factory: Any
+    subtopology: int
+    properties: dict[str, Any]
+    ends: dict[int, int]
+    schema: pa.Schema
+
+    @property
+    def config(self) -> StreamsConfig:
+        """The configuration the replicas are built with."""
+        return StreamsConfig(**self.properties)
+
+
+def plan_read(
+    admin: TopicAdmin, application_id: str, store: str, config: Mapping[str, Any] | None = None
+) -> StoreRead:
+    """Plan a read of ``store``: its catalog entry, and its changelog's committed ends now.
+
+    Raises:
+        InvalidStateStoreError: no catalog, no such store, no changelog (logging off).
+    """
+    catalog = StoreCatalog.read(admin, application_id)
+    properties = {**catalog.config, **dict(config or {}), "topics.root": admin.root.uri}
+    if store not in catalog.stores:
+        catalog.query(admin, store)  # raises, naming the application's stores
+    factory, subtopology = catalog.stores[store]
+    streams_config = StreamsConfig(**properties)
+    changelog = checked_changelog(factory, streams_config, admin, store)
+    # the cut a query would answer from: every decided transaction's changelog in
+    settle(TransactionCoordinator(admin), application_id, changelog, set())
+    index = TopicReader(admin).index(changelog)
+    ends = {p: index.log(p).end for p in range(index.num_partitions)}
+    builder = factory.builder(streams_config)
+    return StoreRead(
+        store,
+        factory.kind,
+        factory,
+        subtopology,
+        properties,
+        ends,
+        store_schema(factory.kind, builder.key_serde, builder.value_serde),
+    )
+
+
+def store_schema(kind: str, key_serde: Any, value_serde: Any) -> pa.Schema:
+    """The columns of a ``kind`` store whose keys and values take these serdes."""
+    if isinstance(value_serde, ValueAndTimestampSerde):
+        value_serde = value_serde.inner
+    fields = [
+        pa.field("key", column_type(key_serde)[0]),
+        pa.field("value", column_type(value_serde)[0]),
+    ]
+    fields.extend(pa.field(name, pa.int64()) for name in _TIME_COLUMNS[kind])
+    return pa.schema(fields)
+
+
+def column_type(serde: Any) -> tuple[pa.DataType, Callable[[Any, Any], Any]]:
+    """The Arrow type of what ``serde`` decodes, and how a decoded object becomes a cell of
+    it (``convert(serde, obj)``)."""
+    declared = getattr(serde, "arrow_type", None)
+    if isinstance(declared, pa.DataType):
+        return declared, _same
+    plain = {
+        StringSerde: pa.string(),
+        IntegerSerde: pa.int32(),
+        LongSerde: pa.int64(),
+        DoubleSerde: pa.float64(),
+        BytesSerde: pa.binary(),
+    }
+    if type(serde) in plain:
+        return plain[type(serde)], _same
+    if isinstance(serde, PydanticSerde):
+        return model_type(serde.model_cls), _model_dict
+    if isinstance(serde, JsonSerde):
+        return pa.string(), _json_text
+    return pa.binary(), _serialized
+
+
+def model_type(model: type[BaseModel]) -> pa.DataType:
+    """A pydantic model's fields as an Arrow struct (nested models as structs, lists as
+    lists; a field of another type as its JSON text)."""
+    return pa.struct(
+        [
+            pa.field(name, _annotation_type(info.annotation))
+            for name, info in model.model_fields.items()
+        ]
+    )
+
+
+def _annotation_type(annotation: Any) -> pa.DataType:
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType) and len(args) == 1:
+        return _annotation_type(args[0])  # Optional[X]
+    if origin in (list, tuple, set, frozenset) and len(args) >= 1:
+        return pa.list_(_annotation_type(args[0]))
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return model_type(annotation)
+    return _SCALARS.get(annotation, pa.string())
+
+
+def _same(serde: Any, value: Any) -> Any:
+    return value
+
+
+def _model_dict(serde: Any, value: Any) -> Any:
+    return None if value is None else value.model_dump(mode="python")
+
+
+def _json_text(serde: Any, value: Any) -> Any:
+    return None if value is None else serde.serialize("", value).decode()
+
+
+def _serialized(serde: Any, value: Any) -> Any:
+    return None if value is None else serde.serialize("", value)
+
+
+# -- the read of one partition (on an executor, or here) -----------------------------------
+
+
+def store_batches(read: StoreRead, partitions: Iterable[int]) -> Iterator[pa.RecordBatch]:
+    """The entries of ``partitions`` of the read store, as record batches of its schema:
+    each partition restored into a temporary directory up to the read's end, read, and
+    removed."""
+    config = read.config
+    register_storage_options(config.topics_root, config.storage_options)
+    admin = TopicAdmin(config.topics_root)
+    topic = changelog_topic(config.application_id, read.store)
+    for partition in partitions:
+        if partition not in read.ends:
+            continue
+        directory = tempfile.mkdtemp(prefix=f"read-store-{read.store}-{partition}-")
+        try:
+            replica = replica_of(
+                read.factory,
+                config,
+                admin,
+                task_id=f"{read.subtopology}_{partition}",
+                directory=directory,
+                ends={(topic, partition): read.ends[partition]},
+            )
+            try:
+                yield from _batches(read, replica.store)
+            finally:
+                replica.close()
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def export_store(read: StoreRead, path: str) -> int:
+    """Write the read store as a new Delta table at ``path`` (its times as UTC timestamps),
+    partition after partition, never more than a batch in memory; return the rows written.
+
+    Raises:
+        StreamsError: ``path`` holds a Delta table already.
+    """
+    times = [name for name in read.schema.names if name in _ALL_TIMES]
+    schema = read.schema
+    for name in times:
+        schema = schema.set(schema.get_field_index(name), pa.field(name, _UTC))
+    written = 0
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        nonlocal written
+        for batch in store_batches(read, sorted(read.ends)):
+            written += batch.num_rows
+            columns = [
+                batch.column(name).cast(_MS).cast(_UTC) if name in times else batch.column(name)
+                for name in batch.schema.names
+            ]
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    if DeltaTable.is_deltatable(path, storage_options=storage_options(path)):
+        raise StreamsError(
+            f"{path} holds a Delta table already: export to a new path, or remove it first"
+        )
+    write_deltalake(
+        path,
+        pa.RecordBatchReader.from_batches(schema, batches()),
+        mode="error",
+        storage_options=storage_options(path),
+    )
+    return written
+
+
+def _batches(read: StoreRead, store: Any) -> Iterator[pa.RecordBatch]:
+    builder = read.factory.builder(read.config)
+    key_serde, value_serde = builder.key_serde, builder.value_serde
+    if isinstance(value_serde, ValueAndTimestampSerde):
+        value_serde = value_serde.inner
+    key_convert = column_type(key_serde)[1]
+    value_convert = column_type(value_serde)[1]
+    rows: dict[str, list[Any]] = {name: [] for name in read.schema.names}
+    for row in _entries(read.kind, store):
+        for name, cell in zip(read.schema.names, row, strict=True):
+            rows[name].append(cell)
+        if len(rows["key"]) >= BATCH_ROWS:
+            yield _batch(read.schema, rows, key_serde, value_serde, key_convert, value_convert)
+            rows = {name: [] for name in read.schema.names}
+    if rows["key"]:
+        yield _batch(read.schema, rows, key_serde, value_serde, key_convert, value_convert)
+
+
+def _batch(  # noqa: PLR0917 - the columns and their conversions
+    schema: pa.Schema,
+    rows: dict[str, list[Any]],
+    key_serde: Any,
+    value_serde: Any,
+    key_convert: Callable[[Any, Any], Any],
+    value_convert: Callable[[Any, Any], Any],
+) -> pa.RecordBatch:
+    rows["key"] = [key_convert(key_serde, k) for k in rows["key"]]
+    rows["value"] = [value_convert(value_serde, v) for v in rows["value"]]
+    return pa.RecordBatch.from_pydict(rows, schema=schema)
+
+
+def _entries(kind: str, store: Any) -> Iterator[tuple[Any, ...]]:
+    """``(key, value, timestamp, ...)`` of every entry, as the schema's columns."""
+    if kind == "key_value":
+        for key, found in store.all():
+            value, timestamp = _unwrap(found)
+            yield key, value, timestamp
+    elif kind == "window":
+        for windowed, found in store.all():
+            value, timestamp = _unwrap(found)
+            window = windowed.window
+            yield windowed.key, value, timestamp, window.start, window.end
+    elif kind == "session":
+        sessions, values = store.find_ended_sessions(-_FAR, _FAR)
+        for session, found in zip(sessions, values, strict=True):
+            value, timestamp = _unwrap(found)
+            # a session's aggregate carries no timestamp of its own: its end is the time
+            # Kafka gives the record it forwards
+            stamp = session.window.end if timestamp is None else timestamp
+            yield session.key, value, stamp, session.window.start, session.window.end
+    elif kind == "versioned":
+        for key, record in store.all_versions():
+            yield key, record.value, record.timestamp, record.valid_to
+    else:  # the catalog names only these kinds
+        raise InvalidStateStoreError(f"a store of kind {kind!r} cannot be read as data")
+
+
+def _unwrap(found: Any) -> tuple[Any, int | None]:
+    if isinstance(found, ValueAndTimestamp):
+        return found.value, found.timestamp
+    return found, None
