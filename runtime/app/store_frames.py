@@ -12,7 +12,9 @@ driver. :func:`store_batches` is the same read in one process (``streams-eos sta
 
 Columns (:func:`store_schema`): ``key``, ``value``, ``timestamp``, and for a window or a
 session store ``window_start`` and ``window_end``, for a versioned store ``valid_to`` (null
-for the current version); the times are UTC timestamps. A key or value is decoded with the
+for the current version); the times are UTC timestamps. ``timestamp`` is the record's for
+the DSL's timestamped stores and versioned stores, a session's end for session stores, and
+null for a Processor-API store that keeps none. A key or value is decoded with the
 store's serde and typed by it: strings, integers, doubles and bytes as such, a pydantic
 model's fields as a struct, a schemaless JSON serde's values as their JSON text; a serde
 with an ``arrow_type`` attribute (a ``pyarrow.DataType``) gives its own type, any other
@@ -22,6 +24,7 @@ serde's values come as their serialized bytes.
 from __future__ import annotations
 
 import datetime
+import json
 import shutil
 import tempfile
 import types
@@ -33,6 +36,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from common.config import StreamsConfig
 from common.errors import StreamsError
@@ -182,8 +186,9 @@ def column_type(serde: Any) -> tuple[pa.DataType, Callable[[Any, Any], Any]]:
 
 
 def model_type(model: type[BaseModel]) -> pa.DataType:
-    """A pydantic model's fields as an Arrow struct (nested models as structs, lists as
-    lists; a field of another type as its JSON text)."""
+    """A pydantic model's fields as an Arrow struct: nested models as structs, lists (and
+    ``tuple[X, ...]``, sets) as lists, str, int, float, bool, bytes, datetime and date as
+    such; a field of any other type (a dict, a union) as its JSON text."""
     return pa.struct(
         [
             pa.field(name, _annotation_type(info.annotation))
@@ -192,16 +197,56 @@ def model_type(model: type[BaseModel]) -> pa.DataType:
     )
 
 
-def _annotation_type(annotation: Any) -> pa.DataType:
+def _shape(annotation: Any) -> tuple[str, Any]:
+    """What a field's annotation is: ``("optional" | "list", inner)``, ``("model",
+    cls)``, ``("scalar", annotation)`` or ``("json", None)``."""
     origin = typing.get_origin(annotation)
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if origin in (typing.Union, types.UnionType) and len(args) == 1:
-        return _annotation_type(args[0])  # Optional[X]
-    if origin in (list, tuple, set, frozenset) and len(args) >= 1:
-        return pa.list_(_annotation_type(args[0]))
+        return "optional", args[0]
+    if origin in (list, set, frozenset) and len(args) == 1:
+        return "list", args[0]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return "list", args[0]
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return model_type(annotation)
-    return _SCALARS.get(annotation, pa.string())
+        return "model", annotation
+    if annotation in _SCALARS:
+        return "scalar", annotation
+    return "json", None
+
+
+def _annotation_type(annotation: Any) -> pa.DataType:
+    shape, inner = _shape(annotation)
+    if shape == "optional":
+        return _annotation_type(inner)
+    if shape == "list":
+        return pa.list_(_annotation_type(inner))
+    if shape == "model":
+        return model_type(inner)
+    return _SCALARS[inner] if shape == "scalar" else pa.string()
+
+
+def _model_cell(model: type[BaseModel], value: Any) -> dict[str, Any]:
+    return {
+        name: _field_cell(info.annotation, getattr(value, name))
+        for name, info in model.model_fields.items()
+    }
+
+
+def _field_cell(annotation: Any, value: Any) -> Any:
+    """``value`` of a field annotated ``annotation`` as a cell of its Arrow type."""
+    if value is None:
+        return None
+    shape, inner = _shape(annotation)
+    if shape == "optional":
+        return _field_cell(inner, value)
+    if shape == "list":
+        return [_field_cell(inner, item) for item in value]
+    if shape == "model":
+        return _model_cell(inner, value)
+    if shape == "scalar":
+        return value
+    return json.dumps(to_jsonable_python(value), separators=(",", ":"))
 
 
 def _same(serde: Any, value: Any) -> Any:
@@ -209,7 +254,7 @@ def _same(serde: Any, value: Any) -> Any:
 
 
 def _model_dict(serde: Any, value: Any) -> Any:
-    return None if value is None else value.model_dump(mode="python")
+    return None if value is None else _model_cell(serde.model_cls, value)
 
 
 def _json_text(serde: Any, value: Any) -> Any:

@@ -33,6 +33,8 @@ class Reading(BaseModel):
     ok: bool | None = None
     where: Point
     tags: list[str] = []
+    extra: dict[str, int] = {}
+    path: tuple[Point, ...] = ()
 
 
 class Declared:
@@ -90,12 +92,29 @@ def test_columns_are_typed_by_the_serdes() -> None:
             ("ok", pa.bool_()),
             ("where", pa.struct([("x", pa.float64()), ("y", pa.float64())])),
             ("tags", pa.list_(pa.string())),
+            ("extra", pa.string()),  # a dict: its JSON text
+            ("path", pa.list_(pa.struct([("x", pa.float64()), ("y", pa.float64())]))),
         ]
     )
-    reading = Reading(sensor="s1", count=3, where=Point(x=1, y=2), tags=["a"])
+    reading = Reading(
+        sensor="s1",
+        count=3,
+        where=Point(x=1, y=2),
+        tags=["a"],
+        extra={"b": 2},
+        path=(Point(x=0, y=1),),
+    )
     cell = convert(Serdes.Pydantic(Reading), reading)
     assert pa.array([cell], kind).to_pylist() == [
-        {"sensor": "s1", "count": 3, "ok": None, "where": {"x": 1.0, "y": 2.0}, "tags": ["a"]}
+        {
+            "sensor": "s1",
+            "count": 3,
+            "ok": None,
+            "where": {"x": 1.0, "y": 2.0},
+            "tags": ["a"],
+            "extra": '{"b":2}',
+            "path": [{"x": 0.0, "y": 1.0}],
+        }
     ]
     # a DSL store's value-and-timestamp values: the value's type, the timestamp apart
     schema = store_schema("window", Serdes.String(), ValueAndTimestampSerde(Serdes.Long()))
