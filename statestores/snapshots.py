@@ -197,6 +197,18 @@ class SnapshotManager:
         self.storage.delete_keys([k for k in garbage if not k.endswith(f"/{MANIFEST}")])
         return [s.offset for s in dropped]
 
+    def drop_after(self, store: str, offset: int) -> builtins.list[int]:
+        """Delete the snapshots of ``store`` past changelog ``offset`` (a rewind wrote the
+        changelog after it again); their files no other snapshot lists go at the next
+        prune. Returns the offsets deleted."""
+        dropped = [s for s in self.list(store) if s.offset > offset]
+        base = self._store_prefix(store)
+        for snapshot in dropped:  # the manifest first: a half-deleted one is incomplete
+            directory = f"{base}/{snapshot.offset:020d}/"
+            self.storage.delete_keys([f"{directory}{MANIFEST}"])
+            self.storage.delete_keys(self.storage.list_keys(directory))
+        return [s.offset for s in dropped]
+
     def horizon(self, store: str) -> int | None:
         """Return the offset of the oldest kept snapshot: the changelog below it is never
         read by a restore from a snapshot (compaction may clean it)."""

@@ -54,6 +54,7 @@ from runtime.app.dataframe_sources import (
 )
 from runtime.app.insight import AppInsight
 from runtime.app.internal_topics import TopicPlan, plan_topics
+from runtime.app.local_state import check_rewinds
 from runtime.app.log_manager import LogManager, application_topics
 from runtime.app.process_id import load_or_create_process_id
 from runtime.app.store_queries import QueryableStore
@@ -135,8 +136,6 @@ class StreamsApp:
         #: Its metrics, progress listeners, instance record and store queries.
         self.insight = AppInsight(self)
 
-    # -- state ----------------------------------------------------------------------------
-
     @property
     def state(self) -> AppState:
         """The application's state."""
@@ -173,6 +172,7 @@ class StreamsApp:
                 self.topology, self.admin, self.application_id, config=self.config
             )
             self.process_id = load_or_create_process_id(self.config.state_dir, self.application_id)
+            check_rewinds(self.admin, self.config.state_dir, self.application_id)
             self.insight.started()
             self._machine.observer = self.insight.state_changed
             self._levels, self._shuffle_levels = plan_thread_levels(

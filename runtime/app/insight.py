@@ -17,6 +17,7 @@ from pyspark import cloudpickle
 from runtime.app.app_state import AppState
 from runtime.app.instance_status import InstanceStatus, store_rows
 from runtime.app.store_queries import QueryableStore, StoreCatalog, catalog_path, query_of
+from runtime.app.topology_record import topology_record, write_record
 from runtime.metrics import StreamsMetrics, ThreadMetrics, store_scopes
 from runtime.metrics_http import MetricsServer
 from runtime.thread.progress import BatchProgress
@@ -50,6 +51,9 @@ class AppInsight:
         catalog = StoreCatalog.of(app.topology, app.config)
         data = cloudpickle.dumps(catalog)  # type: ignore[no-untyped-call]
         app.admin.root.write_bytes(catalog_path(app.admin, app.application_id), data)
+        if app.plan is not None:
+            record = topology_record(app.topology, app.plan, app.admin, app.config)
+            write_record(app.admin, record)
         if app.config.metrics_port:
             self._server = MetricsServer(self.metrics.snapshot, app.config.metrics_port)
 

@@ -49,11 +49,11 @@ from common.serdes import (
     PydanticSerde,
     StringSerde,
 )
+from runtime.app.cut_reads import replica_of
 from runtime.app.store_queries import (
     InvalidStateStoreError,
     StoreCatalog,
     checked_changelog,
-    replica_of,
     settle,
 )
 from runtime.storage.fs import register_storage_options, storage_options

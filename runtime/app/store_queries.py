@@ -127,8 +127,9 @@ class StoreCatalog:
         return QueryableStore(factory, sub, config, admin, name, timestamped=timestamped)
 
 
-class _Replica:
-    """The standby replica of one partition of a store."""
+class Replica:
+    """The standby replica of one partition of a store (restored from ``snapshots``,
+    default the application's, and the changelog ``reader`` gives)."""
 
     def __init__(
         self,
@@ -139,6 +140,7 @@ class _Replica:
         task_id: str,
         directory: str,
         reader: Any = None,
+        snapshots: Any = None,
     ) -> None:
         partition = int(task_id.rsplit("_", 1)[1])
         app_config = {**config_dict(config), SNAPSHOT_INTERVAL_KEY: 0}
@@ -149,7 +151,7 @@ class _Replica:
             state_dir=directory,
             app_config=app_config,
             changelog_reader=reader or TopicChangelogReader(admin),
-            snapshots=RootSnapshotStorage(admin.root),
+            snapshots=snapshots or RootSnapshotStorage(admin.root),
             transactional=config.eos_enabled,
         )
         builder: Any = factory.builder(config)
@@ -211,7 +213,7 @@ class QueryableStore:
         # removed at exit when close() was never called
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, True)
         self._lock = threading.Lock()
-        self._replicas: list[_Replica] = []
+        self._replicas: list[Replica] = []
         self._application_id = config.application_id
         self._coordinator = TransactionCoordinator(admin)
         #: decided transactions that did not complete within SETTLE_S: (id, sequence)
@@ -220,7 +222,7 @@ class QueryableStore:
             for p in range(admin.num_partitions(topic)):
                 task_id = f"{subtopology_id}_{p}"
                 self._replicas.append(
-                    _Replica(
+                    Replica(
                         factory, config, admin, task_id=task_id, directory=f"{self._dir}/{task_id}"
                     )
                 )
@@ -426,40 +428,6 @@ def settle(
             stuck |= rolling
             return
         time.sleep(0.005)
-
-
-class _BoundedReader:
-    """A changelog reader whose partitions end where ``ends`` says (a read of a fixed cut,
-    however far the changelog went on since)."""
-
-    def __init__(self, reader: TopicChangelogReader, ends: dict[tuple[str, int], int]) -> None:
-        self.reader = reader
-        self.ends = ends
-
-    def offsets(self, topic: str, partition: int) -> tuple[int, int] | None:
-        found = self.reader.offsets(topic, partition)
-        end = self.ends.get((topic, partition))
-        if found is None or end is None:
-            return found
-        return found[0], min(found[1], end)
-
-    def read(self, topic: str, partition: int, offset: int, max_records: int) -> Any:
-        return self.reader.read(topic, partition, offset, max_records)
-
-
-def replica_of(
-    factory: Any,
-    config: StreamsConfig,
-    admin: TopicAdmin,
-    *,
-    task_id: str,
-    directory: str,
-    ends: dict[tuple[str, int], int],
-) -> _Replica:
-    """A replica of one partition of a store restored up to ``ends`` (changelog topic and
-    partition -> offset) and no further, in ``directory``; ``.store`` reads it."""
-    reader = _BoundedReader(TopicChangelogReader(admin), ends)
-    return _Replica(factory, config, admin, task_id=task_id, directory=directory, reader=reader)
 
 
 def query_of(

@@ -26,6 +26,11 @@ How a version assigns bases:
   and readers take each record's offset from the column; a merged one holds every offset
   it spans and is read as a dense one. Log-end offsets never change; log-start becomes
   the first offset kept.
+- A rewind (:mod:`runtime.storage.table_rewind`) carries ``streams.rewind``: it puts the
+  topic back to an earlier cut (a savepoint's): it removes the files written since and adds
+  back the cut's files that were removed since, and its metadata holds the cut's segments
+  and end offsets, which the index takes as they are. This is the one commit that lowers
+  log-end offsets: the offsets after the cut are written again.
 - Any other rewrite (``dataChange = false`` adds, e.g. OPTIMIZE) would re-order records and
   is refused: offsets must never silently change.
 
@@ -68,6 +73,10 @@ _FORMAT = 1
 
 #: Key of the commit metadata a changelog compaction writes into its commitInfo.
 COMPACTION_KEY = "streams.compaction"
+
+#: Key of the commit metadata a rewind (:mod:`runtime.storage.table_rewind`) writes: the
+#: partitions' segments and ends of the cut it puts the topic back to.
+REWIND_KEY = "streams.rewind"
 
 #: Column of a compacted (sparse) data file holding each record's offset.
 OFFSET_COLUMN = "offset"
@@ -211,9 +220,12 @@ class OffsetIndex:
             self._remove(path)
             self.removed[path] = int(action.get("deletionTimestamp") or when)
         compaction = compaction_metadata(entry)
+        rewind = compaction_metadata(entry, REWIND_KEY)
         meta = entry.offsets_metadata
         sizes = {relative_file_path(a["path"]): a.get("size") for a in entry.adds}
-        if compaction is not None:
+        if rewind is not None:
+            self._apply_rewind(rewind)
+        elif compaction is not None:
             self._apply_compaction(entry, compaction, sizes)
         elif meta is not None:
             self._apply_ours(entry, meta, sizes)
@@ -266,6 +278,13 @@ class OffsetIndex:
                 self.log(int(partition)).insert(segment)
             except StorageError as exc:
                 raise StorageError(f"topic {self.topic} version {entry.version}: {exc}") from exc
+
+    def _apply_rewind(self, meta: dict[str, Any]) -> None:
+        """Take the cut's segments and ends; the files added back are live again."""
+        cut = OffsetIndex.from_json({**meta["cut"], "removed": {}})
+        self.logs = {p: cut.log(p) for p in range(self.num_partitions)}
+        for path, _partition in meta.get("files", []):
+            self.removed.pop(str(path), None)
 
     def _apply_ours(self, entry: LogEntry, meta: dict[str, Any], sizes: dict[str, Any]) -> None:
         for path, partition, base, count, max_ts in meta.get("files", []):
@@ -368,13 +387,14 @@ def _segment_json(segment: Segment) -> list[Any]:
     return row if segment.span is None else [*row, segment.span]
 
 
-def compaction_metadata(entry: LogEntry) -> dict[str, Any] | None:
-    """Return a compaction commit's metadata (``streams.compaction``), or None.
+def compaction_metadata(entry: LogEntry, key: str = COMPACTION_KEY) -> dict[str, Any] | None:
+    """Return a compaction commit's metadata (``streams.compaction``), or a rewind's with
+    ``key`` :data:`REWIND_KEY`; None when the commit has none.
 
     Raises:
         StorageError: the metadata is not a JSON object.
     """
-    raw = entry.commit_info.get(COMPACTION_KEY)
+    raw = entry.commit_info.get(key)
     if raw is None:
         return None
     try:
@@ -384,7 +404,7 @@ def compaction_metadata(entry: LogEntry) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise LogDamageError(
             f"{entry.path or f'version {entry.version}'}: commit metadata "
-            f"{COMPACTION_KEY!r} is not a JSON object: the commit is damaged; restore the "
+            f"{key!r} is not a JSON object: the commit is damaged; restore the "
             "file from a backup",
             kind="unparsable",
             path=entry.path,
@@ -404,7 +424,11 @@ def check_whole(topic: str, entry: LogEntry) -> None:
     records than were committed, and a roll-forward that found no ``txn`` would add its
     files again. Every reader here refuses it instead, naming it.
     """
-    meta = compaction_metadata(entry) or entry.offsets_metadata
+    meta = (
+        compaction_metadata(entry)
+        or compaction_metadata(entry, REWIND_KEY)
+        or entry.offsets_metadata
+    )
     if meta is None:
         return
     listed = sorted(str(f[0]) for f in meta.get("files", []))

@@ -3,9 +3,9 @@
 * :func:`vacuum` deletes the data files that retention, purges, merges and compactions
   removed from the log, once ``file.delete.delay.ms`` has passed since their removal (a
   reader that planned a file before it was removed still finds it: Kafka's
-  ``file.delete.delay.ms``), then the staging directories left empty. Files a rewrite wrote
-  but never committed (a cleaner that died between writing and committing) are deleted
-  once they are an hour old.
+  ``file.delete.delay.ms``) and unless a savepoint pins them (:mod:`runtime.storage.pins`),
+  then the staging directories left empty. Files a rewrite wrote but never committed (a
+  cleaner that died between writing and committing) are deleted once they are an hour old.
 * :func:`clean_delta_log` deletes the commits of the Delta log that a checkpoint covers
   and that are older than the log's retention (the table's ``delta.logRetentionDuration``,
   else the configured default), after snapshotting the offset index at the latest version
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from common.errors import StorageError
 from runtime.storage.fs import StorageRoot
+from runtime.storage.pins import pinned
 from runtime.storage.topics import TopicAdmin
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,11 @@ def vacuum(admin: TopicAdmin, topic: str, *, delay_ms: int, now_ms: int) -> Vacu
     index = topic_log.refresh()
     table = admin.table_path(topic)
     leased = admin.leases.held()  # planned by a batch of this process not over yet
+    kept = pinned(admin, topic)  # a savepoint's cut needs them
     due = [
         path
         for path, when in index.removed.items()
-        if now_ms - when >= delay_ms and f"{table}/{path}" not in leased
+        if now_ms - when >= delay_ms and f"{table}/{path}" not in leased and path not in kept
     ]
     files = size = 0
     parents: set[str] = set()

@@ -48,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "show an application's instances, threads, tasks, lag, transactions, stores",
     ),
     "state": ("state", "print a store's committed state (interactive query)"),
+    "savepoint": ("savepoint", "take, list, describe or delete an application's savepoints"),
+    "rewind": ("savepoint", "put a stopped application back to a savepoint, outputs too"),
     "dlq": ("dlq", "summarize a dead-letter topic, or replay its records after a fix"),
     "doctor": ("doctor", "check a root's topics and logs for damage, and repair it"),
 }

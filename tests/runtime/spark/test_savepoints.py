@@ -1,0 +1,166 @@
+"""Savepoints of a running application, and a consistent rewind to one: positions, stores
+and outputs back at the cut, nothing of the rewound run left in any output."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from common.errors import StreamsError
+from common.serdes import Serdes
+from runtime.app.app import StreamsApp
+from runtime.app.rewind import RewindRefusedError, apply_rewind, plan_rewind
+from runtime.app.savepoints import (
+    SavepointError,
+    create_savepoint,
+    list_savepoints,
+)
+from runtime.group.reset import ResetPlanEntry, apply_reset, committed_offsets
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin
+from tests.clitools import cli
+from tests.runtime.spark.helpers import eos_config
+from tests.runtime.spark.test_store_queries import committed_counts, lines_of, produce, wait_until
+from topology import Materialized, Produced, StreamsBuilder
+
+S, L = Serdes.String(), Serdes.Long()
+APP = "sp-wc"
+
+
+def word_count() -> Any:
+    b = StreamsBuilder()
+    counts = (
+        b.stream("lines")
+        .flat_map_values(str.split)
+        .group_by(lambda _k, w: w)
+        .count(Materialized.as_("word-counts"))
+    )
+    counts.to_stream().to("counts-out", Produced.with_(S, L))
+    return b.build()
+
+
+def history(root: str) -> dict[str, list[int]]:
+    """Every count written for each word, in offset order (each word has one partition)."""
+    return history_at(root, TopicReader(root).end_offsets("counts-out"))
+
+
+def expected(*batches: list[str]) -> dict[str, int]:
+    return dict(Counter(w for lines in batches for line in lines for w in line.split()))
+
+
+def test_a_rewind_to_a_savepoint_takes_back_outputs_and_state_and_the_rerun_is_exact(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """A savepoint taken while the word count runs; more input; a rewind to it (refused
+    while a downstream group read past the cut, until forced); run to idle: every word's
+    outputs rise strictly (nothing of the rewound run is left) and the final counts are
+    exact."""
+    admin.create("lines", 2)
+    admin.create("counts-out", 2)
+    config = eos_config(APP, root, str(tmp_path / "state"), **{"max.poll.records": 7})
+    first, more = lines_of(40, 1), lines_of(30, 5)
+    produce(admin, first[:20], 1000)
+    app = StreamsApp(word_count(), config, spark=spark)
+    app.start()
+    try:
+        wait_until(lambda: committed_counts(root))
+        feeder = threading.Thread(target=produce, args=(admin, first[20:], 9000))
+        feeder.start()
+        savepoint = create_savepoint(admin, APP, "mid-run")  # while batches commit
+        feeder.join()
+        wait_until(lambda: committed_counts(root) == expected(first))
+    finally:
+        app.close()
+    # the cut is consistent: the positions it holds produced exactly its outputs
+    consumed = savepoint.positions["lines"]
+    at_cut = {w: c[-1] for w, c in history_at(root, savepoint.topics["counts-out"].ends).items()}
+    assert at_cut and at_cut == expected(read_lines(root, consumed))
+    assert [s.name for s in list_savepoints(admin, APP)] == ["mid-run"]
+    store = savepoint.stores["word-counts"]
+    assert store.snapshots and set(store.snapshots.values()) <= set(store.ends.values())
+
+    produce(admin, more, 20_000)
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    assert committed_counts(root) == expected(first, more)
+    ends = TopicReader(root).end_offsets("counts-out")
+    apply_reset(
+        admin, "reader", [ResetPlanEntry("counts-out", p, None, e) for p, e in ends.items()]
+    )
+
+    plan = plan_rewind(admin, APP, "mid-run")
+    assert set(plan.past_cut) == {"reader"}
+    with pytest.raises(RewindRefusedError, match="reader"):
+        apply_rewind(admin, plan)
+    apply_rewind(admin, plan, force=True)
+    assert committed_counts(root) == at_cut  # the outputs are back at the cut
+    assert committed_offsets(admin, APP) == {("lines", p): o for p, o in consumed.items()}
+
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    assert committed_counts(root) == expected(first, more)
+    for word, counts in history(root).items():
+        assert counts == sorted(set(counts)), (word, counts)  # strictly rising
+
+
+def history_at(root: str, ends: dict[int, int]) -> dict[str, list[int]]:
+    reader = TopicReader(root)
+    out: dict[str, list[int]] = {}
+    for p, end in ends.items():
+        table = reader.read("counts-out", p, 0, end)
+        keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+        for k, v in zip(keys, values, strict=True):
+            out.setdefault(k.decode(), []).append(int(L.deserialize("counts-out", v) or 0))
+    return out
+
+
+def read_lines(root: str, positions: dict[int, int]) -> list[str]:
+    reader = TopicReader(root)
+    return [
+        v.decode()
+        for p, end in positions.items()
+        for v in reader.read("lines", p, 0, end).column("value").to_pylist()
+    ]
+
+
+def test_savepoint_commands_check_names_and_deleting_one_unpins_its_files(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """The command line takes, lists, describes and deletes savepoints, and prints a
+    rewind's plan; a taken name, a bad name and an unknown savepoint are refused with
+    what to do; an at-least-once application has no cut between transactions; delete
+    removes the manifest, the pins and the snapshots."""
+    admin.create("lines", 2)
+    admin.create("counts-out", 2)
+    config = eos_config(APP, root, str(tmp_path / "state"))
+    produce(admin, lines_of(10, 1), 1000)
+    with pytest.raises(StreamsError, match="start it once"):
+        create_savepoint(admin, APP, "a")
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    made = cli(root, "savepoint", "create", "--application-id", APP, "--name", "a")
+    assert made.returncode == 0 and "savepoint a of sp-wc taken" in made.stdout, made.stderr
+    with pytest.raises(SavepointError, match="already has a savepoint 'a'"):
+        create_savepoint(admin, APP, "a")
+    with pytest.raises(SavepointError, match="letters, digits"):
+        create_savepoint(admin, APP, "no/slash")
+    unknown = cli(root, "rewind", "--application-id", APP, "--to-savepoint", "b")
+    assert unknown.returncode == 1 and "(its savepoints: a)" in unknown.stderr
+    assert cli(root, "savepoint", "list", "--application-id", APP).stdout.startswith("a\t")
+    shown = cli(root, "savepoint", "describe", "--application-id", APP, "--name", "a").stdout
+    assert "changelog sp-wc-word-counts-changelog" in shown and "Sub-topology" in shown
+    dry = cli(root, "rewind", "--application-id", APP, "--to-savepoint", "a", "--dry-run")
+    assert "topic counts-out: back to version" in dry.stdout, dry.stderr
+    pins = Path(admin.table_path("counts-out")) / "_streams_pins"
+    assert list(pins.iterdir())
+    gone = cli(root, "savepoint", "delete", "--application-id", APP, "--name", "a")
+    assert gone.returncode == 0, gone.stderr
+    assert not list(pins.iterdir()) and list_savepoints(admin, APP) == []
+    assert not (Path(root) / "savepoints" / APP / "a").exists()
+
+    alos = {**config, "application.id": "sp-alos", "processing.guarantee": "at_least_once"}
+    StreamsApp(word_count(), alos, spark=spark).run_until_idle()
+    with pytest.raises(SavepointError, match="exactly_once_v2"):
+        create_savepoint(admin, "sp-alos", "a")
