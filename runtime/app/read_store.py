@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -29,6 +30,7 @@ def read_store(
     application_id: str,
     store: str,
     *,
+    as_of: str | int | datetime.datetime | None = None,
     root: str | None = None,
     config: Mapping[str, Any] | None = None,
 ) -> DataFrame:
@@ -46,6 +48,8 @@ def read_store(
         application_id: the application whose store it is (it must have started once: it
             keeps the catalog of its stores in storage).
         store: the store's name (``Materialized.as_(...)``'s, or a processor's store).
+        as_of: read the store as a savepoint holds it: the savepoint's name, or a time
+            (epoch milliseconds or a ``datetime``) for the newest one taken by then.
         root: the storage root (default: ``STREAMS_ROOT``).
         config: more configuration for the read, e.g. ``storage.options.*`` for an object
             store root.
@@ -53,6 +57,7 @@ def read_store(
     Raises:
         ConfigError: no root given and ``STREAMS_ROOT`` unset.
         InvalidStateStoreError: no catalog, no such store, or a store without a changelog.
+        SavepointError: ``as_of`` names no savepoint of the application.
     """
     root = root or os.environ.get(ROOT_ENV_VAR)
     if not root:
@@ -63,7 +68,7 @@ def read_store(
     given = {"application.id": application_id, **dict(config or {}), "topics.root": root}
     options = StreamsConfig(**given).storage_options
     register_storage_options(root, options)
-    read = plan_read(TopicAdmin(root), application_id, store, config)
+    read = plan_read(TopicAdmin(root), application_id, store, config, as_of=as_of)
     partitions = sorted(read.ends)  # 0 .. n-1: one Spark partition each
     ids = spark.range(0, len(partitions), 1, numPartitions=max(1, len(partitions)))
     frame = ids.mapInArrow(partial(_read_partitions, read), from_arrow_schema(read.schema))

@@ -23,6 +23,7 @@ compaction and merges go on, the vacuum keeps what the savepoint needs until it 
 from __future__ import annotations
 
 import builtins
+import datetime
 import logging
 import re
 import shutil
@@ -226,6 +227,30 @@ def load_savepoint(admin: TopicAdmin, application_id: str, name: str) -> Savepoi
         return Savepoint.model_validate_json(raw)
     except ValidationError as exc:
         raise SavepointError(f"savepoint manifest {path} is unreadable: {exc}") from exc
+
+
+def savepoint_as_of(
+    admin: TopicAdmin, application_id: str, as_of: str | int | datetime.datetime
+) -> Savepoint:
+    """The savepoint ``as_of`` names: a name, or a time (epoch milliseconds or a
+    ``datetime``; naive means UTC) for the newest savepoint taken at or before it.
+
+    Raises:
+        SavepointError: none by that name, or none taken by that time.
+    """
+    if isinstance(as_of, str):
+        return load_savepoint(admin, application_id, as_of)
+    if isinstance(as_of, datetime.datetime):
+        stamp = as_of if as_of.tzinfo else as_of.replace(tzinfo=datetime.UTC)
+        as_of = int(stamp.timestamp() * 1000)
+    found = [s for s in list_savepoints(admin, application_id) if s.created_ms <= as_of]
+    if not found:
+        raise SavepointError(
+            f"application {application_id!r} has no savepoint taken at or before "
+            f"{as_of} ms; state is kept as data at savepoints: take one with "
+            "'streams-eos savepoint create'"
+        )
+    return found[-1]
 
 
 def delete_savepoint(admin: TopicAdmin, application_id: str, name: str) -> None:

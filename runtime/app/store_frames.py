@@ -49,13 +49,15 @@ from common.serdes import (
     PydanticSerde,
     StringSerde,
 )
-from runtime.app.cut_reads import replica_of
+from runtime.app.cut_reads import CutReader, SavepointSnapshots, replica_of
+from runtime.app.savepoints import SavepointError, savepoint_as_of, stores_prefix
 from runtime.app.store_queries import (
     InvalidStateStoreError,
     StoreCatalog,
     checked_changelog,
     settle,
 )
+from runtime.state.adapters import TopicChangelogReader
 from runtime.storage.fs import register_storage_options, storage_options
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
@@ -113,6 +115,10 @@ class StoreRead:
     properties: dict[str, Any]
     ends: dict[int, int]
     schema: pa.Schema
+    #: A savepoint's read: the changelog's offset index at its cut, and where the
+    #: savepoint keeps its store snapshots (both None: the committed state now).
+    cut: dict[str, Any] | None = None
+    snapshots: str | None = None
 
     @property
     def config(self) -> StreamsConfig:
@@ -121,12 +127,20 @@ class StoreRead:
 
 
 def plan_read(
-    admin: TopicAdmin, application_id: str, store: str, config: Mapping[str, Any] | None = None
+    admin: TopicAdmin,
+    application_id: str,
+    store: str,
+    config: Mapping[str, Any] | None = None,
+    *,
+    as_of: str | int | datetime.datetime | None = None,
 ) -> StoreRead:
-    """Plan a read of ``store``: its catalog entry, and its changelog's committed ends now.
+    """Plan a read of ``store``: its catalog entry, and its changelog's committed ends now,
+    or at the cut of savepoint ``as_of`` (a name; a time names the newest savepoint taken
+    at or before it: see :func:`~runtime.app.savepoints.savepoint_as_of`).
 
     Raises:
         InvalidStateStoreError: no catalog, no such store, no changelog (logging off).
+        SavepointError: no such savepoint, or it does not hold the store.
     """
     catalog = StoreCatalog.read(admin, application_id)
     properties = {**catalog.config, **dict(config or {}), "topics.root": admin.root.uri}
@@ -135,11 +149,24 @@ def plan_read(
     factory, subtopology = catalog.stores[store]
     streams_config = StreamsConfig(**properties)
     changelog = checked_changelog(factory, streams_config, admin, store)
+    builder = factory.builder(streams_config)
+    schema = store_schema(factory.kind, builder.key_serde, builder.value_serde)
+    if as_of is not None:
+        savepoint = savepoint_as_of(admin, application_id, as_of)
+        if store not in savepoint.stores or changelog not in savepoint.topics:
+            raise SavepointError(
+                f"savepoint {savepoint.name} of {application_id!r} holds no store {store!r} "
+                f"(its stores: {', '.join(sorted(savepoint.stores)) or 'none'})"
+            )
+        prefix = stores_prefix(application_id, savepoint.name)
+        cut = savepoint.topics[changelog].index
+        ends = savepoint.stores[store].ends
+        sub = savepoint.stores[store].subtopology
+        return StoreRead(store, factory.kind, factory, sub, properties, ends, schema, cut, prefix)
     # the cut a query would answer from: every decided transaction's changelog in
     settle(TransactionCoordinator(admin), application_id, changelog, set())
     index = TopicReader(admin).index(changelog)
     ends = {p: index.log(p).end for p in range(index.num_partitions)}
-    builder = factory.builder(streams_config)
     return StoreRead(
         store,
         factory.kind,
@@ -147,7 +174,7 @@ def plan_read(
         subtopology,
         properties,
         ends,
-        store_schema(factory.kind, builder.key_serde, builder.value_serde),
+        schema,
     )
 
 
@@ -276,6 +303,12 @@ def store_batches(read: StoreRead, partitions: Iterable[int]) -> Iterator[pa.Rec
     register_storage_options(config.topics_root, config.storage_options)
     admin = TopicAdmin(config.topics_root)
     topic = changelog_topic(config.application_id, read.store)
+    reader = None if read.cut is None else TopicChangelogReader(CutReader(admin, {topic: read.cut}))
+    snapshots = (
+        None
+        if read.snapshots is None
+        else SavepointSnapshots(admin, config.application_id, read.snapshots)
+    )
     for partition in partitions:
         if partition not in read.ends:
             continue
@@ -288,6 +321,8 @@ def store_batches(read: StoreRead, partitions: Iterable[int]) -> Iterator[pa.Rec
                 task_id=f"{read.subtopology}_{partition}",
                 directory=directory,
                 ends={(topic, partition): read.ends[partition]},
+                reader=reader,
+                snapshots=snapshots,
             )
             try:
                 yield from _batches(read, replica.store)

@@ -52,6 +52,11 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="write the store's committed state as a new Delta table at PATH (columns key, "
         "value, timestamp, and window_start/window_end or valid_to), instead of printing it",
     )
+    parser.add_argument(
+        "--as-of",
+        metavar="SAVEPOINT",
+        help="with --export: the store as savepoint SAVEPOINT holds it",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -60,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise StreamsError(f"--limit must be >= 0 (got {args.limit})")
     admin = TopicAdmin(args.root)
+    if args.as_of is not None and args.export is None:
+        raise StreamsError("--as-of reads a savepoint's state for --export PATH: add --export")
     if args.export is not None:
-        read = plan_read(admin, args.application_id, args.store)
+        read = plan_read(admin, args.application_id, args.store, as_of=args.as_of)
         rows = export_store(read, args.export)
         print(
             f"exported {rows} entries of store {args.store!r} ({len(read.ends)} partitions) "

@@ -15,6 +15,7 @@ from common.errors import ConfigError
 from common.serdes import Serdes
 from runtime.app.app import StreamsApp
 from runtime.app.read_store import read_store
+from runtime.app.savepoints import create_savepoint
 from runtime.app.store_queries import (
     InvalidStateStoreError,
     QueryableStore,
@@ -113,6 +114,24 @@ def test_read_store_equals_the_queries_of_every_kind_while_running_and_after_sto
     for word, _, _, count in got:
         totals[word] = totals.get(word, 0) + count
     assert totals == committed_counts(root)
+    same_at_a_savepoint(spark, admin, root, config)
+
+
+def same_at_a_savepoint(spark: SparkSession, admin: TopicAdmin, root: str, config: Any) -> None:
+    """At a savepoint: the same rows, also once the application went on past it."""
+    create_savepoint(admin, "rs", "after-stop")
+    now = {n: sorted(map(tuple, read_store(spark, "rs", n, root=root).collect())) for n in STORES}
+    StreamsApp(three_stores(), config, spark=spark).run_until_idle()  # nothing new yet
+    produce(admin, lines_of(30, 3), 50_000)
+    StreamsApp(three_stores(), config, spark=spark).run_until_idle()
+    for name in STORES:
+        saved = read_store(spark, "rs", name, as_of="after-stop", root=root).collect()
+        assert sorted(map(tuple, saved)) == now[name], name
+        later = read_store(spark, "rs", name, root=root).collect()
+        assert sorted(map(tuple, later)) != now[name], name
+
+
+STORES = ("word-counts", "windowed-counts", "session-counts")
 
 
 def expected_kv_words(rows: list[tuple[str, int, int]]) -> list[str]:

@@ -4,16 +4,19 @@ and outputs back at the cut, nothing of the rewound run left in any output."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from common.errors import StreamsError
 from common.serdes import Serdes
 from runtime.app.app import StreamsApp
+from runtime.app.read_store import read_store
 from runtime.app.rewind import RewindRefusedError, apply_rewind, plan_rewind
 from runtime.app.savepoints import (
     SavepointError,
@@ -87,6 +90,28 @@ def test_a_rewind_to_a_savepoint_takes_back_outputs_and_state_and_the_rerun_is_e
     produce(admin, more, 20_000)
     StreamsApp(word_count(), config, spark=spark).run_until_idle()
     assert committed_counts(root) == expected(first, more)
+    # the store as the savepoint holds it, read on the executors (by name, and by time)
+    for as_of in ("mid-run", int(time.time() * 1000)):
+        rows = read_store(spark, APP, "word-counts", as_of=as_of, root=root).collect()
+        assert {r.key: r.value for r in rows} == at_cut
+    exported = cli(
+        root,
+        "state",
+        "--application-id",
+        APP,
+        "--store",
+        "word-counts",
+        "--as-of",
+        "mid-run",
+        "--export",
+        str(tmp_path / "at-cut"),
+    )
+    assert exported.returncode == 0, exported.stderr
+    table = DeltaTable(str(tmp_path / "at-cut")).to_pyarrow_table()
+    assert (
+        dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
+        == at_cut
+    )
     ends = TopicReader(root).end_offsets("counts-out")
     apply_reset(
         admin, "reader", [ResetPlanEntry("counts-out", p, None, e) for p, e in ends.items()]
