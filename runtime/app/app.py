@@ -28,7 +28,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -52,9 +52,10 @@ from runtime.app.dataframe_sources import (
     ingests,
     wake_all,
 )
+from runtime.app.fork import prepare_start
 from runtime.app.insight import AppInsight
 from runtime.app.internal_topics import TopicPlan, plan_topics
-from runtime.app.local_state import check_rewinds
+from runtime.app.local_state import shutdown_marker
 from runtime.app.log_manager import LogManager, application_topics
 from runtime.app.process_id import load_or_create_process_id
 from runtime.app.store_queries import QueryableStore
@@ -90,6 +91,8 @@ class StreamsApp:
             topology's source names (``{"clicks": df}``): each is ingested, exactly once,
             into that topic (created when missing) by a query of its own
             (:mod:`runtime.app.dataframe_sources`).
+        from_savepoint: start from savepoint ``N`` of this application (rewound to it) or
+            ``A/N`` of application ``A`` (a fork: :mod:`runtime.app.fork`).
     """
 
     def __init__(
@@ -99,11 +102,12 @@ class StreamsApp:
         *,
         spark: SparkSession | None = None,
         sources: Mapping[str, DataFrame] | None = None,
+        from_savepoint: str | None = None,
     ) -> None:
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(**config)
         self.topology = topology
         topology.validate(self.config)
-        self.dataframe_sources = dict(sources or {})
+        self.dataframe_sources, self.from_savepoint = dict(sources or {}), from_savepoint
         check_sources(topology, self.dataframe_sources)
         #: The queries ingesting the DataFrame sources (after start).
         self.ingests: list[DataFrameIngest] = []
@@ -113,15 +117,13 @@ class StreamsApp:
         self._machine = AppStateMachine(self.application_id)
         register_storage_options(self.config.topics_root, self.config.storage_options)
         self.admin = TopicAdmin(self.config.topics_root)
-        self.process_id = ""
+        self.process_id, self.plan = "", cast("TopicPlan | None", None)
         self.threads: list[StreamThread] = []
         self.queries: list[StreamingQuery] = []
-        self.plan: TopicPlan | None = None
         self.uncaught_exception_handler: (
             Callable[[BaseException], StreamThreadExceptionResponse] | None
         ) = None
-        self.replaced_threads = 0
-        self._started_ms = 0
+        self.replaced_threads, self._started_ms = 0, 0
         #: Retention, compaction, merging, purges of the app's topics (log.cleaner.enable).
         self.log_manager: LogManager | None = None
         self._levels: BatchLevels | None = None
@@ -172,7 +174,7 @@ class StreamsApp:
                 self.topology, self.admin, self.application_id, config=self.config
             )
             self.process_id = load_or_create_process_id(self.config.state_dir, self.application_id)
-            check_rewinds(self.admin, self.config.state_dir, self.application_id)
+            prepare_start(self.admin, self.topology, self.plan, self.config, self.from_savepoint)
             self.insight.started()
             self._machine.observer = self.insight.state_changed
             self._levels, self._shuffle_levels = plan_thread_levels(
@@ -381,7 +383,7 @@ class StreamsApp:
             levels=self._levels,
             shuffle_levels=self._shuffle_levels,
             membership=membership,
-            shutdown_marker=(self._shutdown_marker(), self._started_ms),
+            shutdown_marker=(shutdown_marker(self.admin, self.application_id), self._started_ms),
             internal_sources=frozenset(self.plan.sources) - frozenset(self.plan.external_sources),
             global_topics=plan.global_topics,
             offset_resets=plan.offset_resets,
@@ -425,10 +427,6 @@ class StreamsApp:
             except IllegalStateTransitionError:  # a shutdown or an error got there first
                 log.debug("[app %s] state %s moved on", self.application_id, state.value)
 
-    def _shutdown_marker(self) -> str:
-        """The file whose presence asks every instance of the application to stop."""
-        return self.admin.root.path("_apps", self.application_id, "shutdown-requested")
-
     def _on_thread_error(self, index: int, error: BaseException) -> None:
         """Apply the uncaught exception handler to thread ``index + 1``'s error: replace
         the thread, or raise after shutting down this instance (or the application)."""
@@ -449,7 +447,9 @@ class StreamsApp:
             return
         if response is StreamThreadExceptionResponse.SHUTDOWN_APPLICATION:
             stamp = time.time_ns() // 1_000_000
-            self.admin.root.write_bytes(self._shutdown_marker(), f"{stamp}\n{exc}".encode())
+            self.admin.root.write_bytes(
+                shutdown_marker(self.admin, self.application_id), f"{stamp}\n{exc}".encode()
+            )
         self._fail(exc)
 
     def _cleaned_topics(self) -> set[str]:

@@ -1,4 +1,5 @@
-"""Local state left from before a rewind is dropped at the next start.
+"""Local state left from before a rewind is dropped at the next start (and where the
+application's shutdown request lives).
 
 A rewind (:mod:`runtime.app.rewind`) puts the changelogs back to a cut, and the offsets
 after the cut are written again: a store kept on a machine from before the rewind would
@@ -17,7 +18,6 @@ import logging
 import os
 import shutil
 
-from runtime.app.rewind import check_no_unfinished_rewind
 from runtime.storage.topics import TopicAdmin
 from statestores.state_directory import StateDirectory
 
@@ -26,12 +26,9 @@ log = logging.getLogger(__name__)
 LOCAL_MARKER = "rewound"
 
 
-def check_rewinds(admin: TopicAdmin, state_dir: str, application_id: str) -> None:
-    """Before a start: refuse while a rewind is unfinished
-    (:func:`~runtime.app.rewind.check_no_unfinished_rewind`), drop the local state a
-    finished one left behind (:func:`forget_rewound_state`)."""
-    check_no_unfinished_rewind(admin, application_id)
-    forget_rewound_state(admin, state_dir, application_id)
+def shutdown_marker(admin: TopicAdmin, application_id: str) -> str:
+    """The file whose presence asks every instance of the application to stop."""
+    return admin.root.path("_apps", application_id, "shutdown-requested")
 
 
 def forget_rewound_state(admin: TopicAdmin, state_dir: str, application_id: str) -> int:

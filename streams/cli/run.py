@@ -94,12 +94,33 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="a Spark setting of the session the run builds (repeatable), e.g. "
         "spark.ui.enabled=true; under spark-submit, its --conf wins",
     )
+    run.add_argument(
+        "--from-savepoint",
+        metavar="N",
+        help="start from savepoint N of the application: rewound to it, or with "
+        "--application-id a new application forked from it",
+    )
+    run.add_argument(
+        "--application-id",
+        metavar="ID",
+        help="run under this application.id (with --from-savepoint: a fork of FILE's "
+        "application from that savepoint, with its own internal topics and state)",
+    )
     run.set_defaults(handler=_run, needs_root=False, creates_root=True)
 
 
 def _run(args: argparse.Namespace) -> int:
     module = load_topology_file(args.file)
     config = build_config(module, root=args.root, properties=args.properties, overrides=args.config)
+    owner = config.application_id
+    if args.application_id:
+        overrides = [*args.config, f"application.id={args.application_id}"]
+        config = build_config(
+            module, root=args.root, properties=args.properties, overrides=overrides
+        )
+    args.savepoint_source = args.from_savepoint
+    if args.from_savepoint and owner != config.application_id:
+        args.savepoint_source = f"{owner}/{args.from_savepoint}"
     topology = build_topology_of(module, args.file)
     log_path = None
     if not args.verbose:
@@ -156,7 +177,9 @@ def _run_app(
             print(f"Spark UI: {url} (Structured Streaming tab)", file=sys.stderr)
     if callable(build_sources):
         sources = build_sources(spark)
-    app = StreamsApp(topology, config, spark=spark, sources=sources)
+    app = StreamsApp(
+        topology, config, spark=spark, sources=sources, from_savepoint=args.savepoint_source
+    )
     lines = None
     if not args.no_progress:
         lines = BatchLines(args.progress_interval)

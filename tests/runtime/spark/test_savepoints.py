@@ -189,3 +189,68 @@ def test_savepoint_commands_check_names_and_deleting_one_unpins_its_files(
     StreamsApp(word_count(), alos, spark=spark).run_until_idle()
     with pytest.raises(SavepointError, match="exactly_once_v2"):
         create_savepoint(admin, "sp-alos", "a")
+
+
+def word_count_b() -> Any:
+    """The word count changed: words of one letter are dropped first (a node added before
+    the stateful one) and each count is written as text to a topic of its own."""
+    b = StreamsBuilder()
+    counts = (
+        b.stream("lines")
+        .flat_map_values(str.split)
+        .filter(lambda _k, w: len(w) > 1)
+        .group_by(lambda _k, w: w)
+        .count(Materialized.as_("word-counts"))
+    )
+    counts.to_stream().map_values(lambda c: f"count={c}").to("counts-b", Produced.with_(S, S))
+    return b.build()
+
+
+def test_a_fork_runs_a_changed_topology_from_the_cut_and_leaves_the_original_alone(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """Application B starts from savepoint "cut" of A with a changed topology: it counts on
+    from A's state and positions at the cut, writes only its own outputs, and starting it
+    again goes on where it is; A's outputs, positions and state are untouched."""
+    for topic in ("lines", "counts-out", "counts-b"):
+        admin.create(topic, 2)
+    config = eos_config(APP, root, str(tmp_path / "state"))
+    first, more = lines_of(30, 1), lines_of(20, 7)
+    produce(admin, first, 1000)
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    create_savepoint(admin, APP, "cut")
+    produce(admin, more, 20_000)
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    a_history, a_positions = history(root), committed_offsets(admin, APP)
+    a_state = sorted(map(tuple, read_store(spark, APP, "word-counts", root=root).collect()))
+
+    fork = {**config, "application.id": "sp-fork", "state.dir": str(tmp_path / "fork")}
+    StreamsApp(word_count_b(), fork, spark=spark, from_savepoint=f"{APP}/cut").run_until_idle()
+    long_words = {w: c for w, c in expected(first, more).items() if len(w) > 1}
+    at_cut = expected(first)
+    b_history = text_history(root)
+    assert {w: c[-1] for w, c in b_history.items()} == long_words
+    for word, counts in b_history.items():
+        assert counts == sorted(set(counts)) and counts[0] > at_cut.get(word, 0), word
+    produce(admin, ["zebra zebra"], 40_000)  # a later start goes on from where B is
+    StreamsApp(word_count_b(), fork, spark=spark, from_savepoint=f"{APP}/cut").run_until_idle()
+    assert text_history(root)["zebra"][-1] == long_words.get("zebra", 0) + 2
+
+    assert history(root) == a_history and committed_offsets(admin, APP) == a_positions
+    again = sorted(map(tuple, read_store(spark, APP, "word-counts", root=root).collect()))
+    assert again == a_state
+    with pytest.raises(StreamsError, match="committed positions of its own"):
+        other = {**fork, "application.id": APP + "-x"}
+        apply_reset(admin, other["application.id"], [ResetPlanEntry("lines", 0, None, 1)])
+        StreamsApp(word_count_b(), other, spark=spark, from_savepoint=f"{APP}/cut").start()
+
+
+def text_history(root: str) -> dict[str, list[int]]:
+    reader = TopicReader(root)
+    out: dict[str, list[int]] = {}
+    for p, end in reader.end_offsets("counts-b").items():
+        table = reader.read("counts-b", p, 0, end)
+        keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+        for k, v in zip(keys, values, strict=True):
+            out.setdefault(k.decode(), []).append(int(v.decode().removeprefix("count=")))
+    return out
