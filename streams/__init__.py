@@ -17,6 +17,8 @@ _EXPORTS = {
     "StreamsApp": "runtime.app.app",
     "delta_table_stream": "runtime.spark.delta_table_source",
     "read_store": "runtime.app.read_store",
+    "StateUpgrade": "runtime.app.upgrades",
+    "InitialState": "runtime.app.initial_state",
     "StreamThreadExceptionResponse": "runtime.app.app_state",
     "StreamsConfig": "common.config",
     "Stores": "statestores.stores",

@@ -27,7 +27,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from pyspark.sql import DataFrame, SparkSession
@@ -53,14 +53,16 @@ from runtime.app.dataframe_sources import (
     wake_all,
 )
 from runtime.app.fork import prepare_start
+from runtime.app.initial_state import InitialState
 from runtime.app.insight import AppInsight
 from runtime.app.internal_topics import TopicPlan, plan_topics
 from runtime.app.local_state import shutdown_marker
-from runtime.app.log_manager import LogManager, application_topics
+from runtime.app.log_manager import LogManager, plan_topics_cleaned
 from runtime.app.process_id import load_or_create_process_id
 from runtime.app.store_queries import QueryableStore
+from runtime.app.upgrades import StateUpgrade
 from runtime.group.coordinator import GroupState
-from runtime.spark.checkpoint import checkpoint_location, start_disposable
+from runtime.spark.checkpoint import checkpoint_location, start_batches
 from runtime.spark.session import check_local_workers
 from runtime.spark.source_topics import pattern_watch
 from runtime.spark.startup import SessionStart
@@ -93,6 +95,10 @@ class StreamsApp:
             (:mod:`runtime.app.dataframe_sources`).
         from_savepoint: start from savepoint ``N`` of this application (rewound to it) or
             ``A/N`` of application ``A`` (a fork: :mod:`runtime.app.fork`).
+        upgrades: what becomes of the stores of the last start that a changed topology
+            no longer has (:class:`~runtime.app.upgrades.StateUpgrade`).
+        initial_state: stores' first content, loaded once before the first batch
+            (:class:`~runtime.app.initial_state.InitialState`).
     """
 
     def __init__(
@@ -103,11 +109,14 @@ class StreamsApp:
         spark: SparkSession | None = None,
         sources: Mapping[str, DataFrame] | None = None,
         from_savepoint: str | None = None,
+        upgrades: Sequence[StateUpgrade] = (),
+        initial_state: Mapping[str, InitialState] | None = None,
     ) -> None:
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(**config)
         self.topology = topology
         topology.validate(self.config)
         self.dataframe_sources, self.from_savepoint = dict(sources or {}), from_savepoint
+        self.upgrades, self.initial_state = tuple(upgrades), dict(initial_state or {})
         check_sources(topology, self.dataframe_sources)
         #: The queries ingesting the DataFrame sources (after start).
         self.ingests: list[DataFrameIngest] = []
@@ -126,8 +135,7 @@ class StreamsApp:
         self.replaced_threads, self._started_ms = 0, 0
         #: Retention, compaction, merging, purges of the app's topics (log.cleaner.enable).
         self.log_manager: LogManager | None = None
-        self._levels: BatchLevels | None = None
-        self._shuffle_levels: BatchLevels | None = None
+        self._levels = self._shuffle_levels = cast("BatchLevels | None", None)
         self._error: BaseException | None = None
         #: The threads rejoining their group now (the app is REBALANCING while any is).
         self._rebalancing: set[int] = set()
@@ -174,7 +182,7 @@ class StreamsApp:
                 self.topology, self.admin, self.application_id, config=self.config
             )
             self.process_id = load_or_create_process_id(self.config.state_dir, self.application_id)
-            prepare_start(self.admin, self.topology, self.plan, self.config, self.from_savepoint)
+            prepare_start(self)
             self.insight.started()
             self._machine.observer = self.insight.state_changed
             self._levels, self._shuffle_levels = plan_thread_levels(
@@ -403,7 +411,14 @@ class StreamsApp:
         )
         thread.on_rebalancing = functools.partial(self._thread_rebalancing, index)
         thread.start()
-        query = self._start_query(thread, index)
+        assert thread.trigger is not None  # its query: a foreachBatch call per batch
+        query = start_batches(
+            self.spark,
+            thread.trigger.dataframe(self.spark).writeStream.foreachBatch(thread.run_batch),
+            name=f"streams-{self.application_id}-{self.process_id}-{index}",
+            interval_ms=thread.trigger_interval_ms,
+            location=f"{self.checkpoint_location()}/{self.process_id}-thread-{index}",
+        )
         if len(self.threads) >= index:
             self.threads[index - 1], self.queries[index - 1] = thread, query
         else:
@@ -455,10 +470,7 @@ class StreamsApp:
     def _cleaned_topics(self) -> set[str]:
         """The topics the log manager cleans: every topic the app reads or writes."""
         assert self.plan is not None
-        read = {t for thread in self.threads for t in thread.sources}
-        return application_topics(
-            [*self.plan.sources, *read], self.plan.outputs, self.plan.global_topics
-        )
+        return plan_topics_cleaned(self.plan, [t for th in self.threads for t in th.sources])
 
     def _stop_all(self) -> None:
         self.insight.stopped()
@@ -474,19 +486,6 @@ class StreamsApp:
         # executors' (a host not told closes when idle or when its executor ends)
         shutdown_hosts(self.config.state_dir, self.application_id)
         shutdown_executor_hosts(t.placement for t in self.threads)
-
-    def _start_query(self, thread: StreamThread, index: int) -> StreamingQuery:
-        """Start thread ``index``'s query: its trigger's batches, each a ``foreachBatch``
-        call of the thread, which plans the reads from its committed positions."""
-        assert thread.trigger is not None
-        location = f"{self.checkpoint_location()}/{self.process_id}-thread-{index}"
-        writer = (
-            thread.trigger.dataframe(self.spark)
-            .writeStream.foreachBatch(thread.run_batch)
-            .queryName(f"streams-{self.application_id}-{self.process_id}-{index}")
-            .trigger(processingTime=f"{thread.trigger_interval_ms} milliseconds")
-        )
-        return start_disposable(self.spark, writer, location)
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Protocol
 
 from common.config import StreamsConfig
 from common.errors import StreamsError
 from runtime.app.cut_reads import CutReader
+from runtime.app.initial_state import InitialState, load_initial_state
 from runtime.app.internal_topics import TopicPlan
 from runtime.app.local_state import forget_rewound_state
 from runtime.app.rewind import apply_rewind, check_no_unfinished_rewind, plan_rewind
 from runtime.app.savepoints import Savepoint, load_savepoint
+from runtime.app.upgrades import StateUpgrade, upgrade
 from runtime.group.reset import ResetPlanEntry, apply_reset, committed_offsets
 from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
@@ -41,19 +44,32 @@ log = logging.getLogger(__name__)
 FORKED = "forked-from.json"
 
 
-def prepare_start(
-    admin: TopicAdmin,
-    topology: Topology,
-    plan: TopicPlan,
-    config: StreamsConfig,
-    from_savepoint: str | None,
-) -> None:
-    """Before a start: refuse while a rewind is unfinished, start from ``from_savepoint``
-    when given, and drop the local state a rewind left behind
+class StartingApp(Protocol):
+    """What :func:`prepare_start` reads of the application that starts."""
+
+    admin: TopicAdmin
+    topology: Topology
+    plan: TopicPlan | None
+    config: StreamsConfig
+    from_savepoint: str | None
+    upgrades: tuple[StateUpgrade, ...]
+    initial_state: dict[str, InitialState]
+
+
+def prepare_start(app: StartingApp) -> None:
+    """Before a start: refuse while a rewind is unfinished, start from
+    ``app.from_savepoint`` when given, check a changed topology against the last start's
+    and carry its state as ``app.upgrades`` say (:mod:`runtime.app.upgrades`), load the
+    stores' ``app.initial_state`` (:mod:`runtime.app.initial_state`), and drop
+    the local state a rewind left behind
     (:func:`~runtime.app.local_state.forget_rewound_state`)."""
+    admin, config = app.admin, app.config
+    assert app.plan is not None
     check_no_unfinished_rewind(admin, config.application_id)
-    if from_savepoint:
-        start_from_savepoint(admin, topology, plan, config, from_savepoint)
+    if app.from_savepoint:
+        start_from_savepoint(admin, app.topology, app.plan, config, app.from_savepoint)
+    upgrade(admin, app.topology, config, app.upgrades)
+    load_initial_state(admin, app.topology, config, app.initial_state)
     forget_rewound_state(admin, config.state_dir, config.application_id)
 
 

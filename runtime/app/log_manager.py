@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from common.config import StreamsConfig
-from runtime.app.internal_topics import CHANGELOG_CONFIGS, REPARTITION_CONFIGS
+from runtime.app.internal_topics import CHANGELOG_CONFIGS, REPARTITION_CONFIGS, TopicPlan
 from runtime.state.adapters import RootSnapshotStorage
 from runtime.state.changelog_compaction import changelog_store, snapshot_horizons
 from runtime.storage.cleaner import CleanResult, LogCleaner
@@ -222,3 +222,9 @@ def application_topics(
     """Return the topics an application instance cleans: what it reads and writes, and
     ``__consumer_offsets``."""
     return {*sources, *outputs, *extra, OFFSETS_TOPIC}
+
+
+def plan_topics_cleaned(plan: TopicPlan, read: Iterable[str]) -> set[str]:
+    """The topics an application instance running ``plan`` cleans, its threads reading
+    ``read`` too (pattern-matched topics)."""
+    return application_topics([*plan.sources, *read], plan.outputs, plan.global_topics)

@@ -57,6 +57,15 @@ def start_disposable(
     return start_with_file_system_logs(spark, writer, location)
 
 
+def start_batches(
+    spark: SparkSession, writer: DataStreamWriter, *, name: str, interval_ms: int, location: str
+) -> StreamingQuery:
+    """Start a stream thread's query: ``writer`` named ``name``, triggered every
+    ``interval_ms``, with a disposable checkpoint at ``location``."""
+    writer = writer.queryName(name).trigger(processingTime=f"{interval_ms} milliseconds")
+    return start_disposable(spark, writer, location)
+
+
 def start_with_file_system_logs(
     spark: SparkSession, writer: DataStreamWriter, location: str
 ) -> StreamingQuery:

@@ -14,7 +14,9 @@ The points of one transaction commit, in order:
 ``before_complete`` every participant committed, CompleteCommit not yet written
 ``after_complete``  CompleteCommit written, the producer not yet told
 
-and, under at_least_once (no transaction), ``before_offsets_commit``: the batch's outputs
+and, under at_least_once (no transaction), ``before_offsets_commit``; and at a start with
+a changed topology, ``upgrade_after_savepoint`` and ``upgrade_after_state``, and while a
+store's initial state loads, ``initial_state_before_commit``: the batch's outputs
 are committed, its consumed positions not yet (where at_least_once's duplicates come from).
 
 Two more test-only switches, for the crash harness (:mod:`streams.crash.harness`):
@@ -57,6 +59,10 @@ BREAKS = (BREAK_COMMIT_BEFORE_PREPARE,)
 
 FIXED_POINTS = ("before_prepare", "after_prepare", "before_complete", "after_complete")
 PLAIN_POINTS = ("before_offsets_commit",)
+#: A start with a changed topology (:mod:`runtime.app.upgrades`): after its savepoint,
+#: after the new stores' state was written; a start loading a store's initial state
+#: (:mod:`runtime.app.initial_state`): every row staged, the commit not yet made.
+UPGRADE_POINTS = ("upgrade_after_savepoint", "upgrade_after_state", "initial_state_before_commit")
 _PARTICIPANT = re.compile(r"after_participant_([1-9][0-9]*)")
 
 
@@ -78,11 +84,11 @@ _STALL_SECONDS = [0.0]
 
 def validate(name: str) -> str:
     """Return ``name`` if it is a known fault point, else raise ValueError listing them."""
-    if name in FIXED_POINTS or name in PLAIN_POINTS or _PARTICIPANT.fullmatch(name):
+    if name in FIXED_POINTS + PLAIN_POINTS + UPGRADE_POINTS or _PARTICIPANT.fullmatch(name):
         return name
+    known = FIXED_POINTS + PLAIN_POINTS + UPGRADE_POINTS
     raise ValueError(
-        f"unknown fault point {name!r}; known: {', '.join(FIXED_POINTS + PLAIN_POINTS)}, "
-        "after_participant_<k>"
+        f"unknown fault point {name!r}; known: {', '.join(known)}, after_participant_<k>"
     )
 
 
