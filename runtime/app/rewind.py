@@ -25,6 +25,7 @@ crash) commits nothing twice; steps 3 and 4 write the same thing again.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -39,8 +40,8 @@ from runtime.app.cut_reads import SavepointSnapshots
 from runtime.app.savepoints import (
     Savepoint,
     SavepointError,
-    load_savepoint,
     new_rewind_id,
+    savepoint_as_of,
     stores_prefix,
 )
 from runtime.group.coordinator import GroupCoordinator
@@ -103,15 +104,25 @@ class RewindPlan:
         return lines
 
 
-def plan_rewind(admin: TopicAdmin, application_id: str, savepoint: str) -> RewindPlan:
-    """Plan a rewind of ``application_id`` to ``savepoint``; write nothing.
+def plan_rewind(
+    admin: TopicAdmin, application_id: str, savepoint: str | int | datetime.datetime
+) -> RewindPlan:
+    """Plan a rewind of ``application_id`` to ``savepoint`` (a name, or a time: the newest
+    savepoint taken at or before it); write nothing.
 
     Raises:
         SavepointError: no such savepoint.
-        RewindRefusedError: the application still has active members, or a transaction
-            of it is between its commit decision and its last commit.
+        RewindRefusedError: the application still has active members, a transaction of it
+            is between its commit decision and its last commit, or a topic of the cut is
+            gone.
     """
-    sp = load_savepoint(admin, application_id, savepoint)
+    sp = savepoint_as_of(admin, application_id, savepoint)
+    missing = sorted(t for t in sp.topics if not admin.exists(t))
+    if missing:
+        raise RewindRefusedError(
+            f"topics of savepoint {sp.name} no longer exist: {', '.join(missing)} (deleted, "
+            "or by application-reset): the cut cannot be put back; delete the savepoint"
+        )
     members = GroupCoordinator(admin).describe(application_id).members
     if members:
         ids = ", ".join(m.member_id for m in members)
@@ -165,9 +176,7 @@ def apply_rewind(
     intent = _intent(admin, sp)
     rid = str(intent["id"])
     for topic, cut in sorted(sp.topics.items()):
-        if admin.exists(topic):
-            since = int(intent["topics"].get(topic, -1))
-            rewind_topic(admin, topic, cut.index, rid, since=since)
+        rewind_topic(admin, topic, cut.index, rid, since=int(intent["topics"].get(topic, -1)))
     for name, sink in sorted(sp.sinks.items()):
         rewind_sink(admin, sink.path, sink.version, rid, since=intent["sinks"].get(name))
     _rewind_positions(admin, sp)

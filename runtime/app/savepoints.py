@@ -245,10 +245,10 @@ def savepoint_as_of(
         as_of = int(stamp.timestamp() * 1000)
     found = [s for s in list_savepoints(admin, application_id) if s.created_ms <= as_of]
     if not found:
+        when = datetime.datetime.fromtimestamp(as_of / 1000, datetime.UTC).isoformat()
         raise SavepointError(
-            f"application {application_id!r} has no savepoint taken at or before "
-            f"{as_of} ms; state is kept as data at savepoints: take one with "
-            "'streams-eos savepoint create'"
+            f"application {application_id!r} has no savepoint taken at or before {when}; "
+            "state is kept as data at savepoints: take one with 'streams-eos savepoint create'"
         )
     return found[-1]
 

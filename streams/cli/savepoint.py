@@ -10,15 +10,19 @@ exactly-once application, and putting it back to one (:mod:`runtime.app.savepoin
     streams-eos savepoint delete --application-id A --name N
     streams-eos rewind --application-id A --to-savepoint N [--dry-run] [--force]
                        [--reset-groups]                         # A stopped
+    streams-eos rewind --application-id A --to-time 2026-11-28T13:00:00   # the newest
+                                                 # savepoint taken by then (UTC)
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import time
 from typing import Any
 
+from common.errors import StreamsError
 from runtime.app.rewind import apply_rewind, plan_rewind
 from runtime.app.savepoints import (
     Savepoint,
@@ -67,7 +71,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     r.add_argument("--application-id", required=True, metavar="ID")
-    r.add_argument("--to-savepoint", required=True, metavar="N", help="the savepoint")
+    to = r.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-savepoint", metavar="N", help="the savepoint")
+    to.add_argument(
+        "--to-time",
+        metavar="yyyy-MM-ddTHH:mm:ss",
+        help="the newest savepoint taken at or before this UTC time",
+    )
     r.add_argument("--dry-run", action="store_true", help="print the plan only")
     r.add_argument("--force", action="store_true", help="rewind although groups read past")
     r.add_argument(
@@ -114,13 +124,22 @@ def run_savepoint(args: argparse.Namespace) -> int:
 def run_rewind(args: argparse.Namespace) -> int:
     """Rewind the application (or print the plan)."""
     admin = TopicAdmin(args.root)
-    plan = plan_rewind(admin, args.application_id, args.to_savepoint)
+    target: str | datetime.datetime = args.to_savepoint
+    if args.to_time is not None:
+        try:
+            target = datetime.datetime.fromisoformat(args.to_time)
+        except ValueError as exc:
+            raise StreamsError(
+                f"--to-time {args.to_time!r}: {exc}; e.g. 2026-11-28T13:00:00"
+            ) from exc
+    plan = plan_rewind(admin, args.application_id, target)
     print("\n".join(plan.describe()))
     if args.dry_run:
         return 0
     rewind_id = apply_rewind(admin, plan, force=args.force, reset_groups=args.reset_groups)
     moved = f"; groups moved back: {', '.join(sorted(plan.past_cut))}" if args.reset_groups else ""
-    print(f"rewound {args.application_id} to savepoint {args.to_savepoint} ({rewind_id}){moved}")
+    name = plan.savepoint.name
+    print(f"rewound {args.application_id} to savepoint {name} ({rewind_id}){moved}")
     return 0
 
 

@@ -178,6 +178,11 @@ def test_savepoint_commands_check_names_and_deleting_one_unpins_its_files(
     assert "changelog sp-wc-word-counts-changelog" in shown and "Sub-topology" in shown
     dry = cli(root, "rewind", "--application-id", APP, "--to-savepoint", "a", "--dry-run")
     assert "topic counts-out: back to version" in dry.stdout, dry.stderr
+    later = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 60))
+    by_time = cli(root, "rewind", "--application-id", APP, "--to-time", later, "--dry-run")
+    assert "to savepoint a (taken" in by_time.stdout, by_time.stderr
+    early = cli(root, "rewind", "--application-id", APP, "--to-time", "2000-01-01T00:00:00")
+    assert "no savepoint taken at or before" in early.stderr
     pins = Path(admin.table_path("counts-out")) / "_streams_pins"
     assert list(pins.iterdir())
     gone = cli(root, "savepoint", "delete", "--application-id", APP, "--name", "a")
