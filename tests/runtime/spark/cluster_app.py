@@ -24,6 +24,7 @@ from typing import Any
 from common.serdes import Serdes
 from runtime.app.app import StreamsApp
 from runtime.app.read_store import read_store
+from runtime.app.savepoints import create_savepoint
 from runtime.app.topology_file import build_config
 from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
@@ -151,9 +152,15 @@ def main(argv: list[str]) -> int:
             for executor, tasks in thread.placement.by_executor().items():
                 executors.setdefault(executor, []).extend(tasks)
         store = getattr(example, "STORE", None)
-        if store is not None:  # the store as data, read on the executors
+        if store is not None:  # the store as data, read on the executors: now, and as a
+            # savepoint taken now holds it
             frame = read_store(app.spark, config.application_id, store, root=root)
             stored = {row.key: row.value for row in frame.collect()}
+            create_savepoint(TopicAdmin(root), config.application_id, f"after-{name}")
+            saved = read_store(
+                app.spark, config.application_id, store, as_of=f"after-{name}", root=root
+            )
+            assert {row.key: row.value for row in saved.collect()} == stored
         line = {
             "example": name,
             "store": stored if store is not None else None,
