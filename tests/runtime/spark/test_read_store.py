@@ -20,6 +20,7 @@ from runtime.app.store_queries import (
     InvalidStateStoreError,
     QueryableStore,
 )
+from runtime.app.topology_record import StoreRecord, TableRecord, TopologyRecord, write_record
 from runtime.storage.topics import TopicAdmin
 from statestores.api import VersionedRecord
 from tests.runtime.spark.helpers import eos_config
@@ -166,6 +167,31 @@ def test_read_store_of_a_versioned_store_gives_every_version(
     assert got == expected
     assert ("a", "3", 40, None) in got and ("a", "late", 25, 30) in got
     assert VersionedRecord("1", 10, 20) in [VersionedRecord(v, t, e) for k, v, t, e in got]
+
+    # at a savepoint: the same versions, after more were written
+    changelog = f"{APP}-{STORE}-changelog"
+    write_record(
+        admin,
+        TopologyRecord(
+            application_id=APP,
+            guarantee="exactly_once_v2",
+            started_ms=0,
+            sources={},
+            outputs={changelog: TableRecord(kind="changelog", path="", partitions=1)},
+            stores={STORE: StoreRecord(kind="versioned", subtopology=0, changelog=changelog)},
+            description="",
+        ),
+    )
+    kept = create_savepoint(admin, APP, "v").stores[STORE]
+    assert kept.snapshots == kept.ends and kept.ends[0] > 0  # restored to the cut, snapshotted
+    more = VersionedTask(root, str(tmp_path / "state"))
+    more.write([("a", "4", 50), ("d", "new", 60)])
+    more.close()
+    saved = read_store(spark, APP, STORE, as_of="v", root=root).collect()
+    assert (
+        sorted((r.key, r.value, ms(r.timestamp), r.valid_to and ms(r.valid_to)) for r in saved)
+        == got
+    )
 
 
 def test_read_store_says_what_is_missing(spark: SparkSession, root: str, monkeypatch: Any) -> None:
