@@ -3,6 +3,7 @@ and outputs back at the cut, nothing of the rewound run left in any output."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -15,9 +16,10 @@ from pyspark.sql import SparkSession
 
 from common.errors import StreamsError
 from common.serdes import Serdes
+from runtime.app import rewind as rewind_module
 from runtime.app.app import StreamsApp
 from runtime.app.read_store import read_store
-from runtime.app.rewind import RewindRefusedError, apply_rewind, plan_rewind
+from runtime.app.rewind import RewindRefusedError, apply_rewind, plan_rewind, unfinished_rewind
 from runtime.app.savepoints import (
     SavepointError,
     create_savepoint,
@@ -259,3 +261,46 @@ def text_history(root: str) -> dict[str, list[int]]:
         for k, v in zip(keys, values, strict=True):
             out.setdefault(k.decode(), []).append(int(v.decode().removeprefix("count=")))
     return out
+
+
+def test_a_rewind_cut_short_blocks_the_start_and_completes_when_run_again(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A rewind that dies after putting the topics back, before the positions: the
+    application refuses to start, naming the command; running the rewind again completes
+    it without a second commit on any topic; the local state from before is dropped."""
+    admin.create("lines", 2)
+    admin.create("counts-out", 2)
+    config = eos_config(APP, root, str(tmp_path / "state"))
+    first, more = lines_of(20, 1), lines_of(10, 3)
+    produce(admin, first, 1000)
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    create_savepoint(admin, APP, "sp")
+    produce(admin, more, 9000)
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    tasks = sorted(p.name for p in (tmp_path / "state" / APP).iterdir() if "_" in p.name)
+    assert tasks  # the stores of the run after the cut
+
+    def die(*_: Any) -> None:
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(rewind_module, "_rewind_positions", die)
+    plan = plan_rewind(admin, APP, "sp")
+    with pytest.raises(RuntimeError, match="killed"):
+        apply_rewind(admin, plan)
+    monkeypatch.undo()
+    assert committed_counts(root) == expected(first)  # the topics are back already
+    versions = {t: admin.index(t).version for t in plan.savepoint.topics}
+    with pytest.raises(StreamsError, match="was cut short: run 'streams-eos rewind"):
+        StreamsApp(word_count(), config, spark=spark).start()
+    apply_rewind(admin, plan_rewind(admin, APP, "sp"))
+    assert {t: admin.index(t).version for t in plan.savepoint.topics} == versions
+    assert unfinished_rewind(admin, APP) is None
+
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    assert committed_counts(root) == expected(first, more)
+    for word, counts in history(root).items():
+        assert counts == sorted(set(counts)), (word, counts)
+    assert (tmp_path / "state" / APP / "rewound").read_text() == json.loads(
+        (Path(root) / "_apps" / APP / "rewound.json").read_text()
+    )["id"]
