@@ -53,6 +53,8 @@ from runtime.group.reset import (
     groups_with_offsets,
 )
 from runtime.state.adapters import RootSnapshotStorage
+from runtime.storage.delta_log import read_entry
+from runtime.storage.offset_index import REWIND_KEY, compaction_metadata
 from runtime.storage.table_rewind import rewind_sink, rewind_topic, table_version
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
@@ -79,6 +81,9 @@ class RewindPlan:
 
     savepoint: Savepoint
     past_cut: dict[str, list[tuple[str, int, int, int]]] = field(default_factory=dict)
+    #: output topic -> the other writers that appended to it after the cut (a rewind
+    #: takes their records back too)
+    foreign: dict[str, list[str]] = field(default_factory=dict)
 
     def describe(self) -> list[str]:
         """The plan as lines a person reads."""
@@ -101,6 +106,8 @@ class RewindPlan:
                 lines.append(
                     f"  group {group} read {topic}-{p} to {committed}, past the cut's end {end}"
                 )
+        for topic, writers in sorted(self.foreign.items()):
+            lines.append(f"  {topic} was also written after the cut by {', '.join(writers)}")
         return lines
 
 
@@ -140,7 +147,7 @@ def plan_rewind(
                 "commit and has not finished (its instance died mid-commit): start the "
                 "application once so that it completes, stop it, then rewind"
             )
-    plan = RewindPlan(sp)
+    plan = RewindPlan(sp, foreign=_other_writers(admin, sp))
     outputs = {t: c.ends for t, c in sp.topics.items()}
     for group in groups_with_offsets(admin):
         if group == application_id:
@@ -163,6 +170,13 @@ def apply_rewind(
     """
     sp = plan.savepoint
     app = sp.application_id
+    if plan.foreign and not force:
+        names = "; ".join(f"{t} ({', '.join(w)})" for t, w in sorted(plan.foreign.items()))
+        raise RewindRefusedError(
+            f"other writers appended to {app}'s output topics after the cut of savepoint "
+            f"{sp.name}: {names}. A rewind would take their records back too; --force "
+            "rewinds anyway"
+        )
     if plan.past_cut and not (force or reset_groups):
         names = "; ".join(
             f"{g} ({', '.join(f'{t}-{p} at {c}' for t, p, c, _ in rows)})"
@@ -190,6 +204,35 @@ def apply_rewind(
     admin.root.delete_file(admin.root.path("_apps", app, INTENT))
     log.info("[rewind %s] %s is back at savepoint %s", rid, app, sp.name)
     return rid
+
+
+def _other_writers(admin: TopicAdmin, sp: Savepoint) -> dict[str, list[str]]:
+    """Per output topic (not the application's own internal ones), the writers other than
+    the application that appended to it after the cut: their transactional ids, or "a
+    writer without a transaction"."""
+    app = sp.application_id
+    found: dict[str, list[str]] = {}
+    for topic, cut in sorted(sp.topics.items()):
+        if topic.startswith(f"{app}-"):
+            continue
+        table = admin.table_path(topic)
+        writers: set[str] = set()
+        for version in range(cut.version + 1, admin.index(topic).version + 1):
+            entry = read_entry(admin.root, table, version)
+            if (
+                entry is None
+                or not entry.adds
+                or not any(a.get("dataChange", True) for a in entry.adds)
+            ):
+                continue  # gone from the log, or a merge or compaction of the cleaner
+            if compaction_metadata(entry, REWIND_KEY) is not None:
+                continue
+            ids = [str(t.get("appId")) for t in entry.txns]
+            if not any(i.startswith(f"{app}-") for i in ids):
+                writers.update(ids or ["a writer without a transaction"])
+        if writers:
+            found[topic] = sorted(writers)
+    return found
 
 
 def unfinished_rewind(admin: TopicAdmin, application_id: str) -> dict[str, Any] | None:

@@ -19,13 +19,20 @@ from common.serdes import Serdes
 from runtime.app import rewind as rewind_module
 from runtime.app.app import StreamsApp
 from runtime.app.read_store import read_store
-from runtime.app.rewind import RewindRefusedError, apply_rewind, plan_rewind, unfinished_rewind
+from runtime.app.rewind import (
+    RewindPlan,
+    RewindRefusedError,
+    apply_rewind,
+    plan_rewind,
+    unfinished_rewind,
+)
 from runtime.app.savepoints import (
     SavepointError,
     create_savepoint,
     list_savepoints,
 )
 from runtime.group.reset import ResetPlanEntry, apply_reset, committed_offsets
+from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from tests.clitools import cli
@@ -92,7 +99,36 @@ def test_a_rewind_to_a_savepoint_takes_back_outputs_and_state_and_the_rerun_is_e
     produce(admin, more, 20_000)
     StreamsApp(word_count(), config, spark=spark).run_until_idle()
     assert committed_counts(root) == expected(first, more)
-    # the store as the savepoint holds it, read on the executors (by name, and by time)
+    reads_at_the_cut(spark, root, tmp_path, at_cut)
+    ends = TopicReader(root).end_offsets("counts-out")
+    apply_reset(
+        admin, "reader", [ResetPlanEntry("counts-out", p, None, e) for p, e in ends.items()]
+    )
+
+    intruder = Producer(admin)  # another writer of the output after the cut
+    intruder.send("counts-out", b"intruder", L.serialize("counts-out", 1), partition=0)
+    intruder.flush()
+
+    plan = plan_rewind(admin, APP, "mid-run")
+    assert set(plan.past_cut) == {"reader"}
+    assert plan.foreign == {"counts-out": ["a writer without a transaction"]}
+    with pytest.raises(RewindRefusedError, match="other writers appended to sp-wc's output"):
+        apply_rewind(admin, plan, reset_groups=True)
+    with pytest.raises(RewindRefusedError, match="reader"):
+        apply_rewind(admin, RewindPlan(plan.savepoint, plan.past_cut))
+    apply_rewind(admin, plan, force=True)
+    assert committed_counts(root) == at_cut  # the outputs are back at the cut
+    assert committed_offsets(admin, APP) == {("lines", p): o for p, o in consumed.items()}
+
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    assert committed_counts(root) == expected(first, more)
+    for word, counts in history(root).items():
+        assert counts == sorted(set(counts)), (word, counts)  # strictly rising
+
+
+def reads_at_the_cut(spark: SparkSession, root: str, tmp_path: Path, at_cut: dict) -> None:
+    """The store as the savepoint holds it, read on the executors (by name and by time)
+    and exported as a Delta table."""
     for as_of in ("mid-run", int(time.time() * 1000)):
         rows = read_store(spark, APP, "word-counts", as_of=as_of, root=root).collect()
         assert {r.key: r.value for r in rows} == at_cut
@@ -114,23 +150,6 @@ def test_a_rewind_to_a_savepoint_takes_back_outputs_and_state_and_the_rerun_is_e
         dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
         == at_cut
     )
-    ends = TopicReader(root).end_offsets("counts-out")
-    apply_reset(
-        admin, "reader", [ResetPlanEntry("counts-out", p, None, e) for p, e in ends.items()]
-    )
-
-    plan = plan_rewind(admin, APP, "mid-run")
-    assert set(plan.past_cut) == {"reader"}
-    with pytest.raises(RewindRefusedError, match="reader"):
-        apply_rewind(admin, plan)
-    apply_rewind(admin, plan, force=True)
-    assert committed_counts(root) == at_cut  # the outputs are back at the cut
-    assert committed_offsets(admin, APP) == {("lines", p): o for p, o in consumed.items()}
-
-    StreamsApp(word_count(), config, spark=spark).run_until_idle()
-    assert committed_counts(root) == expected(first, more)
-    for word, counts in history(root).items():
-        assert counts == sorted(set(counts)), (word, counts)  # strictly rising
 
 
 def history_at(root: str, ends: dict[int, int]) -> dict[str, list[int]]:
