@@ -185,7 +185,7 @@ class LogManager:
         return result
 
     def _maintain(self, sink: SinkTable) -> None:
-        done = maintain(sink, target_bytes=self.config.log_segment_bytes)
+        done = maintain(sink, target_bytes=self.config.log_segment_bytes, root=self.admin.root)
         self.totals["sink-files-compacted"] = (
             self.totals.get("sink-files-compacted", 0) + done.compacted_files
         )

@@ -30,6 +30,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -41,7 +42,7 @@ from runtime.app.store_queries import StoreCatalog
 from runtime.app.topology_record import TopologyRecord, read_record
 from runtime.group.reset import committed_offsets
 from runtime.state.adapters import TopicChangelogReader
-from runtime.storage.pins import pin, unpin
+from runtime.storage.pins import pin, pin_table, unpin, unpin_table
 from runtime.storage.table_rewind import table_version
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
@@ -161,11 +162,13 @@ def create_savepoint(
     owner = pin_owner(application_id, name)
     for topic, cut in topics.items():
         _pin_cut(admin, topic, owner, cut)
+    for sink in sinks.values():
+        if sink.version is not None:
+            pin_table(admin.root, sink.path, owner)
     try:
         stores = _snapshot_stores(admin, record, name, topics, config or {})
     except BaseException:
-        for topic in topics:
-            unpin(admin, topic, owner)
+        _unpin_all(admin, owner, topics, sinks)
         raise
     savepoint = Savepoint(
         name=name,
@@ -259,10 +262,18 @@ def delete_savepoint(admin: TopicAdmin, application_id: str, name: str) -> None:
     savepoint = load_savepoint(admin, application_id, name)
     directory = savepoint_dir(admin, application_id, name)
     admin.root.delete_file(f"{directory}/{MANIFEST}")
-    for topic in savepoint.topics:
-        if admin.exists(topic):
-            unpin(admin, topic, savepoint.owner)
+    _unpin_all(admin, savepoint.owner, savepoint.topics, savepoint.sinks)
     admin.root.delete_dir(directory)
+
+
+def _unpin_all(
+    admin: TopicAdmin, owner: str, topics: Iterable[str], sinks: dict[str, SinkCut]
+) -> None:
+    for topic in topics:
+        if admin.exists(topic):
+            unpin(admin, topic, owner)
+    for sink in sinks.values():
+        unpin_table(admin.root, sink.path, owner)
 
 
 def _check_name(name: str) -> None:

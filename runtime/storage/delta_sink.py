@@ -43,6 +43,7 @@ from common.errors import CommitTimeoutError, SerializationError, StorageError, 
 from runtime.storage.committer import ParticipantCommitter, StagedFile, TopicCommitter
 from runtime.storage.fs import StorageRoot, storage_options
 from runtime.storage.names import validate_topic_name
+from runtime.storage.pins import is_pinned
 from runtime.storage.topics import TopicAdmin
 
 T = TypeVar("T")
@@ -348,12 +349,20 @@ class Maintenance:
     vacuumed_files: int = 0
 
 
-def maintain(sink: SinkTable, *, target_bytes: int, vacuum_hours: int = 1) -> Maintenance:
+def maintain(
+    sink: SinkTable,
+    *,
+    target_bytes: int,
+    vacuum_hours: int = 1,
+    root: StorageRoot | None = None,
+) -> Maintenance:
     """Keep a sink's table readable: compact its small files (one per batch) into files of
     up to ``target_bytes`` once :data:`SMALL_FILES` gathered (Delta's OPTIMIZE, which
     changes no row), delete the files removed more than ``vacuum_hours`` ago (VACUUM) and
     the commits past the table's log retention. A compaction that loses a race with the
-    application's own commit is left for the next run."""
+    application's own commit is left for the next run. A table a savepoint pins (found
+    under ``root``) is compacted but neither vacuumed nor cleaned: its pinned version
+    stays restorable."""
     table = _open(sink.uri)
     if table is None:
         return Maintenance()
@@ -365,6 +374,8 @@ def maintain(sink: SinkTable, *, target_bytes: int, vacuum_hours: int = 1) -> Ma
             compacted = int(done.get("numFilesRemoved", 0))
         except CommitFailedError:
             pass  # a batch committed meanwhile: the next run compacts
+    if root is not None and is_pinned(root, sink.path):
+        return Maintenance(compacted, 0)
     removed = table.vacuum(
         retention_hours=vacuum_hours, dry_run=False, enforce_retention_duration=False
     )

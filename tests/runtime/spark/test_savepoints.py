@@ -29,9 +29,11 @@ from runtime.app.rewind import (
 from runtime.app.savepoints import (
     SavepointError,
     create_savepoint,
+    delete_savepoint,
     list_savepoints,
 )
 from runtime.group.reset import ResetPlanEntry, apply_reset, committed_offsets
+from runtime.storage.delta_sink import maintain, sink_table
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
@@ -323,3 +325,51 @@ def test_a_rewind_cut_short_blocks_the_start_and_completes_when_run_again(
     assert (tmp_path / "state" / APP / "rewound").read_text() == json.loads(
         (Path(root) / "_apps" / APP / "rewound.json").read_text()
     )["id"]
+
+
+def with_delta_sinks() -> Any:
+    b = StreamsBuilder()
+    words = b.stream("lines").flat_map_values(str.split)
+    words.group_by(lambda _k, w: w).count(Materialized.as_("word-counts")).to_delta("sp-counts")
+    words.map_values(lambda w: {"word": w}).to_delta("sp-words")  # appended, one row a word
+    return b.build()
+
+
+def test_a_rewind_restores_delta_sinks_and_their_maintenance_keeps_the_pinned_version(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """Delta sinks go back to their version at the cut (upserted and appended alike), the
+    rerun leaves them as one straight run would, and while the savepoint exists their
+    maintenance does not vacuum the files the cut needs."""
+    admin.create("lines", 2)
+    config = eos_config(APP, root, str(tmp_path / "state"))
+    first, more = lines_of(20, 1), lines_of(10, 3)
+    produce(admin, first, 1000)
+    StreamsApp(with_delta_sinks(), config, spark=spark).run_until_idle()
+    tables = {n: str(Path(root) / "tables" / n) for n in ("sp-counts", "sp-words")}
+    at_cut = {
+        n: sorted(map(str, DeltaTable(t).to_pyarrow_table().to_pylist())) for n, t in tables.items()
+    }
+    create_savepoint(admin, APP, "sp")
+    produce(admin, more, 9000)
+    StreamsApp(with_delta_sinks(), config, spark=spark).run_until_idle()
+    sink = sink_table(admin.root, "delta+upsert:sp-counts")
+    assert sink is not None  # its upserts rewrote files: the cut's are removed, not deleted
+    assert maintain(sink, target_bytes=1 << 30, vacuum_hours=0, root=admin.root).vacuumed_files == 0
+
+    apply_rewind(admin, plan_rewind(admin, APP, "sp"))
+    for name, table in tables.items():
+        assert rows(table) == at_cut[name]
+    StreamsApp(with_delta_sinks(), config, spark=spark).run_until_idle()
+    counts = {
+        r["key"]: r["value"] for r in DeltaTable(tables["sp-counts"]).to_pyarrow_table().to_pylist()
+    }
+    assert counts == expected(first, more)
+    words = DeltaTable(tables["sp-words"]).to_pyarrow_table().num_rows
+    assert words == sum(expected(first, more).values())  # every word once
+    delete_savepoint(admin, APP, "sp")  # unpinned: the maintenance deletes them now
+    assert maintain(sink, target_bytes=1 << 30, vacuum_hours=0, root=admin.root).vacuumed_files
+
+
+def rows(table: str) -> list[str]:
+    return sorted(map(str, DeltaTable(table).to_pyarrow_table().to_pylist()))
