@@ -60,6 +60,10 @@ def test_a_node_inserted_before_an_unnamed_count_is_refused_and_a_named_one_keep
     produce(other, more, 9000)
     upgrade_app.run(named, str(tmp_path / "n"), "named-filtered", spark)
     assert committed_counts(named) == totals(first, more)
+    last = ["w1 w2"]  # a store renamed, its state kept: the counts go on
+    produce(other, last, 20_000)
+    upgrade_app.run(named, str(tmp_path / "n"), "kept", spark)
+    assert committed_counts(named) == totals(first, more, last)
 
 
 def test_a_migration_runs_exactly_once_through_three_kills(

@@ -7,7 +7,8 @@ process of its own (a crash test kills it at the fault point ``STREAMS_FAULT_POI
 the count (every generated name after it moves); ``named`` and ``named-filtered`` are the
 same with their stateful operators named; ``migrated`` keeps its counts in a store of
 another name, seeded from ``named``'s by a migration that upper-cases every word;
-``initial=PATH`` is ``named`` with its counts loaded first from a Delta table.
+``kept`` keeps ``named``'s counts in a store renamed ``tallies``; ``initial=PATH`` is
+``named`` with its counts loaded first from a Delta table.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def word_count(version: str) -> Any:
         words = words.map_values(str.upper)
     named = version != "unnamed" and not version.startswith("unnamed")
     grouped = words.group_by(lambda _k, w: w, Grouped.as_("by-word") if named else None)
-    store = {"named": "counts", "migrated": "counts-upper"}.get(version.removesuffix("-filtered"))
+    store = {"named": "counts", "migrated": "counts-upper", "kept": "tallies"}.get(
+        version.removesuffix("-filtered")
+    )
     counts = grouped.count(Materialized.as_(store) if store else None)
     counts.to_stream().to("counts-out", Produced.with_(S, L))
     return b.build()
@@ -44,6 +47,8 @@ def word_count(version: str) -> Any:
 
 def upgrades(version: str) -> list[StateUpgrade]:
     """What a start of ``version`` says of the stores it no longer has."""
+    if version == "kept":
+        return [StateUpgrade.keep("counts", "tallies")]
     if version != "migrated":
         return []
     return [StateUpgrade.migrate("counts", "counts-upper", lambda k, v: (k.upper(), v))]
