@@ -34,7 +34,7 @@ from common.errors import StorageError
 from runtime.storage import quarantine
 from runtime.storage.delta_log import OFFSETS_KEY, log_path, relative_file_path
 from runtime.storage.fs import StorageRoot
-from runtime.storage.offset_index import COMPACTION_KEY
+from runtime.storage.offset_index import COMPACTION_KEY, REWIND_KEY
 
 log = logging.getLogger(__name__)
 
@@ -100,20 +100,25 @@ def completed_commit(root: StorageRoot, table: str, version: int) -> bytes:
         lines = lines[: len(actions)]  # the cut tail line: rebuilt below
     info = actions[0].get("commitInfo") if actions else None
     compaction = _meta(info, COMPACTION_KEY)
-    meta = compaction if compaction is not None else _meta(info, OFFSETS_KEY)
+    rewind = _meta(info, REWIND_KEY)
+    meta = compaction if compaction is not None else rewind or _meta(info, OFFSETS_KEY)
     if meta is None:
         raise NotCompletableError("its commitInfo, which lists the files it adds, is lost")
     present = {relative_file_path(a["add"]["path"]) for a in actions if "add" in a}
     gone = {relative_file_path(a["remove"]["path"]) for a in actions if "remove" in a}
     rebuilt: list[dict[str, Any]] = []
+    counts = _rewind_counts(rewind)
     for listed in meta.get("files", []):
         path, partition = str(listed[0]), int(listed[1])
         if path not in present:
-            count = int(listed[4] if compaction is not None else listed[3])
+            if rewind is not None:
+                count = counts[path]
+            else:
+                count = int(listed[4] if compaction is not None else listed[3])
             rebuilt.append(
                 _add(root, table, path, partition, count, data_change=compaction is None)
             )
-    deletes = not meta.get("files")
+    deletes = rewind is not None or not meta.get("files")
     for path in meta.get("removed") or []:
         if path not in gone:
             rebuilt.append(_remove(str(path), deletes))
@@ -124,6 +129,14 @@ def completed_commit(root: StorageRoot, table: str, version: int) -> bytes:
         raise NotCompletableError("no action of it is missing")
     encoded = [json.dumps(a, separators=(",", ":")).encode() for a in rebuilt]
     return b"\n".join([*lines, *encoded]) + b"\n"
+
+
+def _rewind_counts(rewind: dict[str, Any] | None) -> dict[str, int]:
+    """A rewind's re-added files' record counts, from the cut it holds."""
+    if rewind is None:
+        return {}
+    logs = (rewind.get("cut") or {}).get("logs") or {}
+    return {str(s[2]): int(s[1]) for log in logs.values() for s in log.get("segments", [])}
 
 
 def _parse(lines: list[bytes]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from common.errors import StorageError
 from runtime.storage.cleaner import LogCleaner
+from runtime.storage.delta_log import log_path
 from runtime.storage.pins import pin, pinned, unpin
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
@@ -113,3 +114,27 @@ def test_a_delta_sink_is_restored_to_its_version_or_emptied(root: str, admin: To
     assert DeltaTable(path).to_pyarrow_table().num_rows == 0
     history = DeltaTable(path).history(1)[0]
     assert json.dumps(history).count("r2") == 1
+
+
+def test_a_torn_rewind_commit_is_completed_from_its_commit_info(
+    admin: TopicAdmin, producer: Producer, root: str
+) -> None:
+    """A rewind commit cut after its commitInfo (a crash mid-write) is completed by the
+    first reader from the cut it lists: the re-added files with their counts, the removes."""
+    admin.create("profiles", 1, configs={"cleanup.policy": "compact"})
+    produce_files(producer, "profiles", 3, per_file=7, keys=5)
+    at_cut = everything(TopicReader(root), "profiles")
+    cut = cut_of(admin, "profiles")
+    pin(admin, "profiles", "app@sp", files_of(cut))
+    produce_files(producer, "profiles", 3, per_file=7, keys=5, t0=T0 + 10_000)
+    LogCleaner(admin).clean("profiles", now_ms=T0 + 10**9, merge=False)
+    version = rewind_topic(admin, "profiles", cut, "r1", since=0)
+    assert version is not None
+    commit = Path(log_path(admin.root, admin.table_path("profiles"), version))
+    lines = commit.read_bytes().splitlines(keepends=True)
+    assert len(lines) > 2
+    commit.write_bytes(lines[0])  # only the commitInfo survived
+    fresh = TopicReader(root)
+    assert everything(fresh, "profiles") == at_cut
+    assert fresh.end_offsets("profiles") == {0: 21}
+    assert DeltaTable(admin.table_uri("profiles")).to_pyarrow_table().num_rows == 21
