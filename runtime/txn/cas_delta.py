@@ -161,7 +161,9 @@ class DeltaLog:
             )
         except CommitFailedError:
             return self._landed(target, nonce)
-        except DeltaError:
+        except (DeltaError, OSError):
+            # an ambiguous write (the store's answer lost, a reset connection): read back
+            # whether this append, by its nonce, is the one there; never blindly retried
             if self._landed(target, nonce):
                 return True
             raise

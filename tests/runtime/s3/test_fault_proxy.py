@@ -1,0 +1,137 @@
+"""The fault-injecting S3 proxy in front of the S3-compatible test server: each kind of
+fault does what it says (and a lost answer's write did reach the store); then the
+ambiguous commit: the answers of a successful conditional write of a transaction log and
+of a topic commit are lost, and the application commits nothing twice and loses nothing."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+import pytest
+from pyspark.sql import SparkSession
+
+from runtime.app.app import StreamsApp
+from runtime.storage.fs import register_storage_options
+from runtime.storage.producer import Producer
+from runtime.storage.reader import TopicReader
+from runtime.storage.topics import TopicAdmin
+from streams.crash.s3proxy import FaultProxy, FaultRule
+from tests.examples.harness import load_example
+from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+
+
+@pytest.fixture
+def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
+    with FaultProxy(s3_server.endpoint, seed=7, timeout_s=1.0) as running:
+        yield running
+
+
+def client(endpoint: str) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+        config=botocore.config.Config(
+            retries={"total_max_attempts": 1, "mode": "standard"}, read_timeout=5
+        ),
+    )
+
+
+def test_each_fault_kind_does_what_it_says(s3_server: S3Server, proxy: FaultProxy) -> None:
+    bucket = s3_server.new_bucket()
+    via, direct = client(proxy.endpoint), client(s3_server.endpoint)
+    via.put_object(Bucket=bucket, Key="a", Body=b"1")  # no rule: forwarded
+    for kind, code in (("500", "InternalError"), ("503", "SlowDown")):
+        proxy.add(FaultRule(kind, method="GET", count=1))  # type: ignore[arg-type]
+        with pytest.raises(botocore.exceptions.ClientError, match=code):
+            via.get_object(Bucket=bucket, Key="a")
+    for kind in ("reset", "timeout"):
+        proxy.add(FaultRule(kind, method="GET", count=1))  # type: ignore[arg-type]
+        with pytest.raises(
+            (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError)
+        ):
+            via.get_object(Bucket=bucket, Key="a")
+    proxy.add(FaultRule("latency", method="GET", count=1, latency_ms=400))
+    began = time.monotonic()
+    assert via.get_object(Bucket=bucket, Key="a")["Body"].read() == b"1"
+    assert time.monotonic() - began >= 0.4
+    proxy.add(FaultRule("lose-answer", method="PUT", path="/b$", count=1))
+    with pytest.raises((botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError)):
+        via.put_object(Bucket=bucket, Key="b", Body=b"2")
+    assert direct.get_object(Bucket=bucket, Key="b")["Body"].read() == b"2"  # it landed
+    assert proxy.summary() == {
+        k: 1 for k in ("500", "503", "reset", "timeout", "latency", "lose-answer")
+    }
+    assert proxy.injected[-1].status == 200  # the store's answer that was lost
+
+
+def test_the_ambiguous_commit_commits_nothing_twice_and_loses_nothing(
+    spark: SparkSession, s3_server: S3Server, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    """The answers of the first successful conditional write of a transaction log and of
+    the word count's output topic are lost: the writers read back (each write carries its
+    own token) instead of retrying blindly; the counts are exact and no count is written
+    twice."""
+    options = {**s3_server.options(), "AWS_ENDPOINT_URL": proxy.endpoint}
+    root = f"s3://{s3_server.new_bucket()}/root"
+    register_storage_options(root, options)
+    example = load_example("wordcount")
+    admin = TopicAdmin(root)
+    for topic, partitions in example.TOPICS.items():
+        admin.create(topic, partitions)
+    lines = [line for _, line in example.generate(120)]
+    producer = Producer(admin)
+    for n, line in enumerate(lines):
+        producer.send(example.INPUT, f"line-{n}".encode(), line.encode())
+    producer.flush()
+    txn_log = proxy.add(
+        FaultRule(
+            "lose-answer",
+            method="PUT",
+            path="/_transactions/.*_delta_log/0*[1-9]",
+            conditional=True,
+            count=1,
+        )
+    )
+    topic_commit = proxy.add(
+        FaultRule(
+            "lose-answer",
+            method="PUT",
+            path=f"/topics/{example.OUTPUT}/_delta_log/0*[1-9]",
+            conditional=True,
+            count=1,
+        )
+    )
+    config = {
+        **example.CONFIG,
+        **{f"storage.options.{k}": v for k, v in options.items()},
+        "topics.root": root,
+        "state.dir": str(tmp_path / "state"),
+        "commit.interval.ms": 100,
+        "max.poll.records": 40,
+    }
+    StreamsApp(example.build_topology(), config, spark=spark).run_until_idle()
+    assert txn_log.hits == 1 and topic_commit.hits == 1
+    assert [i.status for i in proxy.injected] == [200, 200]  # both writes had succeeded
+
+    reader = TopicReader(admin)
+    written: dict[str, list[int]] = {}
+    for partition in range(example.TOPICS[example.OUTPUT]):
+        table = reader.read(example.OUTPUT, partition, 0)
+        for key, value in zip(
+            table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+        ):
+            written.setdefault(key.decode(), []).append(int.from_bytes(value, "big", signed=True))
+    expected = Counter(w for line in lines for w in example.WORD.findall(line.lower()))
+    assert {w: c[-1] for w, c in written.items()} == dict(expected)
+    for word, counts in written.items():
+        assert counts == sorted(set(counts)), (word, counts)  # nothing committed twice
