@@ -36,9 +36,10 @@ from common.errors import (
     StorageError,
     StreamsError,
 )
-from runtime.storage.delta_log import OFFSETS_KEY, LogEntry, read_entry
+from runtime.storage.delta_log import OFFSETS_KEY, LogDamageError, LogEntry, read_entry
 from runtime.storage.fs import StorageRoot, storage_message, storage_options
 from runtime.storage.records import FILE_SCHEMA, TABLE_SCHEMA, AppendResult
+from runtime.storage.retries import ATTEMPTS, retried
 from runtime.storage.topics import TopicAdmin
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,7 @@ class TopicCommitter:
         commit_id = uuid.uuid4().hex
         deadline = time.monotonic() + timeout_ms / 1000
         adds: list[AddAction | RemoveAction] = [_add_action(f) for f in files]
-        attempt = 0
+        attempt = failures = 0
         while True:
             base_version, results, meta = self._plan(table, files, commit_id, app_txn)
             try:
@@ -266,21 +267,28 @@ class TopicCommitter:
                 self._refresh_soon()
                 return results
             except (DeltaError, OSError) as exc:
+                # read back (the commit carries its id): a lost answer is not a failure
                 landed = self._landed(table, base_version, commit_id, app_txn)
                 if landed is not None:
                     return landed
-                if not isinstance(exc, CommitFailedError):
-                    raise StorageError(
-                        f"cannot commit to topic {self.topic}: {storage_message(exc)}"
-                    ) from exc
                 attempt += 1
-                self.conflicts += 1
+                lost_race = isinstance(exc, CommitFailedError)
+                if not lost_race:  # the store failed and the commit did not land: again
+                    failures += 1
+                    if failures >= ATTEMPTS:
+                        raise StorageError(
+                            f"cannot commit to topic {self.topic} ({failures} attempts): "
+                            f"{storage_message(exc)}"
+                        ) from exc
+                else:
+                    self.conflicts += 1
                 if time.monotonic() > deadline:
                     raise CommitTimeoutError(
-                        f"topic {self.topic}: gave up after {attempt} lost compare-and-swaps "
-                        f"in {timeout_ms} ms; nothing was committed"
+                        f"topic {self.topic}: gave up after {attempt} attempts in "
+                        f"{timeout_ms} ms; nothing was committed"
                     ) from exc
-                time.sleep(random.uniform(0, min(0.2, 0.002 * 2 ** min(attempt, 7))))
+                pause = 0.002 * 2 ** min(attempt, 7) if lost_race else 0.05 * 2**failures
+                time.sleep(random.uniform(0, min(0.2 if lost_race else 2.0, pause)))
 
     def _plan(
         self,
@@ -319,12 +327,18 @@ class TopicCommitter:
         app_txn: tuple[str, int] | None,
     ) -> list[AppendResult] | None:
         """Return the results if a commit that reported failure was in fact written."""
-        try:
+
+        def read_back() -> list[LogEntry | None]:
             table.update_incremental()
-            entries = [
+            return [
                 read_entry(self.admin.root, self.table_path, v)
                 for v in range(base_version + 1, table.version() + 1)
             ]
+
+        try:
+            entries = retried(
+                read_back, what=f"read back a commit of {self.topic}", never=(LogDamageError,)
+            )
         except (DeltaError, OSError, StreamsError) as exc:
             raise CommitOutcomeUnknownError(
                 f"topic {self.topic}: a commit failed and the log could not be read back to "

@@ -71,6 +71,10 @@ def storage_options(uri: str) -> dict[str, str] | None:
     return dict(options) if options else None
 
 
+#: Attempts of each S3 request by pyarrow's filesystem (the AWS SDK's backoff between).
+S3_ATTEMPTS = 10
+
+
 def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """pyarrow's filesystem of ``uri`` and the path in it, with the registered options."""
     options = _OPTIONS.get(_bucket(uri))
@@ -87,6 +91,9 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
             kwargs["endpoint_override"] = endpoint.netloc or value
             kwargs["scheme"] = endpoint.scheme or "https"
     parts = urlsplit(uri)
+    # the AWS SDK's standard retries (5xx, SlowDown, resets) with more attempts than its 3:
+    # an object store's bad minute should cost a batch time, not the application
+    kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS)
     return pafs.S3FileSystem(**kwargs), f"{parts.netloc}{parts.path}"
 
 

@@ -13,6 +13,7 @@ import operator
 import re
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
@@ -20,8 +21,9 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from common.errors import CoordinatorError
+from common.errors import CommitOutcomeUnknownError, CoordinatorError, StorageError
 from runtime.storage.fs import StorageRoot, storage_options
+from runtime.storage.retries import WriteNotLandedError, retried
 from runtime.txn.cas_backend import READ_ATTEMPTS, VERSION_FILE, VOID, Void, parse_document
 
 #: Key of the document in a delta commit's commitInfo.
@@ -140,34 +142,58 @@ class DeltaLog:
         metadata = {DOCUMENT_KEY: data, NONCE_KEY: nonce, TARGET_KEY: str(target)}
         props = CommitProperties(custom_metadata=metadata, max_commit_retries=0)
         try:
-            if expected_version < 0:  # "ignore" returns quietly when the table exists
-                self._table = DeltaTable.create(
-                    self.uri,
-                    _SCHEMA,
-                    storage_options=storage_options(self.uri),
-                    mode="ignore",
-                    configuration=_TABLE_CONFIG,
-                    commit_properties=props,
-                    post_commithook_properties=_HOOKS,
-                )
-                return self._landed(target, nonce)
-            table = self._table
-            if table is None or table.version() != expected_version:
-                table = self._load()
-            if table is None or table.version() != expected_version:
-                return False
-            table.create_write_transaction(
-                [], "append", _SCHEMA, commit_properties=props, post_commithook_properties=_HOOKS
-            )
-        except CommitFailedError:
-            return self._landed(target, nonce)
-        except (DeltaError, OSError):
+            written = self._write(expected_version, props)
+        except CommitFailedError as exc:  # lost the race (or landed, then failed)
+            return self._outcome(lambda: self._landed(target, nonce), target, exc)
+        except (DeltaError, OSError) as exc:
             # an ambiguous write (the store's answer lost, a reset connection): read back
             # whether this append, by its nonce, is the one there; never blindly retried
-            if self._landed(target, nonce):
+            if self._outcome(lambda: self._landed(target, nonce), target, exc):
                 return True
-            raise
-        return self._committed_at(target, nonce)
+            raise WriteNotLandedError(f"append of version {target} did not land: {exc}") from exc
+        if written == "stale":
+            return False
+        if written == "created":
+            return self._outcome(lambda: self._landed(target, nonce), target, None)
+        return self._outcome(lambda: self._committed_at(target, nonce), target, None)
+
+    def _write(self, expected_version: int, props: CommitProperties) -> str:
+        """Write version ``expected_version + 1``: ``created`` (the table, with version 0:
+        maybe another's), ``written``, or ``stale`` (the log is not at
+        ``expected_version``: nothing written)."""
+        if expected_version < 0:  # "ignore" returns quietly when the table exists
+            self._table = DeltaTable.create(
+                self.uri,
+                _SCHEMA,
+                storage_options=storage_options(self.uri),
+                mode="ignore",
+                configuration=_TABLE_CONFIG,
+                commit_properties=props,
+                post_commithook_properties=_HOOKS,
+            )
+            return "created"
+        table = self._table
+        if table is None or table.version() != expected_version:
+            table = self._load()
+        if table is None or table.version() != expected_version:
+            return "stale"
+        table.create_write_transaction(
+            [], "append", _SCHEMA, commit_properties=props, post_commithook_properties=_HOOKS
+        )
+        return "written"
+
+    def _outcome(self, check: Callable[[], bool], target: int, cause: BaseException | None) -> bool:
+        """``check()`` of whether an append landed, its reads retried. After a write its
+        outcome must be known: CommitOutcomeUnknownError when it cannot be read back (never
+        a retry, which could take its own landed write for another writer's)."""
+        try:
+            return retried(check, what=f"read back {self.uri}")
+        except (OSError, StorageError, DeltaError) as exc:
+            failed = f" failed ({cause}) and" if cause is not None else ""
+            raise CommitOutcomeUnknownError(
+                f"{self.uri}: the append of version {target}{failed} reading it back failed "
+                f"({exc}): whether it landed is unknown"
+            ) from exc
 
     def _landed(self, version: int, nonce: str) -> bool:
         info = self._commit_info(version)

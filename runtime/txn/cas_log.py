@@ -20,6 +20,7 @@ from deltalake.exceptions import DeltaError
 
 from common.errors import CoordinatorError, StorageError
 from runtime.storage.fs import StorageRoot
+from runtime.storage.retries import retried
 from runtime.txn.cas_backend import READ_ATTEMPTS, VersionStore, Void
 from runtime.txn.cas_delta import DeltaLog
 from runtime.txn.cas_file import FileLog
@@ -82,18 +83,21 @@ class CasLog:
             CoordinatorError: the storage failed, or a version holds no valid document.
         """
         with self._errors("read"):
-            for _ in range(READ_ATTEMPTS):
-                if self._latest < 0:
-                    self._latest = max(self._log.versions(), default=-1)
-                version = self._latest
-                while self._log.has(version + 1):
-                    version += 1
-                if version < 0:
-                    return None
-                document = self._valid_document(version)
-                self._latest = -1 if document is None else version  # None: compacted, list
-                if document is not None:
-                    return version, document
+            return retried(self._read_latest, what=f"read {self.location}")
+
+    def _read_latest(self) -> tuple[int, dict[str, Any]] | None:
+        for _ in range(READ_ATTEMPTS):
+            if self._latest < 0:
+                self._latest = max(self._log.versions(), default=-1)
+            version = self._latest
+            while self._log.has(version + 1):
+                version += 1
+            if version < 0:
+                return None
+            document = self._valid_document(version)
+            self._latest = -1 if document is None else version  # None: compacted, list
+            if document is not None:
+                return version, document
         raise CoordinatorError(f"{self.location}: versions kept vanishing while reading")
 
     def _valid_document(self, version: int) -> dict[str, Any] | None:
@@ -128,7 +132,18 @@ class CasLog:
             raise ValueError(f"expected_version must be -1 or more, got {expected_version}")
         data = json.dumps(document, separators=(",", ":"))
         with self._errors("append to"):
-            won = self._log.append(expected_version, data, durable)
+            # on an object store an error before the write, or one whose read-back showed
+            # it did not land, is safe to try again; an unknown outcome is not (and a local
+            # file system's errors are the disk's)
+            won = (
+                retried(
+                    lambda: self._log.append(expected_version, data, durable),
+                    what=f"append to {self.location}",
+                    never=(CoordinatorError,),
+                )
+                if self.backend == "delta"
+                else self._log.append(expected_version, data, durable)
+            )
         if won:
             self._latest = expected_version + 1
         return won
@@ -140,7 +155,7 @@ class CasLog:
             CoordinatorError: the storage failed.
         """
         with self._errors("list"):
-            return self._log.versions()
+            return retried(self._log.versions, what=f"list {self.location}")
 
     def compact(self) -> None:
         """Delete all but the newest ``keep`` versions (never the newest one).
@@ -171,7 +186,7 @@ class CasLog:
             CoordinatorError: the storage failed.
         """
         with self._errors("read"):
-            return self._log.has_after(version)
+            return retried(lambda: self._log.has_after(version), what=f"read {self.location}")
 
     def exists(self) -> bool:
         """Return True if the log holds at least one version.

@@ -1,0 +1,64 @@
+"""Transient storage errors retried with backoff, where retrying is safe.
+
+An object store answers 500 or 503 (SlowDown), resets a connection or times out now and
+then. delta-rs retries what it knows to be idempotent; a conditional write (put-if-absent)
+whose answer is lost it cannot retry, and neither can we blindly: the write may have
+landed. :func:`retried` retries an operation that is safe to run again (a read, or a
+write that a read-back showed did not land) with jittered exponential backoff, and lets
+through at once an error saying the outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from deltalake.exceptions import DeltaError
+
+from common.errors import CommitOutcomeUnknownError, StorageError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Errors a retry may cure: the store's or the network's.
+TRANSIENT = (OSError, StorageError, DeltaError)
+ATTEMPTS = 7
+FIRST_S = 0.05
+MAX_S = 2.0
+
+
+class WriteNotLandedError(StorageError):
+    """A write failed and reading back showed it did not land: safe to run again."""
+
+
+def retried(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    never: tuple[type[BaseException], ...] = (),
+    attempts: int = ATTEMPTS,
+) -> T:
+    """``fn()``, run again on a transient error (at most ``attempts`` times in all, about
+    6 s); an error of ``never`` or :class:`CommitOutcomeUnknownError` is raised at once."""
+    fatal: tuple[type[BaseException], ...] = (CommitOutcomeUnknownError, *never)
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except fatal:
+            raise
+        except TRANSIENT as exc:
+            if attempt == attempts - 1:
+                raise
+            delay = min(MAX_S, FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)
+            log.info("[storage] %s failed (%s); again in %.2f s", what, _first_line(exc), delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
