@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "state": ("state", "print a store's committed state (interactive query)"),
     "savepoint": ("savepoint", "take, list, describe or delete an application's savepoints"),
     "rewind": ("savepoint", "put a stopped application back to a savepoint, outputs too"),
+    "s3-proxy": ("s3proxy", "run a fault-injecting proxy in front of an S3-compatible store"),
     "dlq": ("dlq", "summarize a dead-letter topic, or replay its records after a fix"),
     "doctor": ("doctor", "check a root's topics and logs for damage, and repair it"),
 }

@@ -5,7 +5,13 @@ of a topic commit are lost, and the application commits nothing twice and loses 
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,3 +148,27 @@ def test_the_ambiguous_commit_commits_nothing_twice_and_loses_nothing(
     assert {w: c[-1] for w, c in written.items()} == dict(expected)
     for word, counts in written.items():
         assert counts == sorted(set(counts)), (word, counts)  # nothing committed twice
+
+
+def test_the_command_runs_a_proxy_until_interrupted(s3_server: S3Server) -> None:
+    command = [sys.executable, "-m", "streams.cli", "s3-proxy", "--target", s3_server.endpoint]
+    bad = subprocess.run(
+        [*command, "--fault", "boom:1"], capture_output=True, text=True, check=False
+    )
+    assert bad.returncode != 0 and "fault kind 'boom': one of 500, 503" in bad.stderr
+    process = subprocess.Popen(
+        [*command, "--fault", "503:1:GET"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        endpoint = line.split("listening on ")[1].split(",")[0]
+        with pytest.raises(urllib.error.HTTPError, match="503"):
+            urllib.request.urlopen(f"{endpoint}/any-bucket/key", timeout=10)
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    assert json.loads(err.strip().splitlines()[-1]) == {"forwarded": 0, "injected": {"503": 1}}
