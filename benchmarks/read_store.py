@@ -22,6 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -37,6 +38,27 @@ from runtime.storage.topics import TopicAdmin
 WORDS_PER_LINE = 200
 
 
+def produce_words(admin: TopicAdmin, topic: str, keys: int) -> None:
+    """Lines of ``WORDS_PER_LINE`` distinct words, ``keys`` words in all."""
+    producer = Producer(admin)
+    for start in range(0, keys, WORDS_PER_LINE):
+        words = " ".join(f"w{j:08d}" for j in range(start, min(keys, start + WORDS_PER_LINE)))
+        producer.send(topic, f"line-{start}".encode(), words.encode())
+    producer.flush()
+
+
+def bench_config(wc: Any, application_id: str, root: str, work: str) -> dict[str, Any]:
+    """The word count's configuration for a benchmark (exactly_once_v2)."""
+    return {
+        **wc.CONFIG,
+        "application.id": application_id,
+        "topics.root": root,
+        "state.dir": os.path.join(work, "state"),
+        "processing.guarantee": "exactly_once_v2",
+        "group.initial.rebalance.delay.ms": 0,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=1_000_000)
@@ -50,19 +72,8 @@ def main() -> None:
         admin = TopicAdmin(root)
         admin.create(wc.INPUT, args.partitions)
         admin.create(wc.OUTPUT, args.partitions)
-        producer = Producer(admin)
-        for start in range(0, args.keys, WORDS_PER_LINE):
-            words = " ".join(f"w{j:08d}" for j in range(start, min(args.keys, start + 200)))
-            producer.send(wc.INPUT, f"line-{start}".encode(), words.encode())
-        producer.flush()
-        config = {
-            **wc.CONFIG,
-            "application.id": "read-store-bench",
-            "topics.root": root,
-            "state.dir": os.path.join(work, "state"),
-            "processing.guarantee": "exactly_once_v2",
-            "group.initial.rebalance.delay.ms": 0,
-        }
+        produce_words(admin, wc.INPUT, args.keys)
+        config = bench_config(wc, "read-store-bench", root, work)
         spark = get_or_create_session()
         app = StreamsApp(wc.build_topology(), config, spark=spark)
         began = time.perf_counter()

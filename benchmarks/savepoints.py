@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from modes import load_wordcount
 from produce_consume import machine
+from read_store import bench_config, produce_words
 
 from runtime.app.app import StreamsApp
 from runtime.app.initial_state import InitialState
@@ -37,19 +38,9 @@ from runtime.app.read_store import read_store
 from runtime.app.rewind import apply_rewind, plan_rewind
 from runtime.app.savepoints import create_savepoint
 from runtime.spark.session import get_or_create_session
-from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
 
-WORDS_PER_LINE = 200
 APP = "savepoint-bench"
-
-
-def produce(admin: TopicAdmin, topic: str, keys: int) -> None:
-    producer = Producer(admin)
-    for start in range(0, keys, WORDS_PER_LINE):
-        words = " ".join(f"w{j:08d}" for j in range(start, min(keys, start + WORDS_PER_LINE)))
-        producer.send(topic, f"line-{start}".encode(), words.encode())
-    producer.flush()
 
 
 def timed(what: str, keys: int, fn, base: float | None = None) -> float:  # type: ignore[no-untyped-def]
@@ -75,15 +66,8 @@ def main() -> None:
         admin = TopicAdmin(root)
         admin.create(wc.INPUT, args.partitions)
         admin.create(wc.OUTPUT, args.partitions)
-        produce(admin, wc.INPUT, args.keys)
-        config = {
-            **wc.CONFIG,
-            "application.id": APP,
-            "topics.root": root,
-            "state.dir": os.path.join(work, "state"),
-            "processing.guarantee": "exactly_once_v2",
-            "group.initial.rebalance.delay.ms": 0,
-        }
+        produce_words(admin, wc.INPUT, args.keys)
+        config = bench_config(wc, APP, root, work)
         spark = get_or_create_session()
 
         def run(conf: dict = config, **kw: object) -> None:  # type: ignore[type-arg]
@@ -91,7 +75,7 @@ def main() -> None:
 
         fill = timed("fill", args.keys, run)
         timed("savepoint", args.keys, lambda: create_savepoint(admin, APP, "sp"), fill)
-        produce(admin, wc.INPUT, args.keys)
+        produce_words(admin, wc.INPUT, args.keys)
         timed("more input", args.keys, run, fill)
         timed("rewind", args.keys, lambda: apply_rewind(admin, plan_rewind(admin, APP, "sp")), fill)
         timed("rerun", args.keys, run, fill)

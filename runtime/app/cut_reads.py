@@ -6,6 +6,8 @@ A savepoint (:mod:`runtime.app.savepoints`) keeps each changelog's offset index 
 cut and pins the index's files: :class:`CutReader` reads through that index, so records
 a compaction merged away since are read as they were. :class:`SavepointSnapshots` serves
 the savepoint's own store snapshots to a replica in place of the application's.
+:func:`copy_records` copies a range of a topic, as a reader reads it, into another topic
+once (a fork's stores, an upgrade's kept store).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from common.config import StreamsConfig
+from common.errors import StreamsError
 from runtime.app.store_queries import Replica
 from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.storage.offset_index import OffsetIndex
+from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 
@@ -124,3 +128,53 @@ class SavepointSnapshots:
     def delete_keys(self, keys: Sequence[str]) -> None:
         """Delete keys."""
         self.storage.delete_keys([self._key(k) for k in keys])
+
+
+def copy_records(
+    admin: TopicAdmin,
+    reader: TopicReader,
+    source: str,
+    target: str,
+    *,
+    starts: dict[int, int],
+    ends: dict[int, int],
+) -> None:
+    """Append ``source``'s records ``[starts[p], ends[p])`` of each partition (as
+    ``reader`` reads them: now, or at a cut) to the same partition of ``target``, in one
+    commit; nothing when ``target`` holds them already (an earlier start copied them). A
+    fork's stores and in-flight records, an upgrade's kept store.
+
+    Raises:
+        StreamsError: ``target`` holds other records (a copy cut short, or records of its
+            own): it must be emptied first; or has fewer partitions than ``source``.
+    """
+    tables = {}
+    for partition, end in sorted(ends.items()):
+        start = max(starts.get(partition, 0), reader.index(source).log(partition).start)
+        if end > start:
+            tables[partition] = reader.read(source, partition, start, end - start)
+    held = admin.index(target).end_offsets()
+    if any(p not in held for p in tables):
+        raise StreamsError(
+            f"topic {target} has {len(held)} partitions, fewer than the {source} records "
+            "copied into it need: give it as many partitions"
+        )
+    if held == {p: (tables[p].num_rows if p in tables else 0) for p in held} and tables:
+        return
+    if any(held.values()):
+        raise StreamsError(
+            f"topic {target} holds records already, not the {source} records copied into "
+            "it: a copy cut short, or a used application id; reset it "
+            "(streams-eos application-reset) and start again"
+        )
+    producer = Producer(admin, buffer_memory=1 << 62)  # one commit: all or nothing
+    for partition, table in tables.items():
+        producer.send_batch(
+            target,
+            table.column("key").combine_chunks(),
+            table.column("value").combine_chunks(),
+            timestamps=table.column("timestamp").combine_chunks(),
+            partitions=[partition] * table.num_rows,
+            headers=table.column("headers").combine_chunks(),
+        )
+    producer.flush()

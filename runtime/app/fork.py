@@ -27,7 +27,7 @@ from typing import Protocol
 
 from common.config import StreamsConfig
 from common.errors import StreamsError
-from runtime.app.cut_reads import CutReader
+from runtime.app.cut_reads import CutReader, copy_records
 from runtime.app.initial_state import InitialState, load_initial_state
 from runtime.app.internal_topics import TopicPlan
 from runtime.app.local_state import forget_rewound_state
@@ -35,7 +35,6 @@ from runtime.app.rewind import apply_rewind, check_no_unfinished_rewind, plan_re
 from runtime.app.savepoints import Savepoint, load_savepoint
 from runtime.app.upgrades import StateUpgrade, upgrade
 from runtime.group.reset import ResetPlanEntry, apply_reset, committed_offsets
-from runtime.storage.producer import Producer
 from runtime.storage.topics import TopicAdmin
 from topology.graph.topology import Topology
 
@@ -130,7 +129,7 @@ def fork(admin: TopicAdmin, sp: Savepoint, topology: Topology, plan: TopicPlan, 
                 f"savepoint {sp.name} of {old!r}: rename it (Materialized.as_) to start it empty"
             )
         starts = {p: reader.index(cut.changelog).log(p).start for p in cut.ends}
-        _copy(admin, reader, cut.changelog, target, starts=starts, ends=cut.ends)
+        copy_records(admin, reader, cut.changelog, target, starts=starts, ends=cut.ends)
     positions: list[ResetPlanEntry] = []
     for topic, parts in sorted(sp.positions.items()):
         kind = sp.record.outputs[topic].kind if topic in sp.record.outputs else "topic"
@@ -142,51 +141,7 @@ def fork(admin: TopicAdmin, sp: Savepoint, topology: Topology, plan: TopicPlan, 
             log.warning("[fork %s] repartition topic %s is not read here: left behind", app, topic)
             continue
         ends = sp.topics[topic].ends
-        _copy(admin, reader, topic, target, starts=dict(parts), ends=ends)
+        copy_records(admin, reader, topic, target, starts=dict(parts), ends=ends)
         positions += [ResetPlanEntry(target, p, None, 0) for p in ends]
     apply_reset(admin, app, positions)
     log.info("[fork %s] forked from savepoint %s of %s", app, sp.name, old)
-
-
-def _copy(
-    admin: TopicAdmin,
-    reader: CutReader,
-    source: str,
-    target: str,
-    *,
-    starts: dict[int, int],
-    ends: dict[int, int],
-) -> None:
-    """Append ``source``'s records ``[starts[p], ends[p])`` of each partition to the same
-    partition of ``target``; nothing when ``target`` holds them already (an earlier start
-    copied them).
-
-    Raises:
-        StreamsError: ``target`` holds other records (a copy cut short, or records of its
-            own): it must be emptied first.
-    """
-    tables = {}
-    for partition, end in sorted(ends.items()):
-        start = max(starts.get(partition, 0), reader.index(source).log(partition).start)
-        if end > start:
-            tables[partition] = reader.read(source, partition, start, end - start)
-    held = admin.index(target).end_offsets()
-    if held == {p: (tables[p].num_rows if p in tables else 0) for p in held} and tables:
-        return
-    if any(held.values()):
-        raise StreamsError(
-            f"topic {target} holds records already, not the {source} records a fork copies "
-            "into it: a fork cut short, or a used application id; reset it "
-            "(streams-eos application-reset) and start again"
-        )
-    producer = Producer(admin, buffer_memory=1 << 62)  # one commit: all or nothing
-    for partition, table in tables.items():
-        producer.send_batch(
-            target,
-            table.column("key").combine_chunks(),
-            table.column("value").combine_chunks(),
-            timestamps=table.column("timestamp").combine_chunks(),
-            partitions=[partition] * table.num_rows,
-            headers=table.column("headers").combine_chunks(),
-        )
-    producer.flush()

@@ -160,12 +160,12 @@ def create_savepoint(
     started = time.monotonic()
     positions, topics, sinks = _take_cut(admin, record, timeout_s)
     owner = pin_owner(application_id, name)
-    for topic, cut in topics.items():
-        _pin_cut(admin, topic, owner, cut)
-    for sink in sinks.values():
-        if sink.version is not None:
-            pin_table(admin.root, sink.path, owner)
-    try:
+    try:  # a savepoint not finished leaves no pin behind
+        for topic, cut in topics.items():
+            _pin_cut(admin, topic, owner, cut)
+        for sink in sinks.values():
+            if sink.version is not None:
+                pin_table(admin.root, sink.path, owner)
         stores = _snapshot_stores(admin, record, name, topics, config or {})
     except BaseException:
         _unpin_all(admin, owner, topics, sinks)
@@ -356,7 +356,6 @@ def _pin_cut(admin: TopicAdmin, topic: str, owner: str, cut: TopicCut) -> None:
     table = admin.table_path(topic)
     for path in paths:
         if not admin.root.exists(path if "://" in path else f"{table}/{path}"):
-            unpin(admin, topic, owner)
             raise SavepointError(
                 f"file {path} of {topic} was vacuumed while the savepoint was taken; try again"
             )

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from common.config import StreamsConfig
 from common.errors import StreamsError
+from runtime.app.cut_reads import copy_records
 from runtime.app.savepoints import SavepointError, create_savepoint, load_savepoint
 from runtime.app.store_queries import StoreCatalog
 from runtime.app.topology_record import TopologyRecord, read_record, record_path
@@ -234,27 +235,16 @@ def _carry(
     if target is None or source is None or not admin.exists(source):
         log.warning("[upgrade %s] %s keeps no changelog: nothing to carry", app, step.into)
         return
-    if any(admin.index(target).end_offsets().values()):
-        return  # carried at an earlier start
-    partitions = admin.num_partitions(target)
-    producer = Producer(admin, buffer_memory=1 << 62)  # one commit: all or nothing
-    if step.action == "keep":
+    if step.action == "keep":  # one commit, or none when an earlier start made it
         reader = TopicReader(admin)
-        for p, end in reader.end_offsets(source).items():
-            table = reader.read(source, p, reader.beginning_offsets(source)[p], None)
-            if table.num_rows and end:
-                producer.send_batch(
-                    target,
-                    table.column("key").combine_chunks(),
-                    table.column("value").combine_chunks(),
-                    timestamps=table.column("timestamp").combine_chunks(),
-                    partitions=[p % partitions] * table.num_rows,
-                )
-    else:
+        starts, ends = reader.beginning_offsets(source), reader.end_offsets(source)
+        copy_records(admin, reader, source, target, starts=starts, ends=ends)
+    elif not any(admin.index(target).end_offsets().values()):  # else migrated before
+        producer = Producer(admin, buffer_memory=1 << 62)  # one commit: all or nothing
         _migrate(
             admin, topology, config, catalog=catalog, step=step, target=target, producer=producer
         )
-    producer.flush()
+        producer.flush()
     log.info("[upgrade %s] store %s carried into %s (%s)", app, step.store, step.into, step.action)
 
 

@@ -58,6 +58,28 @@ def word_count() -> Any:
     return b.build()
 
 
+def past_a_savepoint(  # noqa: PLR0917 - the run's pieces
+    spark: SparkSession,
+    admin: TopicAdmin,
+    root: str,
+    tmp_path: Path,
+    name: str,
+    first: list[str],
+    more: list[str],
+) -> dict[str, Any]:
+    """The word count run over ``first``, savepoint ``name`` taken, then run over ``more``
+    too; returns its configuration."""
+    admin.create("lines", 2)
+    admin.create("counts-out", 2)
+    config = eos_config(APP, root, str(tmp_path / "state"))
+    produce(admin, first, 1000)
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    create_savepoint(admin, APP, name)
+    produce(admin, more, 20_000)
+    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    return config
+
+
 def history(root: str) -> dict[str, list[int]]:
     """Every count written for each word, in offset order (each word has one partition)."""
     return history_at(root, TopicReader(root).end_offsets("counts-out"))
@@ -240,15 +262,9 @@ def test_a_fork_runs_a_changed_topology_from_the_cut_and_leaves_the_original_alo
     """Application B starts from savepoint "cut" of A with a changed topology: it counts on
     from A's state and positions at the cut, writes only its own outputs, and starting it
     again goes on where it is; A's outputs, positions and state are untouched."""
-    for topic in ("lines", "counts-out", "counts-b"):
-        admin.create(topic, 2)
-    config = eos_config(APP, root, str(tmp_path / "state"))
+    admin.create("counts-b", 2)
     first, more = lines_of(30, 1), lines_of(20, 7)
-    produce(admin, first, 1000)
-    StreamsApp(word_count(), config, spark=spark).run_until_idle()
-    create_savepoint(admin, APP, "cut")
-    produce(admin, more, 20_000)
-    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    config = past_a_savepoint(spark, admin, root, tmp_path, "cut", first, more)
     a_history, a_positions = history(root), committed_offsets(admin, APP)
     a_state = sorted(map(tuple, read_store(spark, APP, "word-counts", root=root).collect()))
 
@@ -290,15 +306,8 @@ def test_a_rewind_cut_short_blocks_the_start_and_completes_when_run_again(
     """A rewind that dies after putting the topics back, before the positions: the
     application refuses to start, naming the command; running the rewind again completes
     it without a second commit on any topic; the local state from before is dropped."""
-    admin.create("lines", 2)
-    admin.create("counts-out", 2)
-    config = eos_config(APP, root, str(tmp_path / "state"))
     first, more = lines_of(20, 1), lines_of(10, 3)
-    produce(admin, first, 1000)
-    StreamsApp(word_count(), config, spark=spark).run_until_idle()
-    create_savepoint(admin, APP, "sp")
-    produce(admin, more, 9000)
-    StreamsApp(word_count(), config, spark=spark).run_until_idle()
+    config = past_a_savepoint(spark, admin, root, tmp_path, "sp", first, more)
     tasks = sorted(p.name for p in (tmp_path / "state" / APP).iterdir() if "_" in p.name)
     assert tasks  # the stores of the run after the cut
 
