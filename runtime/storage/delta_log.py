@@ -16,7 +16,6 @@ from urllib.parse import unquote
 
 from common.errors import StorageError
 from runtime.storage.fs import StorageRoot, storage_message
-from runtime.storage.retries import retried
 
 #: Key of the commit metadata our producer writes into each commitInfo.
 OFFSETS_KEY = "streams.offsets"
@@ -139,11 +138,7 @@ def read_entry(root: StorageRoot, table: str, version: int) -> LogEntry | None:
     """
     path = log_path(root, table, version)
     try:
-        raw = (
-            root.read_bytes(path)
-            if root.is_local  # a local file system's errors are not the network's
-            else retried(lambda: root.read_bytes(path), what=f"read {path}")
-        )
+        raw = root.read_bytes(path)  # retried on an object store
     except StorageError as exc:
         raise unreadable(table, exc) from exc
     if raw is None:

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from common.errors import StorageError
+from runtime.storage.retries import retried
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,9 @@ class StorageRoot:
         """
         if self.is_local:
             return _list_local(path)
+        return retried(lambda: self._list_remote(path), what=f"list {path}")
+
+    def _list_remote(self, path: str) -> list[pafs.FileInfo]:
         try:
             return list(self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)))
         except Exception as exc:
@@ -174,7 +178,14 @@ class StorageRoot:
         return found
 
     def read_bytes(self, path: str) -> bytes | None:
-        """Return a file's content, or None when it does not exist."""
+        """Return a file's content, or None when it does not exist. On an object store a
+        failed read is tried again (:mod:`runtime.storage.retries`): the AWS SDK does not
+        retry a response cut off in its body."""
+        if self.is_local:
+            return self._read_bytes(path)
+        return retried(lambda: self._read_bytes(path), what=f"read {path}")
+
+    def _read_bytes(self, path: str) -> bytes | None:
         try:
             with self.fs.open_input_stream(path, compression=None) as stream:
                 return bytes(stream.readall())
@@ -261,6 +272,11 @@ class StorageRoot:
             return self.fs.open_output_stream(path, compression=None)
 
     def _info(self, path: str) -> pafs.FileInfo:
+        if self.is_local:
+            return self._stat(path)
+        return retried(lambda: self._stat(path), what=f"stat {path}")
+
+    def _stat(self, path: str) -> pafs.FileInfo:
         try:
             return self.fs.get_file_info(path)
         except Exception as exc:
