@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo cluster-demo test lint unit slow bench clean
+.PHONY: demo cluster-demo test lint unit slow bench chaos clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed")'
@@ -40,5 +40,19 @@ slow: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/produce_consume.py
 
+# the fault campaign: an hour of mixed faults (kills, fault points, pauses, executor and
+# worker losses, full disks, storage errors, resets, lost answers, latency) on two instances
+# on local-cluster, the root on an S3-compatible server behind the fault proxy
+CHAOS_SECONDS ?= 3600
+# every kind; the quick ones more often, so that an hour holds 300 faults
+CHAOS_FAULTS ?= kill,fault-point,pause,disk-full,executor:2,python-worker:2,storage-errors:2,storage-resets:2,lost-answers:2,storage-latency:2
+chaos: $(STAMP)
+	mkdir -p .chaos
+	PATH="$(CURDIR)/$(BIN):$$PATH" JDK_JAVA_OPTIONS=-XX:TieredStopAtLevel=1 \
+		$(BIN)/streams-eos crashtest examples/wordcount.py \
+		--generate 200000 --faults $(CHAOS_FAULTS) --instances 2 --master 'local-cluster[1,1,1024]' \
+		--object-store --duration $(CHAOS_SECONDS) --interval 1 \
+		--workdir .chaos/run-$$(date +%Y%m%d-%H%M%S) --report .chaos/report.json
+
 clean:
-	rm -rf $(VENV) .demo .cluster-demo .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .demo .cluster-demo .chaos .pytest_cache .mypy_cache .ruff_cache *.egg-info

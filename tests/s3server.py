@@ -1,92 +1,16 @@
-"""An S3-compatible server for the tests: moto's server mode, started as a process of its
-own on a free local port, with a new bucket per test.
-
-Everything reaches it through storage options (``storage.options.<NAME>`` keys, as delta-rs
-takes them), never through the environment: Spark's Python workers, started before a test,
-would not see variables set by it.
-"""
+"""The S3-compatible server of the object-storage tests (:mod:`streams.crash.s3server`):
+one per test session, a new bucket per test."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-import boto3
 import pytest
 
 from runtime.storage.fs import register_storage_options
+from streams.crash.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, start_server
 
-ACCESS_KEY = "streams-test"
-SECRET_KEY = "streams-test-secret"
-REGION = "us-east-1"
-
-
-@dataclass(frozen=True)
-class S3Server:
-    """A running S3-compatible server."""
-
-    endpoint: str
-
-    def options(self) -> dict[str, str]:
-        """The storage options that reach it (delta-rs names)."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-            "AWS_ALLOW_HTTP": "true",
-        }
-
-    def config(self) -> dict[str, str]:
-        """The options as configuration keys."""
-        return {f"storage.options.{k}": v for k, v in self.options().items()}
-
-    def new_bucket(self) -> str:
-        """Create a bucket; return its name."""
-        name = f"streams-{uuid.uuid4().hex[:12]}"
-        client = boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name=REGION,
-        )
-        client.create_bucket(Bucket=name)
-        return name
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_server(timeout_s: float = 30.0) -> tuple[subprocess.Popen[bytes], S3Server]:
-    """Start moto's server; return its process and address once it answers."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
-                return process, S3Server(endpoint)
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"the S3 test server did not start on port {port}") from None
-            time.sleep(0.1)
+__all__ = ["ACCESS_KEY", "REGION", "SECRET_KEY", "S3Server", "s3_root", "s3_server"]
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,4 @@
-"""``StreamsApp``: a topology running as a Spark Structured Streaming query (Kafka's
-``KafkaStreams``).
+"""``StreamsApp``, Kafka's ``KafkaStreams``: a topology as a Spark Structured Streaming query.
 
 ::
 
@@ -58,7 +57,7 @@ from runtime.app.insight import AppInsight
 from runtime.app.internal_topics import TopicPlan, plan_topics
 from runtime.app.local_state import shutdown_marker
 from runtime.app.log_manager import LogManager, plan_topics_cleaned
-from runtime.app.process_id import load_or_create_process_id
+from runtime.app.process_id import claim_state_dir, release_state_dir
 from runtime.app.store_queries import QueryableStore
 from runtime.app.upgrades import StateUpgrade
 from runtime.group.coordinator import GroupState
@@ -181,7 +180,7 @@ class StreamsApp:
             self.plan = plan_topics(
                 self.topology, self.admin, self.application_id, config=self.config
             )
-            self.process_id = load_or_create_process_id(self.config.state_dir, self.application_id)
+            self.process_id = claim_state_dir(self.config.state_dir, self.application_id, self)
             prepare_start(self)
             self.insight.started()
             self._machine.observer = self.insight.state_changed
@@ -199,6 +198,7 @@ class StreamsApp:
                 ingest.on_commit = functools.partial(wake_all, self.threads)
                 ingest.start(self.spark)
         except BaseException:
+            release_state_dir(self.config.state_dir, self.application_id, self)
             self._machine.transit(AppState.PENDING_ERROR)
             self._machine.transit(AppState.ERROR)
             raise
@@ -486,6 +486,7 @@ class StreamsApp:
         # executors' (a host not told closes when idle or when its executor ends)
         shutdown_hosts(self.config.state_dir, self.application_id)
         shutdown_executor_hosts(t.placement for t in self.threads)
+        release_state_dir(self.config.state_dir, self.application_id, self)
 
     def _fail(self, exc: BaseException) -> None:
         self._error = exc

@@ -38,6 +38,7 @@ from common.errors import (
 )
 from runtime.storage.delta_log import OFFSETS_KEY, LogDamageError, LogEntry, read_entry
 from runtime.storage.fs import StorageRoot, storage_message, storage_options
+from runtime.storage.offset_index import OffsetIndex
 from runtime.storage.records import FILE_SCHEMA, TABLE_SCHEMA, AppendResult
 from runtime.storage.retries import ATTEMPTS, retried
 from runtime.storage.topics import TopicAdmin
@@ -230,9 +231,14 @@ class TopicCommitter:
         Args:
             app_txn: ``(transactional id, transaction sequence)``: written as Delta's ``txn``
                 action; when the table already holds that version, nothing is committed
-                again (roll-forward after a crash is idempotent) and ``[]`` is returned.
-            recovering: check the table's ``txn`` version first. A live producer that has
-                just written PrepareCommit knows it has not committed yet and skips it.
+                again and ``[]`` is returned: a roll-forward after a crash, or by another
+                instance while this producer was paused past its PrepareCommit, commits
+                nothing twice. The check is the offset index's (no log replay) and is
+                made against the very version the commit is tried on.
+            recovering: read the table's latest version first; a live producer that has
+                just written PrepareCommit starts from the handle its last commit left
+                (a commit from a stale handle fails its compare-and-swap and is planned
+                again, checked again, on the current version).
 
         Raises:
             CommitTimeoutError: other writers kept winning past ``timeout_ms``.
@@ -242,16 +248,17 @@ class TopicCommitter:
         # a producer in its commit phase knows its handle holds its last commit (read in
         # the background); every other caller reads the table's latest version first
         table = self.table() if recovering else self._refreshed()
-        if app_txn is not None and recovering:
-            done = table.transaction_version(app_txn[0])
-            if done is not None and done >= app_txn[1]:
-                return []  # already committed: rolling forward again changes nothing
         commit_id = uuid.uuid4().hex
         deadline = time.monotonic() + timeout_ms / 1000
         adds: list[AddAction | RemoveAction] = [_add_action(f) for f in files]
         attempt = failures = 0
         while True:
-            base_version, results, meta = self._plan(table, files, commit_id, app_txn)
+            index, results, meta = self._plan(table, files, commit_id, app_txn)
+            base_version = index.version
+            if app_txn is not None and self._holds(index, table, app_txn):
+                # committed already (a roll-forward by another process: this producer was
+                # paused past its PrepareCommit): committing again would duplicate it
+                return []
             try:
                 table.create_write_transaction(
                     adds,
@@ -296,7 +303,7 @@ class TopicCommitter:
         files: list[StagedFile],
         commit_id: str,
         app_txn: tuple[str, int] | None,
-    ) -> tuple[int, list[AppendResult], str]:
+    ) -> tuple[OffsetIndex, list[AppendResult], str]:
         """Compute offsets from the version the table is at; return the commit metadata."""
         index = self.log.refresh(upto=table.version())
         while index.version > table.version():  # the index ran ahead of the table
@@ -317,7 +324,17 @@ class TopicCommitter:
         }
         if app_txn is not None:
             meta["txn"] = list(app_txn)
-        return index.version, results, json.dumps(meta, separators=(",", ":"))
+        return index, results, json.dumps(meta, separators=(",", ":"))
+
+    @staticmethod
+    def _holds(index: OffsetIndex, table: DeltaTable, app_txn: tuple[str, int]) -> bool:
+        """Whether the table, at the index's version, holds transaction ``app_txn``: the
+        commit about to be tried lands on that version or not at all, so nothing can
+        commit the transaction in between."""
+        done = index.txn_committed(app_txn[0])
+        if done is None and index.txns_from >= 0:  # before the index kept transactions
+            done = table.transaction_version(app_txn[0])
+        return done is not None and done >= app_txn[1]
 
     def _landed(
         self,

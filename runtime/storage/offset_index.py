@@ -184,6 +184,11 @@ class OffsetIndex:
         self.removed: dict[str, int] = {}
         #: ``(old count, new count, version)`` while ``streams.partitions`` is lowered.
         self.shrunk: tuple[int, int, int, str] | None = None
+        #: The highest ``txn`` version of each transactional id in the commits after
+        #: :attr:`txns_from` (-1: every commit): whether a transaction's commit landed is
+        #: a look-up, not a Delta log replay.
+        self.txns: dict[str, int] = {}
+        self.txns_from = -1
 
     def log(self, partition: int) -> PartitionLog:
         """Return the log of ``partition`` (empty when nothing was written there yet)."""
@@ -214,6 +219,9 @@ class OffsetIndex:
             )
         check_whole(self.topic, entry)
         self._set_partitions(entry)
+        for txn in entry.txns:
+            app_id, version = str(txn.get("appId")), int(txn.get("version", -1))
+            self.txns[app_id] = max(version, self.txns.get(app_id, -1))
         when = int(entry.commit_info.get("timestamp") or 0)
         for action in entry.removes:
             path = relative_file_path(action["path"])
@@ -261,6 +269,11 @@ class OffsetIndex:
             old=old,
             new=new,
         )
+
+    def txn_committed(self, app_id: str) -> int | None:
+        """Return the highest ``txn`` version of ``app_id`` up to :attr:`version` (None:
+        none, or not known: see :attr:`txns_from`)."""
+        return self.txns.get(app_id)
 
     def vacuumed(self, paths: Iterable[str]) -> None:
         """Forget removed files that the vacuum deleted."""
@@ -359,6 +372,8 @@ class OffsetIndex:
                 for p, plog in sorted(self.logs.items())
             },
             "removed": self.removed,
+            "txns": self.txns,
+            "txns_from": self.txns_from,
         }
 
     @classmethod
@@ -377,6 +392,9 @@ class OffsetIndex:
                 plog.append(Segment(base, count, path, max_ts, span, size))
             plog.end = int(raw["end"])
         index.removed = {str(k): int(v) for k, v in (data.get("removed") or {}).items()}
+        # a snapshot written before the index kept transactions knows those after it only
+        index.txns = {str(k): int(v) for k, v in (data.get("txns") or {}).items()}
+        index.txns_from = int(data.get("txns_from", -1 if "txns" in data else index.version))
         return index
 
 

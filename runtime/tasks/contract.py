@@ -163,7 +163,9 @@ class BatchPlan:
 
     ``visit`` lists the thread's tasks: each runs in every batch, with or without records
     (Kafka's loop punctuates and commits every task), so wall-clock punctuators fire and
-    prepared writes settle.
+    prepared writes settle. ``incarnations`` numbers each task's current stay with the
+    thread (:attr:`runtime.thread.membership.ThreadMembership.incarnations`): a host
+    holding a task of an earlier stay rebuilds it from committed state.
 
     ``globals`` names the file slices of every partition of the global topics, from the
     log start to its end as planned for this batch: each process brings its global stores
@@ -198,6 +200,7 @@ class BatchPlan:
     inputs: Mapping[int, tuple[TopicSlices, ...]] | None = None
     truncated: frozenset[tuple[str, int]] = frozenset()
     visit: frozenset[str] = frozenset()
+    incarnations: Mapping[str, int] = field(default_factory=dict)
     globals: tuple[TopicSlices, ...] = ()
     topic_levels: Mapping[str, int] = field(default_factory=dict)
     batch: int = 0

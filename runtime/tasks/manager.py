@@ -4,7 +4,8 @@ A task (its :class:`~topology.engine.task.StreamTask`, stores, caches, stream ti
 schedules) is built by the :class:`~topology.engine.task_creator.ActiveTaskCreator` at its first
 batch and kept. Each later batch first settles the previous one:
 
-1. the batch comes from another owner (a new instance, another thread), or on a cluster
+1. the batch comes from another owner (a new instance, another thread), or the task came
+   back to its owner after a rebalance took it (its incarnation changed), or on a cluster
    another executor's host committed the task's last batch: close the task dirty and
    build it again from its committed state;
 2. the previous batch left a prepared transaction (KIP-892): if the driver's outcomes say
@@ -71,6 +72,8 @@ class LiveTask:
     task: StreamTask
     collector: StagingCollector
     owner: str
+    #: Its stay with the owner (:attr:`BatchPlan.incarnations`).
+    incarnation: int
     directory: StateDirectory | None
     #: How its stores commit (chosen once, from the guarantee).
     commit: TaskCommit
@@ -307,6 +310,14 @@ class TaskManager:
             )
             self.close(task_id, dirty=True)
             return False
+        if live.incarnation != plan.incarnations.get(task_id, 0):
+            log.info(
+                "[task %s] came back to its owner after a rebalance (others may have "
+                "committed it meanwhile): rebuilding from committed state",
+                task_id,
+            )
+            self.close(task_id, dirty=True)
+            return False
         placed = plan.placement.get(task_id)
         if placed is not None and placed[0] != executor_id():
             log.info(
@@ -364,7 +375,14 @@ class TaskManager:
         task = creator.create(
             subtopology_id, partition, collector, state_dir=state_dir, global_stores=global_stores
         )
-        live = LiveTask(task, collector, plan.thread.owner, directory, creator.task_commit)
+        live = LiveTask(
+            task,
+            collector,
+            plan.thread.owner,
+            plan.incarnations.get(task_id, 0),
+            directory,
+            creator.task_commit,
+        )
         self.live[task_id] = live
         try:
             task.initialize()

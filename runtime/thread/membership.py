@@ -106,6 +106,12 @@ class ThreadMembership:
         )
         #: The tasks this member runs (of the newest generation it joined).
         self.owned: frozenset[str] = frozenset()
+        #: Each owned task's incarnation: a new number each time the task comes to this
+        #: member (a rebalance gave it, or the member lost its tasks and got it back). A
+        #: host holding the task from an earlier incarnation rebuilds it from committed
+        #: state: another member may have committed batches of it meanwhile.
+        self.incarnations: dict[str, int] = {}
+        self._incarnation = 0
         self.rebalances = 0
         #: The seconds each join took (taken by the thread's metrics).
         self.join_seconds: list[float] = []
@@ -142,8 +148,9 @@ class ThreadMembership:
         Raises:
             FencedInstanceIdError: another process took this member's instance id.
         """
-        if self._lost is not None:
-            lost, self._lost = self._lost, None
+        lost = self._lost
+        if lost is not None:
+            self._lost = None
             if isinstance(lost, FencedInstanceIdError):
                 raise lost
             log.warning("[group %s] %s lost its tasks (%s); rejoining", self.group, self, lost)
@@ -155,8 +162,9 @@ class ThreadMembership:
         started = time.perf_counter()
         assignment = self.member.join(timeout_ms=self._join_timeout_ms())
         self.join_seconds.append(time.perf_counter() - started)
-        self._adopt(assignment)
-        return self.owned if self.owned != before else None
+        self._adopt(assignment, lost=lost is not None)
+        # tasks lost and given back are new to the thread too (their positions moved)
+        return self.owned if self.owned != before or lost is not None else None
 
     @property
     def rejoin_pending(self) -> bool:
@@ -205,9 +213,12 @@ class ThreadMembership:
 
     # -- internals ----------------------------------------------------------------------
 
-    def _adopt(self, assignment: Assignment) -> None:
+    def _adopt(self, assignment: Assignment, *, lost: bool = False) -> None:
         tasks = assignment.user_data.get("tasks", [])
         self.owned = frozenset(str(t) for t in tasks)
+        self._incarnation += 1
+        kept = {} if lost else self.incarnations
+        self.incarnations = {t: kept.get(t, self._incarnation) for t in sorted(self.owned)}
         log.info(
             "[group %s] %s generation %d: tasks %s",
             self.group,

@@ -51,6 +51,7 @@ from runtime.tasks.plan_files import remove_plans
 from runtime.thread.batch_job import run_batch_job
 from runtime.thread.batch_levels import BatchLevels, WindowCombining, choose_levels
 from runtime.thread.commit import Batch, BatchCommit, CommitStrategy
+from runtime.thread.disk_full import DiskFullBackoff
 from runtime.thread.guarantees import commit_strategy
 from runtime.thread.liveness import ThreadLiveness
 from runtime.thread.membership import ThreadMembership
@@ -179,6 +180,8 @@ class StreamThread:
         #: What every batch's tasks share (topology, configuration): hosts receive it once.
         self.thread_plan = thread_plan(topology, config, self.admin.root.uri_of(), self.owner)
         #: Its pacing, batch sizes, alarms and stall watchdog.
+        #: Batches a full disk fails are waited out (:mod:`runtime.thread.disk_full`).
+        self.disk_full = DiskFullBackoff(transactional_id)
         self.liveness = ThreadLiveness(
             transactional_id, config, self.commit, self.reads_planner, self.reporter, self.metrics
         )
@@ -282,14 +285,17 @@ class StreamThread:
             self.failure = migrated(exc, self.transactional_id, batch_id)
             raise self.failure from exc
         except BaseException as exc:
-            self.failure = exc
-            raise
+            if not self.disk_full.absorbed(exc, batch_id, self.commit.all_producers()):
+                self.failure = exc
+                raise
+            self.wake_now("behind")  # the aborted batch's records: again after the wait
         finally:
             self.admin.leases.release(self._lease)
             if self.membership is not None:
                 self.membership.batch_finished()
             self.liveness.batch_ended(worked=done is not None)
         if done is not None:
+            self.disk_full.committed(batch_id)
             self._batch_done(batch_id, time.perf_counter() - started, done)
         self.liveness.schedule_alarm()
         trigger_faults.delay()
@@ -456,6 +462,7 @@ class StreamThread:
             inputs=self.reads.inputs,
             truncated=self.reads.truncated,
             visit=frozenset(self.task_ids()),
+            incarnations=self.membership.incarnations if self.membership else {},
             globals=self.globals,
             combine_windows=self.window_combining.topics(self.levels, self.batches),
             **self.placement.for_plan(),

@@ -14,10 +14,8 @@ as *staged* files under ``txn-staging/`` of each participant table: no Delta rea
 them. Participants are registered (Ongoing) before their first staged file is written.
 ``commit_transaction()`` writes PrepareCommit with the staged file list, commits each
 participant table (Delta's ``txn`` action makes that idempotent), then CompleteCommit; it
-returns once every participant commit is durable. The CompleteCommit record is pure
-bookkeeping (a restart re-derives it from PrepareCommit), so, as Kafka's coordinator
-writes its Complete record after answering EndTxn, it is appended on a background thread
-while the caller goes on; the next call that touches the log waits for it first.
+returns once every participant commit is durable. The CompleteCommit record is appended
+on a background thread while the caller goes on (:mod:`runtime.txn.completion`).
 
 Fencing: every send and every transition checks that the log has not moved past this
 producer's last write; a newer epoch (another ``init_transactions()`` with the same id, or
@@ -32,7 +30,6 @@ import enum
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 
 import pyarrow as pa
@@ -51,6 +48,7 @@ from runtime.storage.record_checks import MAX_REQUEST_SIZE, check_batch, check_r
 from runtime.storage.records import Headers
 from runtime.storage.topics import TopicAdmin
 from runtime.txn import faults
+from runtime.txn.completion import BackgroundCompletion
 from runtime.txn.coordinator import Snapshot, TransactionCoordinator
 from runtime.txn.metadata import OffsetEntry
 from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
@@ -113,8 +111,7 @@ class TransactionalProducer:
         self.accumulator = RecordAccumulator(self.admin, batch_size=batch_size)
         self.state = ProducerState.UNINITIALIZED
         self._snap: Snapshot | None = None
-        self._completing: Future[Snapshot] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._completion = BackgroundCompletion(self.coordinator, transactional_id)
         self._staged: dict[str, list[StagedFile]] = {}
         self._offsets: dict[str, list[OffsetEntry]] = {}
         self._pending_groups: set[str] = set()
@@ -317,7 +314,7 @@ class TransactionalProducer:
             self._snap = snap
             faults.reached("after_prepare")
             self.coordinator.commit_phase(snap.meta, recovering=False)
-            self._complete_in_background(snap)
+            self._completion.submit(snap)
         except ProducerFencedError:
             self.state = ProducerState.FATAL_ERROR
             raise
@@ -366,9 +363,7 @@ class TransactionalProducer:
             self._await_complete()
         except StreamsError as exc:
             log.warning("[txn %s] CompleteCommit on close failed: %s", self.transactional_id, exc)
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        self._completion.shutdown()
         self.state = ProducerState.UNINITIALIZED
 
     def __enter__(self) -> TransactionalProducer:
@@ -396,37 +391,19 @@ class TransactionalProducer:
                 f"{self.state.value} (needs {state.value})"
             )
 
-    def _complete_in_background(self, prepared: Snapshot) -> None:
-        """Append CompleteCommit over ``prepared`` off the caller's path."""
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=f"txn-complete-{self.transactional_id}"
-            )
-
-        def complete() -> Snapshot:
-            faults.reached("before_complete")
-            done = self.coordinator.transit(
-                prepared, prepared.meta.complete_commit(now_ms=self.coordinator.clock())
-            )
-            faults.reached("after_complete")
-            return done
-
-        self._completing = self._executor.submit(complete)
-
     def _await_complete(self) -> None:
         """Wait for the previous transaction's CompleteCommit; adopt its snapshot.
 
         Raises:
             ProducerFencedError: the log moved on meanwhile (a newer epoch took over).
         """
-        future, self._completing = self._completing, None
-        if future is None:
-            return
         try:
-            self._snap = future.result()
+            done = self._completion.wait()
         except ProducerFencedError:
             self.state = ProducerState.FATAL_ERROR
             raise
+        if done is not None:
+            self._snap = done
 
     def _check_sendable(self, what: str) -> None:
         self._require(ProducerState.IN_TRANSACTION, what)

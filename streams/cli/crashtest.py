@@ -1,26 +1,39 @@
-"""``streams-eos crashtest FILE``: run a topology under SIGKILLs and check it exactly once.
+"""``streams-eos crashtest FILE``: run a topology under faults and check it exactly once.
 
 ::
 
     streams-eos crashtest examples/wordcount.py --generate 200 --kills 5 --report r.json
     streams-eos crashtest app.py --input orders=orders.jsonl --kills 20 --seed 7
     streams-eos crashtest examples/wordcount.py --generate 400 --poison 0.02
+    streams-eos crashtest examples/wordcount.py --generate 4000 --kind pause --kills 3
+    streams-eos crashtest examples/wordcount.py --generate 40000 --faults all \
+        --master 'local-cluster[2,1,1024]' --object-store --duration 3600
 
-Prints the report (kills and where they hit, restarts, recovery p50/max, records in and
-out, duplicates, losses, store and transaction checks, the first mismatches) and exits 0
-only when exactly-once held. See :mod:`streams.crash.harness`.
+With kills only (``--kind fault|random|commit``), one instance runs at a time, killed and
+restarted (:mod:`streams.crash.harness`). The other faults (``--kind pause|disk-full|
+executor|...``, ``--faults PLAN``, ``--storage-faults RATE``, ``--instances N``) make it a
+campaign: several instances at once, the faults mixed, every recovery timed
+(:mod:`streams.crash.campaign`). Prints the report and exits 0 only when exactly-once held
+(and, in a campaign, every fault was recovered from within 60 s).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from common.errors import ConfigError
 from streams.cli import COMMANDS
 from streams.cli.progress import ProgressBar
+from streams.crash.campaign import Campaign, kinds_of
 from streams.crash.harness import crashtest
+from streams.crash.inputs import InputRecord, load_jsonl
+from streams.crash.nemesis import FAULT_KINDS
 from streams.crash.plan import GUARANTEES, KILL_KINDS, RunRecord
+
+#: What the kill kinds are in a campaign.
+_AS_CAMPAIGN = {"fault": "fault-point", "random": "kill", "commit": "kill"}
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -52,8 +65,37 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kind",
         action="append",
-        choices=KILL_KINDS,
-        help="only these kinds of kill (repeatable; default: every kind allowed)",
+        choices=sorted({*KILL_KINDS, *FAULT_KINDS}),
+        help="only these kinds of fault (repeatable; default: every kind of kill); any but "
+        "fault, random and commit makes it a campaign",
+    )
+    p.add_argument(
+        "--faults",
+        metavar="PLAN",
+        help="a campaign mixing these fault kinds: 'all', or e.g. 'kill:2,pause,disk-full' "
+        "(weights make a kind more frequent)",
+    )
+    p.add_argument(
+        "--storage-faults",
+        type=float,
+        default=0.0,
+        metavar="RATE",
+        help="a campaign with the root on an S3-compatible server behind the fault proxy, "
+        "this fraction of requests failing (500, 503, resets) throughout",
+    )
+    p.add_argument(
+        "--object-store",
+        action="store_true",
+        help="a campaign with the root on an S3-compatible server started for it, behind "
+        "the fault proxy (needs the dev extra's moto)",
+    )
+    p.add_argument("--instances", type=int, default=2, metavar="N", help="in a campaign (2)")
+    p.add_argument("--master", metavar="M", help="Spark master of a campaign's instances")
+    p.add_argument(
+        "--duration", type=float, metavar="S", help="a campaign lasting S seconds of faults"
+    )
+    p.add_argument(
+        "--interval", type=float, default=8.0, metavar="S", help="between a campaign's faults"
     )
     p.add_argument(
         "--point", action="append", metavar="POINT", help="only these fault points (repeatable)"
@@ -93,6 +135,15 @@ def run(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             raise ConfigError(f"--config {pair!r}: expected KEY=VALUE")
         config[key.strip()] = value.strip()
+    kinds = list(args.kind or [])
+    if (
+        args.faults
+        or args.storage_faults
+        or args.object_store
+        or args.duration
+        or any(k not in KILL_KINDS for k in kinds)
+    ):
+        return _campaign(args, inputs, config, kinds)
     bar = ProgressBar(f"crash test: {args.kills} kills, then a run to the end", args.kills + 1)
     killed = 0
 
@@ -119,5 +170,44 @@ def run(args: argparse.Namespace) -> int:
         poison=args.poison,
     )
     bar.close()
+    print(report.text())
+    return report.exit_code
+
+
+def _campaign(
+    args: argparse.Namespace, inputs: dict[str, str], config: dict[str, object], kinds: list[str]
+) -> int:
+    """Run a fault campaign (see the module); print its report."""
+    faults = kinds_of(args.faults) if args.faults else []
+    faults += [_AS_CAMPAIGN.get(k, k) for k in kinds]
+    if not faults:
+        faults = ["kill"]
+    records: list[InputRecord] = []
+    for topic, path in inputs.items():
+        records.extend(load_jsonl(topic, path, start=len(records)))
+    campaign = Campaign(
+        args.file,
+        faults=faults,
+        inputs=records,
+        generate=args.generate,
+        workdir=args.workdir,
+        config=config,
+        seed=args.seed,
+        instances=args.instances,
+        master=args.master,
+        object_store=args.object_store,
+        storage_faults=args.storage_faults,
+    )
+    try:
+        report = campaign.run(
+            duration_s=args.duration,
+            count=None if args.duration else args.kills,
+            interval_s=args.interval,
+        )
+    finally:
+        campaign.close()
+    if args.report:
+        with open(args.report, "w", encoding="utf-8") as f:
+            json.dump(report.to_dict(), f, indent=2, sort_keys=True)
     print(report.text())
     return report.exit_code

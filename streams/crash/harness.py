@@ -118,12 +118,14 @@ class CrashTest(Workspace):
         self._ran_out: tuple[int, int] | None = None
         self._spawned = 0
 
-    def spawn(self, env: Mapping[str, str] | None = None) -> _Proc:
-        """Start a run of the application in a new process (and process group)."""
+    def spawn(self, env: Mapping[str, str] | None = None, *, state_dir: str | None = None) -> _Proc:
+        """Start a run of the application in a new process (and process group); with
+        ``state_dir``, on that state directory instead of the workspace's."""
         index, self._spawned = self._spawned, self._spawned + 1
         log = os.path.join(self.workdir, "logs", f"run-{index:03d}.log")
         cmd = [sys.executable, "-m", "streams.cli", "run", self.file, "--until-idle"]
-        cmd += [a for k, v in self.overrides.items() for a in ("--config", f"{k}={v}")]
+        overrides = {**self.overrides, **({"state.dir": state_dir} if state_dir else {})}
+        cmd += [a for k, v in overrides.items() for a in ("--config", f"{k}={v}")]
         full_env = {**os.environ, **self.env, **(env or {})}
         with open(log, "wb") as out:
             popen = subprocess.Popen(
@@ -275,16 +277,10 @@ class CrashTest(Workspace):
 
     def check(self, *, kills_planned: int = 0, notes: Sequence[str] = ()) -> CrashReport:
         """Sweep orphans, compare everything with the reference; return the report."""
-        report = CrashReport(
-            file=self.file,
-            application_id=self.application_id,
-            guarantee=self.guarantee,
-            seed=self.seed,
-            workdir=self.workdir,
+        report = self.new_report(
             kills_planned=kills_planned,
             kills=list(self.kills),
             runs=list(self.runs),
-            records_in=len(self.records),
             notes=list(notes),
         )
         report.errors = [r.error for r in self.runs if r.error]

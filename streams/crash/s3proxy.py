@@ -175,6 +175,11 @@ class FaultProxy:
             self.rules.append(rule)
         return rule
 
+    def remove(self, rule: FaultRule) -> None:
+        """Stop injecting ``rule`` (no error when it is gone)."""
+        with self._lock:
+            self.rules = [r for r in self.rules if r is not rule]
+
     def summary(self) -> dict[str, int]:
         """How many faults of each kind were injected."""
         return dict(Counter(i.kind for i in self.injected))

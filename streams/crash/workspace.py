@@ -89,10 +89,13 @@ class Workspace:
         if guarantee not in GUARANTEES:
             raise ConfigError(f"guarantee {guarantee!r}: expected one of {', '.join(GUARANTEES)}")
         self.file = str(file)
+        self.seed = seed
         self.workdir = str(workdir or tempfile.mkdtemp(prefix="crashtest-"))
         configured_root = str((config or {}).get("topics.root") or "")
         self.root = configured_root or os.path.join(self.workdir, "root")
         self.state_dir = os.path.join(self.workdir, "state")
+        #: Every state directory whose local stores are checked (a campaign's instances').
+        self.state_dirs = [self.state_dir]
         self.guarantee = guarantee
         self.overrides = {
             **RUN_DEFAULTS,
@@ -121,8 +124,9 @@ class Workspace:
 
     # -- before the runs -----------------------------------------------------------------
 
-    def setup(self) -> None:
-        """Create the topics, produce the input, plan the internal topics."""
+    def setup(self, *, produce: bool = True) -> None:
+        """Create the topics, produce the input (unless a campaign feeds it over its
+        run: :meth:`produce`), plan the internal topics."""
         os.makedirs(os.path.join(self.workdir, "logs"), exist_ok=True)
         self.admin = admin = TopicAdmin(self.root)
         local = "://" not in self.root
@@ -136,17 +140,22 @@ class Workspace:
             admin.create(topic, int(n), if_not_exists=True)
         for topic in sorted({r.topic for r in self.records}):
             admin.create(topic, default_partitions, if_not_exists=True)
-        producer = Producer(admin)
-        for r in self.records:
-            key, value, headers = r.raw()
-            producer.send(r.topic, key, value, timestamp=r.timestamp, headers=headers or None)
-        producer.flush()
+        if produce:
+            self.produce(self.records)
         if self.poison:
             check_rejected(self.topology, self.config, self.records)
             self.poisoned = poison_positions(admin, {r.topic for r in self.records})
         self.plan = plan_topics(self.topology, admin, self.application_id, config=self.config)
         self.outputs = output_topics(self.topology, self.application_id)
         self.partitions = {t: admin.num_partitions(t) for t in self.outputs}
+
+    def produce(self, records: Sequence[InputRecord]) -> None:
+        """Produce ``records`` to their topics, in their order."""
+        producer = Producer(self.admin)
+        for r in records:
+            key, value, headers = r.raw()
+            producer.send(r.topic, key, value, timestamp=r.timestamp, headers=headers or None)
+        producer.flush()
 
     def reference(self) -> Reference:
         """Return the reference run's outputs and stores (computed once)."""
@@ -204,6 +213,18 @@ class Workspace:
 
     # -- after them ------------------------------------------------------------------------
 
+    def new_report(self, **fields: Any) -> CrashReport:
+        """A report of this workspace's test, with ``fields`` (kills, runs, notes...)."""
+        return CrashReport(
+            file=self.file,
+            application_id=self.application_id,
+            guarantee=self.guarantee,
+            seed=self.seed,
+            workdir=self.workdir,
+            records_in=len(self.records),
+            **fields,
+        )
+
     def compare(self, report: CrashReport) -> None:
         """Sweep orphans, compare outputs and stores with the reference, into ``report``."""
         ref = self.reference()
@@ -242,14 +263,22 @@ class Workspace:
         for name, expected in sorted(ref.stores.items()):
             topic = changelogs[name]
             restored = restore_changelog(reader, topic)
-            check = compare_store(
-                name,
-                ref.store_kinds[name],
-                expected=expected,
-                restored=restored,
-                local_dirs=local_store_dirs(self.state_dir, self.application_id, name),
-                changelog_ends=reader.end_offsets(topic),
-                unstable=ref.unstable_store_keys.get(name),
-            )
+            ends = reader.end_offsets(topic)
+            checks = [
+                compare_store(
+                    name,
+                    ref.store_kinds[name],
+                    expected=expected,
+                    restored=restored,
+                    local_dirs=local_store_dirs(state_dir, self.application_id, name),
+                    changelog_ends=ends,
+                    unstable=ref.unstable_store_keys.get(name),
+                )
+                for state_dir in self.state_dirs
+            ]
+            check = checks[0]
+            for state_dir, other in zip(self.state_dirs[1:], checks[1:], strict=True):
+                check.local += [f"{os.path.basename(state_dir)}: {x}" for x in other.local]
+                check.local_mismatches += other.local_mismatches
             out.append({**check.__dict__, "ok": check.ok})
         return out

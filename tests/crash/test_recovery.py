@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
+from runtime.app.process_id import PROCESS_FILE
 from runtime.txn import faults
 from runtime.txn.coordinator import TransactionCoordinator
 from streams.crash.harness import CrashTest, crashtest
@@ -25,8 +27,10 @@ def test_a_second_instance_fences_a_stalled_one_and_output_stays_exactly_once(
     tmp_path: Path,
 ) -> None:
     """Instance A stalls before its PrepareCommit; B starts with the same application.id
-    and processId (the same state directory), fences A and processes everything; A wakes
-    up, its commit is refused and it stops with TaskMigratedError."""
+    and processId (A's state directory moved to another machine: its process metadata,
+    not its lock), fences A and processes everything; A wakes up, its commit is refused
+    and it stops with TaskMigratedError. A second instance on A's very state directory is
+    refused while A lives."""
     test = CrashTest(
         example("wordcount"), generate=60, workdir=tmp_path, config=CONFIG, env=FAST_JVM
     )
@@ -39,7 +43,13 @@ def test_a_second_instance_fences_a_stalled_one_and_output_stays_exactly_once(
     (tid,) = coordinator.transactional_ids()
     stalled = coordinator.load(tid)
     assert stalled is not None
-    successor = test.spawn()
+    refused = test.wait(test.spawn(), expect_failure=True)
+    assert refused.exit_code == 1, Path(refused.log).read_text()[-3000:]
+    assert "is in use by another running instance" in Path(refused.log).read_text()
+    moved = tmp_path / "moved-state" / "wordcount"
+    moved.mkdir(parents=True)
+    shutil.copy(Path(test.state_dir) / "wordcount" / PROCESS_FILE, moved / PROCESS_FILE)
+    successor = test.spawn(state_dir=str(moved.parent))
     _wait_for(
         "the successor's fence",
         lambda: coordinator.load(tid).meta.producer_epoch > stalled.meta.producer_epoch,  # type: ignore[union-attr]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,13 @@ from runtime.app.app_state import (
     AppStateMachine,
     IllegalStateTransitionError,
 )
-from runtime.app.process_id import PROCESS_FILE, load_or_create_process_id
+from runtime.app.process_id import (
+    PROCESS_FILE,
+    StateDirectoryInUseError,
+    claim_state_dir,
+    load_or_create_process_id,
+    release_state_dir,
+)
 from topology import StreamsBuilder
 
 LEGAL = {
@@ -66,6 +74,43 @@ def test_process_id_survives_restarts_and_is_per_application(tmp_path: Path) -> 
     (tmp_path / "app" / PROCESS_FILE).write_text("{not json")
     with pytest.raises(StreamsError, match="delete it"):
         load_or_create_process_id(str(tmp_path), "app")
+
+
+def test_one_live_instance_per_state_directory(tmp_path: Path) -> None:
+    """A second instance on a state directory in use is refused, naming the holder's pid
+    (a paused instance still holds it); the lock dies with its holder."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from runtime.app.process_id import claim_state_dir; "
+            "claim_state_dir(sys.argv[1], 'app', object()); print('held', flush=True); "
+            "time.sleep(60)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        mine = object()
+        with pytest.raises(StateDirectoryInUseError, match=rf"process {holder.pid} holds"):
+            claim_state_dir(str(tmp_path), "app", mine)
+        assert claim_state_dir(str(tmp_path), "other", mine)  # another application's: free
+        release_state_dir(str(tmp_path), "other", mine)
+    finally:
+        holder.kill()
+        holder.wait()
+    first = claim_state_dir(str(tmp_path), "app", mine)  # killed: its lock is gone
+    assert first == load_or_create_process_id(str(tmp_path), "app")
+    with pytest.raises(StateDirectoryInUseError, match="state.dir=PATH"):
+        claim_state_dir(str(tmp_path), "app", object())  # two in one process: refused too
+    release_state_dir(str(tmp_path), "app", object())  # not the holder's: still held
+    with pytest.raises(StateDirectoryInUseError):
+        claim_state_dir(str(tmp_path), "app", object())
+    release_state_dir(str(tmp_path), "app", mine)
+    assert claim_state_dir(str(tmp_path), "app", mine) == first
+    release_state_dir(str(tmp_path), "app", mine)
 
 
 def test_the_app_follows_its_threads_rebalances(tmp_path: Path) -> None:

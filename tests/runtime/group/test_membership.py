@@ -165,3 +165,42 @@ def test_the_only_member_is_never_fenced_by_its_own_slow_batch(
         other.close()
     finally:
         alone.close(leave=False)
+
+
+def test_a_task_that_comes_back_is_a_new_incarnation(admin: TopicAdmin, tmp_path: Path) -> None:
+    """A task keeps its incarnation while its member keeps it; one that leaves and comes
+    back, or that the member lost with all its tasks (it left the group), gets a new one:
+    another member may have committed it meanwhile, so its host rebuilds it."""
+    admin.create("lines", 2)
+    first = membership(admin, tmp_path, "p1", "T", extra=SHORT_POLL)
+    try:
+        assert first.join() == {"0_0", "0_1"}
+        alone = dict(first.incarnations)
+        assert set(alone) == {"0_0", "0_1"}
+        other = membership(admin, tmp_path, "p2", "T", extra=SHORT_POLL)
+        share(first, other)
+        (kept,) = first.owned
+        assert first.incarnations == {kept: alone[kept]}  # kept all along
+        other.close()
+        deadline = time.monotonic() + 30
+        while first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (back,) = {"0_0", "0_1"} - {kept}
+        assert first.owned == {"0_0", "0_1"}
+        assert first.incarnations[kept] == alone[kept]
+        assert first.incarnations[back] > alone[back]  # left and came back
+
+        # Losing its tasks (it left the group after a batch overran max.poll.interval.ms)
+        # makes every task new, though the member gets the same tasks back.
+        other = membership(admin, tmp_path, "p3", "T", extra=SHORT_POLL)
+        share(first, other)
+        before = dict(first.incarnations)
+        first.batch_started()
+        while not first.rejoin_pending and time.monotonic() < deadline + 30:
+            time.sleep(0.05)
+        first.batch_finished()
+        other.close()
+        assert first.poll() is not None  # rejoined: its tasks are new, even if the same
+        assert all(first.incarnations[t] > before.get(t, 0) for t in first.owned)
+    finally:
+        first.close(leave=False)

@@ -1,8 +1,10 @@
 """Several instances of one application share its tasks through the consumer group:
 two real ``streams-eos run`` processes split the word count's tasks; SIGKILLing one moves its
 tasks to the other within the session timeout; a member paused past its session timeout
-cannot commit when it resumes (KIP-447) and stops with TaskMigratedError. The output stays
-exactly once throughout."""
+cannot commit when it resumes (KIP-447) and stops with TaskMigratedError; one paused past
+its PrepareCommit finds its transaction completed by the instance that took its tasks,
+commits nothing twice, and rejoins for tasks whose state others moved on meanwhile. The
+output stays exactly once throughout."""
 
 from __future__ import annotations
 
@@ -143,10 +145,15 @@ def task_inputs(tasks: list[str]) -> list[tuple[str, int]]:
 
 
 def consumed(root: str) -> bool:
+    """Whether the group's positions reached the end of the lines and of the repartition
+    topic (two instances may split the split and the count tasks)."""
     admin = TopicAdmin(root)
-    ends = TopicReader(admin).end_offsets(INPUT)
     positions = OffsetsStore(admin).fetch(APP)
-    return all(positions.get((INPUT, p), 0) >= end for p, end in ends.items())
+    for topic in (INPUT, f"{APP}-word-counts-repartition"):
+        ends = TopicReader(admin).end_offsets(topic)
+        if not all(positions.get((topic, p), 0) >= end for p, end in ends.items()):
+            return False
+    return True
 
 
 def assert_exactly_once(root: str, expected: Counter[str]) -> None:
@@ -163,6 +170,39 @@ def assert_exactly_once(root: str, expected: Counter[str]) -> None:
     assert {w: counts[-1] for w, counts in seen.items()} == dict(expected)
     for word, counts in seen.items():
         assert counts == sorted(set(counts)), f"{word}: counts repeat or go back: {counts}"
+
+
+def pause_b_in_a_commit(root: str, tmp_path: Path, stall: str) -> tuple[Instance, Instance, Path]:
+    """Start a and b; once they split the tasks, b stalls at ``stall``
+    (``point:seconds:hit``) and is paused (SIGSTOP: b and its heartbeat thread) until a owns
+    every task and consumed every line. Return a, b (still paused) and b's release file."""
+    release = tmp_path / "release"
+    a = Instance("a", root, tmp_path)
+    b = Instance(
+        "b",
+        root,
+        tmp_path,
+        env={"STREAMS_FAULT_STALL": stall, "STREAMS_FAULT_RELEASE": str(release)},
+    )
+    try:
+        wait_for("a 2-member split", lambda: split_evenly(root, 2), 180, a, b)
+        wait_for("b stalling in a commit", lambda: "fault stall at" in b.text(), 120, a, b)
+        os.kill(b.proc.pid, signal.SIGSTOP)
+        wait_for("a owning every task", lambda: split_evenly(root, 1), 60, a)
+        wait_for("every line", lambda: consumed(root), 90, a)
+    except BaseException:
+        release_and_stop(a, b, release)
+        raise
+    return a, b, release
+
+
+def release_and_stop(a: Instance, b: Instance, release: Path) -> None:
+    """Release and resume a stalled and paused b; stop both."""
+    release.touch()
+    if b.proc.poll() is None:
+        os.kill(b.proc.pid, signal.SIGCONT)
+    a.stop()
+    b.stop()
 
 
 @pytest.fixture
@@ -235,20 +275,8 @@ def test_a_member_paused_past_its_session_cannot_commit(
     root: str, topics: TopicAdmin, tmp_path: Path
 ) -> None:
     expected = produce_lines(topics, 0, 400)
-    release = tmp_path / "release"
-    a = Instance("a", root, tmp_path)
-    b = Instance(
-        "b",
-        root,
-        tmp_path,
-        env={"STREAMS_FAULT_STALL": "before_prepare:120:3", "STREAMS_FAULT_RELEASE": str(release)},
-    )
+    a, b, release = pause_b_in_a_commit(root, tmp_path, "before_prepare:120:3")
     try:
-        wait_for("a 2-member split", lambda: split_evenly(root, 2), 180, a, b)
-        wait_for("b stalling in a commit", lambda: "fault stall at" in b.text(), 120, a, b)
-        os.kill(b.proc.pid, signal.SIGSTOP)  # b and its heartbeat thread are paused
-        wait_for("a owning every task", lambda: split_evenly(root, 1), 60, a)
-        wait_for("every line", lambda: consumed(root), 90, a)
         release.touch()
         os.kill(b.proc.pid, signal.SIGCONT)
         b.proc.wait(timeout=60)
@@ -259,9 +287,29 @@ def test_a_member_paused_past_its_session_cannot_commit(
         expected += produce_lines(topics, 400, 100)
         wait_for("the last lines", lambda: consumed(root), 90, a)
     finally:
+        release_and_stop(a, b, release)
+    assert_exactly_once(root, expected)
+
+
+def test_a_member_paused_past_its_prepare_commit_commits_nothing_twice(
+    root: str, topics: TopicAdmin, tmp_path: Path
+) -> None:
+    """b pauses after PrepareCommit (its transaction decided); a takes every task and
+    completes b's transaction before it reads the group's positions. Resumed, b's commit
+    phase finds every participant holding the transaction (nothing twice, no position moved
+    back), and b, having lost its tasks, rejoins: the tasks it gets back were committed by
+    a meanwhile, so their stores are built again from the changelog."""
+    expected = produce_lines(topics, 0, 400)
+    a, b, release = pause_b_in_a_commit(root, tmp_path, "after_prepare:120:2")
+    try:
+        assert "completed" in a.text() and "decided transaction" in a.text()
         release.touch()
-        if b.proc.poll() is None:
-            os.kill(b.proc.pid, signal.SIGCONT)
-        a.stop()
-        b.stop()
+        os.kill(b.proc.pid, signal.SIGCONT)
+        done = "was completed by another process while this producer was paused"
+        wait_for("b's commit to end", lambda: done in b.text(), 60, a, b)
+        wait_for("b back in the group", lambda: split_evenly(root, 2), 120, a, b)
+        expected += produce_lines(topics, 400, 200)
+        wait_for("the last lines", lambda: consumed(root), 120, a, b)
+    finally:
+        release_and_stop(a, b, release)
     assert_exactly_once(root, expected)

@@ -1,0 +1,93 @@
+"""A full disk stops a stream thread's batches, not the thread.
+
+When ``state.dir`` (or a local storage root) runs out of space, a batch fails where a store
+or a staged file is written: RocksDB refuses the write ("IO error: No space left on
+device"), a file write raises ``ENOSPC``. The batch's transaction is aborted by its commit
+strategy and its tasks are closed dirty by their hosts (a RocksDB store that failed a write
+stays read-only until it is opened again), so nothing of it is committed and the task
+is rebuilt from its committed state at its next batch. Instead of failing the thread, as
+any other error does, the thread says so in one line, waits (2 s, doubling up to 30 s) and
+lets the next batch try again, from the same positions; once a batch commits, it says that
+space came back.
+
+A failure after a transaction's PrepareCommit (a local root full in the commit phase)
+is not absorbed: the producer cannot go on, and the thread fails as before.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import time
+from collections.abc import Sequence
+
+from runtime.txn.producer import ProducerState, TransactionalProducer
+
+log = logging.getLogger(__name__)
+
+NO_SPACE = "No space left on device"
+FIRST_WAIT_S = 2.0
+MAX_WAIT_S = 30.0
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is a full disk."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return True
+        if NO_SPACE in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+class DiskFullBackoff:
+    """Absorbs the batches a full disk fails, waiting longer each time.
+
+    Args:
+        name: the thread's transactional id (for its log lines).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.failures = 0
+
+    def absorbed(
+        self, exc: BaseException, batch_id: int, producers: Sequence[TransactionalProducer]
+    ) -> bool:
+        """Whether batch ``batch_id``'s failure ``exc`` was a full disk to wait out (the
+        thread goes on); False: the thread fails with it."""
+        if not disk_full(exc) or any(p.state is ProducerState.FATAL_ERROR for p in producers):
+            return False
+        wait = min(MAX_WAIT_S, FIRST_WAIT_S * 2**self.failures)
+        self.failures += 1
+        log.warning(
+            "[thread %s] batch %d: the disk is full (%s); the batch was aborted, nothing of it "
+            "committed: trying again in %.0f s (free space in state.dir, or give it more)",
+            self.name,
+            batch_id,
+            _first_line(exc),
+            wait,
+        )
+        time.sleep(wait)
+        return True
+
+    def committed(self, batch_id: int) -> None:
+        """A batch committed: space is back if batches failed for it."""
+        if self.failures:
+            log.warning(
+                "[thread %s] batch %d committed: space is back after %d batches failed on a "
+                "full disk",
+                self.name,
+                batch_id,
+                self.failures,
+            )
+            self.failures = 0
+
+
+def _first_line(exc: BaseException) -> str:
+    text = next((line for line in str(exc).splitlines() if NO_SPACE in line), str(exc))
+    return text.strip()[:300]

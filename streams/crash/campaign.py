@@ -1,0 +1,474 @@
+"""A fault campaign: several instances of a topology under a mix of faults, checked
+exactly once at the end (Jepsen's nemesis, on one machine).
+
+::
+
+    report = run_campaign("examples/wordcount.py", generate=20_000, duration_s=3600,
+                          faults=FAULT_KINDS, instances=2, master="local-cluster[2,1,1024]",
+                          object_store=True)
+    print(report.text())
+
+1. The topics are created on the root (with ``object_store``: a bucket of an S3-compatible
+   server started here, which the instances reach through the fault proxy); the input is
+   fed over the campaign, in order, a slice a second, so the instances always have work.
+2. ``instances`` processes of ``streams-eos run FILE`` (state directories of their own)
+   share the application's tasks through its consumer group. An instance that ends on its
+   own (a fenced zombie, a full disk) is restarted, as a supervisor would, and its end is
+   noted with the fault that caused it.
+3. Every ``interval_s`` one fault is applied (:mod:`streams.crash.nemesis`; the kinds in
+   turn, from a shuffled deck) and healed; its **recovery** is the time from its healing
+   until every instance has committed a transaction again.
+4. Once the faults are over and the input is all fed, the instances catch up, are stopped,
+   and the outputs and stores are compared with the TopologyTestDriver's reference (as the
+   crash test does: :mod:`streams.crash.check`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runtime.storage.fs import register_storage_options
+from streams.crash.check import offsets_lag
+from streams.crash.inputs import CrashTestError, InputRecord
+from streams.crash.instances import Exit, Instance, wait_until
+from streams.crash.nemesis import FAULT_KINDS, Nemesis, mount_small_disk, unmount
+from streams.crash.plan import CrashReport
+from streams.crash.s3proxy import FaultProxy, FaultRule
+from streams.crash.s3server import start_server
+from streams.crash.workspace import Workspace
+
+#: Every recovery must take less than this.
+RECOVERY_LIMIT_S = 60.0
+#: Settings of every instance unless the caller's config sets them: short timeouts, so
+#: that a paused or killed instance's tasks move within seconds.
+CAMPAIGN_DEFAULTS = {
+    "commit.interval.ms": "200",
+    "max.poll.records": "50",
+    "session.timeout.ms": "6000",
+    "heartbeat.interval.ms": "500",
+    "transaction.timeout.ms": "8000",
+    "group.initial.rebalance.delay.ms": "1000",
+}
+#: On an object store (every group heartbeat a few requests through the proxy, and a
+#: faulty one at that) the timeouts are longer, so that a slow answer is not a lost member.
+OBJECT_STORE_DEFAULTS = {
+    "session.timeout.ms": "15000",
+    "heartbeat.interval.ms": "1000",
+    "transaction.timeout.ms": "20000",
+}
+
+
+@dataclass
+class FaultEvent:
+    """One fault: what, where, when (seconds into the campaign), and its recovery."""
+
+    index: int
+    kind: str
+    target: str
+    detail: str
+    at_s: float
+    healed_s: float
+    recovery_s: float | None = None
+    exits: list[str] = field(default_factory=list)
+
+    @property
+    def recovered(self) -> bool:
+        """Whether every instance committed again within the limit."""
+        return self.recovery_s is not None and self.recovery_s < RECOVERY_LIMIT_S
+
+
+@dataclass
+class CampaignReport:
+    """The outcome: the faults, the instances' own ends, and the exactly-once check."""
+
+    check: CrashReport
+    faults: list[FaultEvent]
+    exits: list[Exit]
+    seconds: float
+    instances: int
+    master: str
+    object_store: bool
+    background: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Exactly once, and every fault recovered from within the limit."""
+        return self.check.exactly_once and all(f.recovered for f in self.faults)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when :attr:`ok`, else 1."""
+        return 0 if self.ok else 1
+
+    def table(self) -> list[str]:
+        """One line per fault kind: count, recovered, recovery p50 and max."""
+        lines = [f"{'fault':<16} {'count':>5} {'recovered':>9} {'p50 s':>7} {'max s':>7}"]
+        for kind, events in sorted(_by_kind(self.faults).items()):
+            times = [f.recovery_s for f in events if f.recovery_s is not None]
+            p50 = f"{statistics.median(times):.1f}" if times else "-"
+            top = f"{max(times):.1f}" if times else "-"
+            done = sum(f.recovered for f in events)
+            lines.append(f"{kind:<16} {len(events):>5} {done:>9} {p50:>7} {top:>7}")
+        return lines
+
+    def text(self) -> str:
+        """The human-readable report."""
+        kinds = len({f.kind for f in self.faults})
+        lines = [
+            f"fault campaign: {len(self.faults)} faults of {kinds} kinds in "
+            f"{self.seconds / 60:.1f} min; {self.instances} instances on {self.master}"
+            f"{', root on an object store behind the fault proxy' if self.object_store else ''}",
+            *self.table(),
+        ]
+        if self.background:
+            shown = ", ".join(f"{k} x{v}" for k, v in sorted(self.background.items()))
+            lines.append(f"background storage faults: {shown}")
+        lines += [
+            f"  #{f.index} {f.at_s:7.1f}s {f.kind} on {f.target}: {f.detail}; recovered in "
+            f"{'NOT' if f.recovery_s is None else f'{f.recovery_s:.1f} s'}"
+            + "".join(f"\n      {e}" for e in f.exits)
+            for f in self.faults
+        ]
+        lines.append(f"instances ended on their own and were restarted: {len(self.exits)}")
+        lines.append(self.check.text())
+        verdict = "HELD" if self.ok else "VIOLATED"
+        lines.append(f"campaign {verdict}: exactly-once and every recovery under 60 s")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able data (``--report``)."""
+        data = asdict(self)
+        data["check"] = self.check.to_dict()
+        data["ok"] = self.ok
+        data["table"] = self.table()
+        return data
+
+
+class Campaign(Workspace):
+    """A fault campaign of ``file`` (see the module).
+
+    Args:
+        file, inputs, generate, workdir, config, seed: as for the crash test's workspace.
+        faults: the fault kinds to mix (:data:`~streams.crash.nemesis.FAULT_KINDS`).
+        instances: how many instances share the tasks.
+        master: Spark's master of each instance (``local-cluster[2,1,1024]``); default
+            local mode.
+        object_store: put the root on an S3-compatible server started here, behind the
+            fault proxy (the storage faults need it).
+        storage_faults: a background rate of storage errors (500, 503, resets) through
+            the whole campaign, besides the storage faults of the mix.
+        env: more environment variables of the instances.
+    """
+
+    def __init__(
+        self,
+        file: str | os.PathLike[str],
+        *,
+        faults: Sequence[str],
+        inputs: Sequence[InputRecord] = (),
+        generate: int | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        config: Mapping[str, object] | None = None,
+        seed: int = 0,
+        instances: int = 2,
+        master: str | None = None,
+        object_store: bool = False,
+        storage_faults: float = 0.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        remote = object_store or bool(storage_faults)
+        defaults = {**CAMPAIGN_DEFAULTS, **(OBJECT_STORE_DEFAULTS if remote else {})}
+        settings: dict[str, object] = {**defaults, **(config or {})}
+        self.proxy: FaultProxy | None = None
+        self._server: subprocess.Popen[bytes] | None = None
+        direct: dict[str, str] = {}
+        if remote:
+            self._server, server = start_server()
+            self.proxy = FaultProxy(server.endpoint, seed=seed, timeout_s=10.0).start()
+            direct = server.options()
+            settings["topics.root"] = f"s3://{server.new_bucket()}/root"
+            proxied = {**direct, "AWS_ENDPOINT_URL": self.proxy.endpoint}
+            settings.update({f"storage.options.{k}": v for k, v in proxied.items()})
+        super().__init__(
+            file, inputs=inputs, generate=generate, workdir=workdir, config=settings, seed=seed
+        )
+        if direct:  # the campaign itself reads the store directly, past the proxy
+            register_storage_options(self.root, direct)
+        self.storage_faults = storage_faults
+        self.master = master or "local[2]"
+        self.kinds = list(faults)
+        self.seed = seed
+        env = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", "python"), **(env or {})}
+        if master:
+            env["SPARK_MASTER"] = master
+        overrides = {k: v for k, v in self.overrides.items() if k != "state.dir"}
+        self.instances = [
+            Instance(
+                name,
+                self.file,
+                os.path.join(self.workdir, f"state-{name}"),
+                os.path.join(self.workdir, "logs"),
+                overrides,
+                self.application_id,
+                env,
+            )
+            for name in "abcdefgh"[:instances]
+        ]
+        self.state_dirs = [i.state_dir for i in self.instances]
+        self.exits: list[Exit] = []
+        self._started = time.monotonic()
+        self._stopping = False
+        self._fed = threading.Event()
+        self._rush = threading.Event()
+        self._closed = False
+        #: The faults whose recovery is awaited: index -> (event, sequences at healing).
+        self._watching: dict[int, tuple[FaultEvent, dict[str, int]]] = {}
+        self._watched = 0.0
+
+    def run(
+        self, *, duration_s: float | None = None, count: int | None = None, interval_s: float = 8.0
+    ) -> CampaignReport:
+        """Run the campaign for ``duration_s`` seconds or ``count`` faults; return the
+        report."""
+        if duration_s is None and count is None:
+            raise CrashTestError("a campaign needs a duration or a number of faults")
+        self.setup(produce=False)
+        pause_s = max(self.config.session_timeout_ms, self.config.transaction_timeout_ms) / 1000 + 3
+        nemesis = Nemesis(
+            self.instances,
+            self.proxy,
+            self.fault_points(),
+            pause_s=pause_s,
+            seed=self.seed,
+            tick=self._tick,
+        )
+        cluster = self.master.startswith(("local-cluster", "spark://"))
+        for kind in self.kinds:
+            why = nemesis.possible(kind, cluster)
+            if why is not None:
+                raise CrashTestError(why)
+        if "disk-full" in self.kinds:
+            for instance in self.instances:
+                mount_small_disk(instance.state_dir)
+        background = self._background_faults()
+        # the input lasts as long as the faults (recoveries show as commits)
+        feed_s = duration_s if duration_s is not None else (count or 0) * (interval_s + 40)
+        feeder = threading.Thread(target=self._feed, args=(feed_s,), daemon=True)
+        events: list[FaultEvent] = []
+        try:
+            self._started = time.monotonic()
+            feeder.start()
+            for instance in self.instances:
+                instance.start()
+            self._wait_committing(timeout_s=300)
+            events = self._faults(nemesis, duration_s, count, interval_s)
+            self._rush.set()
+            self._fed.wait()
+            self._drain()
+        finally:
+            self._rush.set()
+            self._stopping = True
+            for instance in self.instances:
+                instance.stop()
+            if self.proxy is not None:
+                for rule in background:
+                    self.proxy.remove(rule)
+        report = self.new_report(kills_planned=0)
+        self.compare(report)
+        self.close()
+        return CampaignReport(
+            report,
+            events,
+            self.exits,
+            round(time.monotonic() - self._started, 1),
+            len(self.instances),
+            self.master,
+            self.proxy is not None,
+            {r.kind: r.hits for r in background},
+        )
+
+    def close(self) -> None:
+        """Stop the proxy and the server; unmount the small disks (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self._server is not None:
+            self._server.terminate()
+            self._server.wait(10)
+        if "disk-full" in self.kinds:
+            for instance in self.instances:
+                unmount(instance.state_dir)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _faults(
+        self, nemesis: Nemesis, duration_s: float | None, count: int | None, interval_s: float
+    ) -> list[FaultEvent]:
+        """Apply faults until the duration or the count is reached, each once the last
+        one recovered (a storage fault and an instance's restart still meet: the proxy's
+        and the instances' own retries overlap)."""
+        rng = random.Random(self.seed + 1)
+        deck: list[str] = []
+        events: list[FaultEvent] = []
+        end = None if duration_s is None else self._started + duration_s
+        while (count is None or len(events) < count) and (end is None or time.monotonic() < end):
+            if not deck:
+                deck = list(self.kinds)
+                rng.shuffle(deck)
+            kind = deck.pop()
+            exits_before = len(self.exits)
+            at = self._now()
+            applied = nemesis.apply(kind)
+            event = FaultEvent(
+                len(events) + 1, kind, applied.target, applied.detail, at, self._now()
+            )
+            event.exits = [
+                f"{e.instance} ended (code {e.code}): {e.reason}" for e in self.exits[exits_before:]
+            ]
+            events.append(event)
+            self._watching[event.index] = (event, self.txn_sequences(committed=True))
+            # the next fault once this one recovered (or certainly did not): each
+            # recovery is its own fault's, not the sum of several
+            wait_until(lambda: self._tick() or not self._watching, 2 * RECOVERY_LIMIT_S + 5)
+            self._sleep(rng.uniform(0.5, 1.5) * interval_s)
+        return events
+
+    def _watch(self) -> None:
+        """Note the recovery of every fault whose instances all committed again since it
+        was healed; give up on one after twice the limit."""
+        if not self._watching or time.monotonic() - self._watched < 1.0:
+            return
+        self._watched = time.monotonic()
+        now, at = self.txn_sequences(committed=True), self._now()
+        for index, (event, base) in list(self._watching.items()):
+            if all(self._committed_since(i, base, now) for i in self.instances):
+                event.recovery_s = round(at - event.healed_s, 1)
+            elif at - event.healed_s <= 2 * RECOVERY_LIMIT_S:
+                continue
+            del self._watching[index]
+
+    def _committed_since(
+        self, instance: Instance, base: Mapping[str, int], now: Mapping[str, int]
+    ) -> bool:
+        pid = instance.process_id()
+        prefix = f"{self.application_id}-{pid}-"
+        return pid is not None and any(
+            tid.startswith(prefix) and seq > base.get(tid, -1) for tid, seq in now.items()
+        )
+
+    def _wait_committing(self, timeout_s: float) -> float | None:
+        """Wait until every instance committed a transaction; return when."""
+
+        def committed() -> bool:
+            self._supervise()
+            now = self.txn_sequences(committed=True)
+            return all(self._committed_since(i, {}, now) for i in self.instances)
+
+        return wait_until(committed, timeout_s, step_s=0.5)
+
+    def _tick(self) -> bool:
+        """Supervise and watch (returns False, for use in conditions)."""
+        self._supervise()
+        self._watch()
+        return False
+
+    def _supervise(self) -> None:
+        """Restart an instance that ended on its own; note how it ended."""
+        for instance in self.instances:
+            code = instance.ended()
+            if code is None or instance.paused or instance.held or self._stopping:
+                continue
+            self.exits.append(Exit(instance.name, self._now(), code, instance.last_error()))
+            instance.kill()  # what its driver left behind
+            instance.start()
+
+    def _drain(self) -> None:
+        """Let the instances process everything; raise when they cannot within 15 min."""
+        sources = sorted(self.plan.sources)
+
+        def caught_up() -> bool:
+            self._tick()
+            return not offsets_lag(self.admin, self.application_id, sources)
+
+        done = wait_until(caught_up, 900, step_s=1.0)
+        self._stopping = True
+        if done is None:
+            lag = offsets_lag(self.admin, self.application_id, sources)
+            raise CrashTestError(f"the instances did not catch up within 15 min: {lag}")
+
+    def _feed(self, seconds: float) -> None:
+        """Produce the input in order, in slices spread over ``seconds``; the rest at once
+        when the faults are over (:attr:`_rush`)."""
+        records = self.records
+        slices = max(1, int(seconds))
+        size = -(-len(records) // slices)
+        try:
+            for start in range(0, len(records), size):
+                self.produce(records[start : start + size])
+                if not self._rush.is_set():  # not _sleep: the main thread supervises
+                    self._rush.wait(seconds / slices)
+        finally:
+            self._fed.set()
+
+    def _background_faults(self) -> list[FaultRule]:
+        if self.proxy is None or not self.storage_faults:
+            return []
+        rate = self.storage_faults / 3
+        kinds = ("500", "503", "reset")
+        return [self.proxy.add(FaultRule(k, rate=rate)) for k in kinds]  # type: ignore[arg-type]
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self._tick()
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+    def _now(self) -> float:
+        return round(time.monotonic() - self._started, 1)
+
+
+def _by_kind(events: Sequence[FaultEvent]) -> dict[str, list[FaultEvent]]:
+    out: dict[str, list[FaultEvent]] = {}
+    for event in events:
+        out.setdefault(event.kind, []).append(event)
+    return out
+
+
+def kinds_of(spec: str) -> list[str]:
+    """The fault kinds of a ``--faults`` plan: ``all``, or kinds separated by commas,
+    each optionally weighted (``kill:2,pause``: kills twice as often).
+
+    Raises:
+        CrashTestError: an unknown kind or a bad weight.
+    """
+    if spec.strip() == "all":
+        return list(FAULT_KINDS)
+    kinds: list[str] = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        kind, _, weight = part.partition(":")
+        if kind not in FAULT_KINDS:
+            raise CrashTestError(
+                f"--faults: unknown kind {kind!r}; one of {', '.join(FAULT_KINDS)}"
+            )
+        if weight and not weight.isdigit():
+            raise CrashTestError(f"--faults {part!r}: the weight must be a whole number")
+        kinds += [kind] * int(weight or 1)
+    if not kinds:
+        raise CrashTestError("--faults: no fault kind given")
+    return kinds
+
+
+def fault_counts(report: CampaignReport) -> Counter[str]:
+    """How many faults of each kind the campaign applied."""
+    return Counter(f.kind for f in report.faults)

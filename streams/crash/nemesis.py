@@ -1,0 +1,235 @@
+"""The faults of a campaign (:mod:`streams.crash.campaign`), one kind at a time.
+
+Instance faults hit one instance (all its processes: driver, JVMs, workers):
+
+* ``kill``: SIGKILL, restarted 1 to 3 s later;
+* ``fault-point``: restarted with a fault point of the commit protocol armed
+  (:mod:`runtime.txn.faults`): it kills itself there, and is restarted clean;
+* ``pause``: SIGSTOP past ``session.timeout.ms`` and ``transaction.timeout.ms`` (another
+  instance takes its tasks), then SIGCONT: a zombie that wakes up mid-batch or mid-commit;
+* ``executor``: SIGKILL one of its executor JVMs (``local-cluster`` masters only);
+* ``python-worker``: SIGKILL one of its Python workers or task hosts;
+* ``disk-full``: its ``state.dir`` (a small filesystem of its own) is filled to the last
+  byte for a while, then emptied again.
+
+Storage faults hit every instance at once, through the fault proxy in front of the object
+store (:mod:`streams.crash.s3proxy`), for a while:
+
+* ``storage-errors``: 500 InternalError and 503 SlowDown answers;
+* ``storage-resets``: connections reset, and requests left unanswered until they time out;
+* ``lost-answers``: conditional writes that took effect, whose answers are lost (the
+  ambiguous commit);
+* ``storage-latency``: slow answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from streams.crash.inputs import CrashTestError
+from streams.crash.instances import Instance
+from streams.crash.s3proxy import FaultProxy, FaultRule
+
+INSTANCE_KINDS = ("kill", "fault-point", "pause", "executor", "python-worker", "disk-full")
+STORAGE_KINDS = ("storage-errors", "storage-resets", "lost-answers", "storage-latency")
+FAULT_KINDS = INSTANCE_KINDS + STORAGE_KINDS
+#: How long a storage fault or a full disk lasts.
+SPAN_S = 8.0
+#: The size of each instance's state directory filesystem, with ``disk-full``.
+DISK_MB = 512
+_CHUNK = b"\0" * (1 << 20)
+
+
+@dataclass
+class Applied:
+    """What applying one fault did: which instance (or ``storage``), in detail."""
+
+    target: str
+    detail: str
+
+
+class Nemesis:
+    """Applies faults to the campaign's instances and storage.
+
+    Args:
+        instances: the campaign's instances.
+        proxy: the fault proxy in front of the object store (None: a local root).
+        points: the fault points of the application's commits.
+        pause_s: how long a pause lasts (past the session and transaction timeouts).
+        seed: the random seed.
+        tick: called while a fault lasts (the campaign supervises its instances).
+    """
+
+    def __init__(
+        self,
+        instances: Sequence[Instance],
+        proxy: FaultProxy | None,
+        points: Sequence[str],
+        *,
+        pause_s: float,
+        seed: int,
+        tick: Callable[[], object],
+    ) -> None:
+        self.instances = list(instances)
+        self.proxy = proxy
+        self.points = list(points)
+        self.pause_s = pause_s
+        self.rng = random.Random(seed)
+        self.tick = tick
+
+    def possible(self, kind: str, cluster: bool) -> str | None:
+        """Why ``kind`` cannot be applied in this campaign (None: it can)."""
+        if kind not in FAULT_KINDS:
+            return f"unknown fault kind {kind!r}: one of {', '.join(FAULT_KINDS)}"
+        if kind in STORAGE_KINDS and self.proxy is None:
+            return f"{kind} needs the root on an object store behind the fault proxy"
+        if kind == "executor" and not cluster:
+            return "executor faults need a cluster master (--master local-cluster[2,1,1024])"
+        if kind == "pause" and len(self.instances) < 2:
+            return "a pause needs another instance to take the paused one's tasks"
+        if kind == "disk-full" and os.geteuid() != 0:
+            return (
+                "disk-full faults mount a small filesystem on each instance's state.dir: run "
+                "as root, or as 'unshare -Urm streams-eos crashtest ...'"
+            )
+        return None
+
+    def apply(self, kind: str) -> Applied:
+        """Apply one fault of ``kind`` and heal it (blocking for its span)."""
+        if kind in STORAGE_KINDS:
+            return Applied("storage", self._storage(kind))
+        target = self.rng.choice([i for i in self.instances if i.alive()] or self.instances)
+        return Applied(target.name, getattr(self, "_" + kind.replace("-", "_"))(target))
+
+    # -- instance faults -------------------------------------------------------------------
+
+    def _kill(self, target: Instance) -> str:
+        target.held = True
+        try:
+            target.kill()
+            down = self.rng.uniform(1.0, 3.0)
+            self._wait(down)
+            target.start()
+        finally:
+            target.held = False
+        return f"SIGKILL, restarted after {down:.1f} s"
+
+    def _fault_point(self, target: Instance) -> str:
+        point, hit = self.rng.choice(self.points), self.rng.randint(1, 3)
+        target.held = True
+        try:
+            target.kill()
+            target.start({"STREAMS_FAULT_POINT": point, "STREAMS_FAULT_HIT": str(hit)})
+            deadline = time.monotonic() + 60
+            while target.alive() and time.monotonic() < deadline:
+                self._wait(0.2)
+            reached = target.ended() == -signal.SIGKILL
+            target.kill()
+            target.start()
+        finally:
+            target.held = False
+        return f"{point}#{hit} {'reached' if reached else 'not reached in 60 s'}, restarted"
+
+    def _pause(self, target: Instance) -> str:
+        target.pause()
+        self._wait(self.pause_s)
+        target.resume()
+        return f"SIGSTOP for {self.pause_s:.0f} s, then SIGCONT"
+
+    def _executor(self, target: Instance) -> str:
+        executor = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+        return self._kill_one(target.pids("java", executor), "executor JVM")
+
+    def _python_worker(self, target: Instance) -> str:
+        deadline = time.monotonic() + 60  # a restarted instance starts its workers late
+        while not (workers := target.pids("python", "runtime.spark.worker_daemon")):
+            if time.monotonic() > deadline:
+                break
+            self._wait(0.5)
+        return self._kill_one(workers, "Python worker or task host")
+
+    def _kill_one(self, pids: list[int], what: str) -> str:
+        if not pids:
+            return f"no {what} running"
+        pid = self.rng.choice(pids)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return f"SIGKILL of {what} {pid} (of {len(pids)})"
+
+    def _disk_full(self, target: Instance) -> str:
+        filler = os.path.join(target.state_dir, ".filler")
+        written = fill(filler)
+        self._wait(SPAN_S)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(filler)
+        return f"state.dir full ({written >> 20} MiB written to fill it) for {SPAN_S:.0f} s"
+
+    # -- storage faults ----------------------------------------------------------------------
+
+    def _storage(self, kind: str) -> str:
+        assert self.proxy is not None
+        rules = {
+            "storage-errors": [FaultRule("500", rate=0.1), FaultRule("503", rate=0.15)],
+            "storage-resets": [FaultRule("reset", rate=0.1), FaultRule("timeout", rate=0.02)],
+            "lost-answers": [FaultRule("lose-answer", rate=0.3, conditional=True)],
+            "storage-latency": [FaultRule("latency", rate=0.5, latency_ms=300)],
+        }[kind]
+        added = [self.proxy.add(rule) for rule in rules]
+        self._wait(SPAN_S)
+        for rule in added:
+            self.proxy.remove(rule)
+        hits = ", ".join(f"{r.kind} x{r.hits}" for r in added)
+        return f"{SPAN_S:.0f} s of {hits}"
+
+    def _wait(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.tick()
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def fill(path: str) -> int:
+    """Write zeros to ``path`` until its filesystem is full; return the bytes written."""
+    written = 0
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(_CHUNK)
+                written += len(_CHUNK)
+                f.flush()
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+        with contextlib.suppress(OSError):  # the last partial chunk
+            os.fsync(f.fileno())
+    return written
+
+
+def mount_small_disk(path: str, megabytes: int = DISK_MB) -> None:
+    """Mount a ``megabytes`` tmpfs on ``path`` (root, or a user namespace's root).
+
+    Raises:
+        CrashTestError: the mount failed.
+    """
+    os.makedirs(path, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", path],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise CrashTestError(f"cannot mount a small filesystem on {path}: {done.stderr.strip()}")
+
+
+def unmount(path: str) -> None:
+    """Unmount what :func:`mount_small_disk` mounted (lazily: a process may hold it)."""
+    subprocess.run(["umount", "-l", path], capture_output=True, check=False)

@@ -1,0 +1,102 @@
+"""A full state directory: batches stop, the thread waits, and goes on once space returns.
+
+The state directory is a small filesystem of its own (mounting one needs root), filled to
+the last byte while records arrive; the word count's batches fail where their stores
+write, are aborted and tried again; once the filler is deleted they commit, and the counts
+are exactly the driver's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from runtime.app.app import StreamsApp
+from runtime.storage.topics import TopicAdmin
+from runtime.thread.disk_full import NO_SPACE, disk_full
+from runtime.txn.offsets import OffsetsStore
+from streams.crash.nemesis import fill, mount_small_disk, unmount
+from tests.runtime.spark.test_app import (
+    load_example,
+    output_counts,
+    produce_lines,
+    reference_counts,
+)
+
+
+def test_what_counts_as_a_full_disk() -> None:
+    assert disk_full(OSError(28, "No space left on device"))
+    wrapped = RuntimeError("the batch's Spark job failed")
+    wrapped.__cause__ = Exception(f"IO error: {NO_SPACE}: While appending to file: 000004.log")
+    assert disk_full(wrapped)
+    assert not disk_full(OSError(13, "Permission denied"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small filesystem needs root")
+def test_a_full_state_dir_stops_the_batches_until_space_returns(
+    spark: SparkSession,
+    admin: TopicAdmin,
+    root: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    example = load_example("wordcount")
+    lines = example.generate(600)
+    admin.create(example.INPUT, 2)
+    admin.create(example.OUTPUT, 2)
+    state = tmp_path / "state"
+    mount_small_disk(str(state), 64)
+    config: dict[str, Any] = {
+        **example.CONFIG,
+        "topics.root": root,
+        "state.dir": str(state),
+        "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,
+        "max.poll.records": 50,
+        "statestore.cache.max.bytes": 0,
+    }
+    app = StreamsApp(example.build_topology(), config, spark=spark)
+    positions = OffsetsStore(admin)
+
+    def consumed(n: int) -> bool:
+        return sum(v for (t, _), v in positions.fetch(app.application_id).items()
+                   if t == example.INPUT) >= n  # fmt: skip
+
+    try:
+        produce_lines(admin, example.INPUT, lines[:200])
+        app.start()
+        deadline = time.monotonic() + 120
+        while not consumed(200) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert consumed(200)
+        filler = state / ".filler"
+        with caplog.at_level(logging.WARNING, logger="runtime.thread.disk_full"):
+            assert fill(str(filler)) > 0
+            produce_lines(admin, example.INPUT, lines[200:])
+            deadline = time.monotonic() + 120
+            while "the disk is full" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert "the disk is full" in caplog.text, "no batch failed on the full disk"
+            assert not consumed(600)  # nothing of the failed batches committed
+            os.remove(filler)
+            deadline = time.monotonic() + 120
+            while not consumed(600) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert consumed(600)
+            assert "space is back" in caplog.text
+    finally:
+        app.close()
+        unmount(str(state))
+    latest, records = output_counts(root, example.OUTPUT)
+    assert latest == reference_counts(example, lines)
+    per_word: dict[str, list[int]] = {}
+    for word, count in records:
+        per_word.setdefault(word, []).append(count)
+    for word, counts in per_word.items():
+        assert counts == sorted(set(counts)), f"{word}: a count repeats or goes back: {counts}"
