@@ -50,7 +50,7 @@ chaos: $(STAMP)
 	mkdir -p .chaos
 	PATH="$(CURDIR)/$(BIN):$$PATH" JDK_JAVA_OPTIONS=-XX:TieredStopAtLevel=1 \
 		$(BIN)/streams-eos crashtest examples/wordcount.py \
-		--generate 200000 --faults $(CHAOS_FAULTS) --instances 2 --master 'local-cluster[1,1,1024]' \
+		--generate 20000 --faults $(CHAOS_FAULTS) --instances 2 --master 'local-cluster[1,1,1024]' \
 		--object-store --duration $(CHAOS_SECONDS) --interval 1 \
 		--workdir .chaos/run-$$(date +%Y%m%d-%H%M%S) --report .chaos/report.json
 

@@ -17,7 +17,11 @@ cap on the records read per partition:
   the square root of how far below the target it ended; cut in proportion after a slow
   one, whether it was full or not (a batch slow only because it opened or restored its
   stores costs a few smaller batches);
-* it never exceeds ``max.poll.records`` and never falls below one record.
+* it never exceeds ``max.poll.records`` and never falls below one record;
+* a batch's time is measured without its commit (the stream thread's ``seconds``): a
+  commit costs what the store costs per table, whatever the records, and on a slow
+  object store counting it would shrink the batches to a record each while the
+  commits stayed as slow.
 
 So a batch ends well inside its deadline whatever the data; with Kafka's defaults nothing
 changes, and a large ``max.poll.records`` is reached in a few growing batches from 1,000.

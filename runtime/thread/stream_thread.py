@@ -335,7 +335,9 @@ class StreamThread:
         """Tell the batch's figures; size the next batch; wake up for what is left."""
         self.batch_times.append(seconds)
         self.batches += 1
-        self.liveness.measured(self.reads, seconds)
+        # the commit's time is the store's, not the records': sizing by it, a slow object
+        # store would cut batches to a record each
+        self.liveness.measured(self.reads, seconds - (self._commit_seconds or 0.0))
         self.reporter.batch_done(
             batch_id,
             self.batches,

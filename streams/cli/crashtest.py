@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from common.errors import ConfigError
 from streams.cli import COMMANDS
 from streams.cli.progress import ProgressBar
-from streams.crash.campaign import Campaign, kinds_of
+from streams.crash.campaign import Campaign, FaultEvent, kinds_of
 from streams.crash.harness import crashtest
 from streams.crash.inputs import InputRecord, load_jsonl
 from streams.crash.nemesis import FAULT_KINDS
@@ -203,6 +204,7 @@ def _campaign(
             duration_s=args.duration,
             count=None if args.duration else args.kills,
             interval_s=args.interval,
+            on_fault=_tell,
         )
     finally:
         campaign.close()
@@ -211,3 +213,14 @@ def _campaign(
             json.dump(report.to_dict(), f, indent=2, sort_keys=True)
     print(report.text())
     return report.exit_code
+
+
+def _tell(event: FaultEvent) -> None:
+    """One line per fault on stderr, as the campaign goes."""
+    recovered = "NOT" if event.recovery_s is None else f"{event.recovery_s:.1f} s"
+    print(
+        f"fault #{event.index} at {event.at_s:.0f} s: {event.kind} on {event.target} "
+        f"({event.detail}); recovered in {recovered}",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -32,7 +32,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -59,11 +59,15 @@ CAMPAIGN_DEFAULTS = {
     "group.initial.rebalance.delay.ms": "1000",
 }
 #: On an object store (every group heartbeat a few requests through the proxy, and a
-#: faulty one at that) the timeouts are longer, so that a slow answer is not a lost member.
+#: faulty one at that) the timeouts are longer, so that a slow answer is not a lost member,
+#: the log ends are checked less often, and a batch reads more (its commits take seconds).
 OBJECT_STORE_DEFAULTS = {
     "session.timeout.ms": "15000",
-    "heartbeat.interval.ms": "1000",
+    "heartbeat.interval.ms": "3000",
     "transaction.timeout.ms": "20000",
+    "poll.ms": "2000",
+    "max.poll.records": "500",
+    "log.cleaner.backoff.ms": "30000",
 }
 
 
@@ -233,12 +237,19 @@ class Campaign(Workspace):
         #: The faults whose recovery is awaited: index -> (event, sequences at healing).
         self._watching: dict[int, tuple[FaultEvent, dict[str, int]]] = {}
         self._watched = 0.0
+        self._on_fault: Callable[[FaultEvent], None] | None = None
 
     def run(
-        self, *, duration_s: float | None = None, count: int | None = None, interval_s: float = 8.0
+        self,
+        *,
+        duration_s: float | None = None,
+        count: int | None = None,
+        interval_s: float = 8.0,
+        on_fault: Callable[[FaultEvent], None] | None = None,
     ) -> CampaignReport:
         """Run the campaign for ``duration_s`` seconds or ``count`` faults; return the
-        report."""
+        report. ``on_fault`` is told each fault once its recovery is known."""
+        self._on_fault = on_fault
         if duration_s is None and count is None:
             raise CrashTestError("a campaign needs a duration or a number of faults")
         self.setup(produce=False)
@@ -347,7 +358,7 @@ class Campaign(Workspace):
     def _watch(self) -> None:
         """Note the recovery of every fault whose instances all committed again since it
         was healed; give up on one after twice the limit."""
-        if not self._watching or time.monotonic() - self._watched < 1.0:
+        if not self._watching or time.monotonic() - self._watched < 2.0:
             return
         self._watched = time.monotonic()
         now, at = self.txn_sequences(committed=True), self._now()
@@ -357,6 +368,8 @@ class Campaign(Workspace):
             elif at - event.healed_s <= 2 * RECOVERY_LIMIT_S:
                 continue
             del self._watching[index]
+            if self._on_fault is not None:
+                self._on_fault(event)
 
     def _committed_since(
         self, instance: Instance, base: Mapping[str, int], now: Mapping[str, int]
@@ -375,7 +388,7 @@ class Campaign(Workspace):
             now = self.txn_sequences(committed=True)
             return all(self._committed_since(i, {}, now) for i in self.instances)
 
-        return wait_until(committed, timeout_s, step_s=0.5)
+        return wait_until(committed, timeout_s, step_s=1.0)
 
     def _tick(self) -> bool:
         """Supervise and watch (returns False, for use in conditions)."""
@@ -401,7 +414,7 @@ class Campaign(Workspace):
             self._tick()
             return not offsets_lag(self.admin, self.application_id, sources)
 
-        done = wait_until(caught_up, 900, step_s=1.0)
+        done = wait_until(caught_up, 900, step_s=2.0)
         self._stopping = True
         if done is None:
             lag = offsets_lag(self.admin, self.application_id, sources)

@@ -62,7 +62,7 @@ def start_server(timeout_s: float = 30.0) -> tuple[subprocess.Popen[bytes], S3Se
     """Start moto's server; return its process and address once it answers."""
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "streams.crash.s3serve", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -70,7 +70,7 @@ def start_server(timeout_s: float = 30.0) -> tuple[subprocess.Popen[bytes], S3Se
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
+            with urllib.request.urlopen(f"{endpoint}/", timeout=1):  # ListBuckets
                 return process, S3Server(endpoint)
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:

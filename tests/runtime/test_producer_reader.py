@@ -23,6 +23,8 @@ from runtime.storage.producer import ROW_GROUP_SIZE, Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.records import TABLE_SCHEMA
 from runtime.storage.topics import TopicAdmin
+from runtime.txn.coordinator import TransactionCoordinator
+from runtime.txn.producer import TransactionalProducer
 
 
 def offsets_of(reader: TopicReader, topic: str, partition: int) -> list[int]:
@@ -346,3 +348,32 @@ def test_failed_file_write_leaves_no_partial_batch(
         producer.flush()
     assert _data_files(admin, "t") == []
     assert reader.end_offsets("t") == {0: 0, 1: 0, 2: 0, 3: 0}
+
+
+def test_the_index_knows_each_transactions_commit_through_its_snapshots(
+    admin: TopicAdmin, root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a transaction's commit landed is a look-up in the offset index, kept in its
+    snapshots; a snapshot written before the index kept transactions knows only those
+    after it (the committer then asks the Delta log)."""
+    monkeypatch.setattr(topic_log, "SNAPSHOT_EVERY", 3)
+    admin.create("t", 1)
+    for seq in range(1, 5):
+        producer = TransactionalProducer(admin, f"app-{seq % 2}")
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("t", b"k", b"%d" % seq)
+        producer.commit_transaction()
+        producer.close()
+    index = TopicReader(root).index("t")
+    assert index.txns_from == -1
+    coordinator = TransactionCoordinator(admin)
+    for tid in ("app-0", "app-1"):
+        snap = coordinator.load(tid)
+        assert snap is not None and index.txn_committed(tid) == snap.meta.txn_sequence > 0
+    assert index.txn_committed("app-2") is None
+    snapshot = index.to_json()
+    assert OffsetIndex.from_json(snapshot).txns == index.txns
+    del snapshot["txns"], snapshot["txns_from"]  # as written before
+    old = OffsetIndex.from_json(snapshot)
+    assert old.txns == {} and old.txns_from == index.version
