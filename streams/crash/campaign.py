@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runtime.storage.fs import register_storage_options
+from runtime.txn.coordinator import TransactionCoordinator
+from runtime.txn.state import TransactionState
 from streams.crash.check import offsets_lag
 from streams.crash.inputs import CrashTestError, InputRecord
 from streams.crash.instances import Exit, Instance, wait_until
@@ -238,6 +240,8 @@ class Campaign(Workspace):
         self._watching: dict[int, tuple[FaultEvent, dict[str, int]]] = {}
         self._watched = 0.0
         self._on_fault: Callable[[FaultEvent], None] | None = None
+        #: The newest committed transaction seen of each transactional id (monotonic).
+        self._seen: dict[str, int] = {}
 
     def run(
         self,
@@ -348,7 +352,7 @@ class Campaign(Workspace):
                 f"{e.instance} ended (code {e.code}): {e.reason}" for e in self.exits[exits_before:]
             ]
             events.append(event)
-            self._watching[event.index] = (event, self.txn_sequences(committed=True))
+            self._watching[event.index] = (event, self._decided())
             # the next fault once this one recovered (or certainly did not): each
             # recovery is its own fault's, not the sum of several
             wait_until(lambda: self._tick() or not self._watching, 2 * RECOVERY_LIMIT_S + 5)
@@ -361,7 +365,7 @@ class Campaign(Workspace):
         if not self._watching or time.monotonic() - self._watched < 2.0:
             return
         self._watched = time.monotonic()
-        now, at = self.txn_sequences(committed=True), self._now()
+        now, at = self._decided(), self._now()
         for index, (event, base) in list(self._watching.items()):
             if all(self._committed_since(i, base, now) for i in self.instances):
                 event.recovery_s = round(at - event.healed_s, 1)
@@ -370,6 +374,18 @@ class Campaign(Workspace):
             del self._watching[index]
             if self._on_fault is not None:
                 self._on_fault(event)
+
+    def _decided(self) -> dict[str, int]:
+        """The newest transaction of each transactional id known to be committed: in
+        PrepareCommit (decided) or CompleteCommit now, or seen so before. Polled every
+        few seconds, a thread whose batches run back to back is mostly seen Ongoing; its
+        seconds-long commit phase on an object store, or the moment after, is what shows."""
+        coordinator = TransactionCoordinator(self.admin)
+        for meta in coordinator.list():
+            if meta.state in (TransactionState.PREPARE_COMMIT, TransactionState.COMPLETE_COMMIT):
+                tid = meta.transactional_id
+                self._seen[tid] = max(meta.txn_sequence, self._seen.get(tid, -1))
+        return dict(self._seen)
 
     def _committed_since(
         self, instance: Instance, base: Mapping[str, int], now: Mapping[str, int]
@@ -385,7 +401,7 @@ class Campaign(Workspace):
 
         def committed() -> bool:
             self._supervise()
-            now = self.txn_sequences(committed=True)
+            now = self._decided()
             return all(self._committed_since(i, {}, now) for i in self.instances)
 
         return wait_until(committed, timeout_s, step_s=1.0)

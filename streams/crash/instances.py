@@ -92,18 +92,18 @@ class Instance:
         """SIGKILL the whole instance (driver, JVMs, workers) and wait for it."""
         if self.popen is None:
             return
-        self._signal(signal.SIGKILL)
+        self._signal_tree(signal.SIGKILL)
         self.popen.wait()
         self.paused = False
 
     def pause(self) -> None:
         """Stop every process of the instance (SIGSTOP): a frozen machine."""
-        self._signal(signal.SIGSTOP)
+        self._signal_tree(signal.SIGSTOP)
         self.paused = True
 
     def resume(self) -> None:
         """Let a paused instance go on (SIGCONT)."""
-        self._signal(signal.SIGCONT)
+        self._signal_tree(signal.SIGCONT)
         self.paused = False
 
     def stop(self, timeout_s: float = 90.0) -> int | None:
@@ -119,26 +119,39 @@ class Instance:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(timeout_s)
         code = self.popen.poll()
-        self._signal(signal.SIGKILL)  # what the driver left behind (its JVM, workers)
+        self._signal_tree(signal.SIGKILL)  # what the driver left behind (JVMs, workers)
         self.popen.wait()
         return code
 
     def pids(self, program: str, argument: str) -> list[int]:
         """The processes of the instance running ``program`` (the end of its first
         argument: ``java``, ``python``) with ``argument`` among its arguments."""
+        return sorted(
+            pid
+            for pid, argv in self._tree().items()
+            if os.path.basename(argv[0]).startswith(program) and argument in argv[1:]
+        )
+
+    def _tree(self) -> dict[int, list[str]]:
+        """Every process of the instance and its command line: its process group's and
+        their descendants (Spark's Python worker daemon makes a group of its own)."""
         if self.popen is None:
-            return []
-        found = []
+            return {}
+        table: dict[int, tuple[int, list[str]]] = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
-            with contextlib.suppress(OSError, ValueError):
-                if os.getpgid(int(entry.name)) != self.popen.pid:
-                    continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
                 argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-                if os.path.basename(argv[0]).startswith(program) and argument in argv[1:]:
-                    found.append(int(entry.name))
-        return sorted(found)
+                if os.getpgid(int(entry.name)) == self.popen.pid:
+                    ppid = self.popen.pid  # in the group: counts as the instance's
+                table[int(entry.name)] = (ppid, argv)
+        mine = {self.popen.pid}
+        while more := {pid for pid, (ppid, _) in table.items() if ppid in mine} - mine:
+            mine |= more
+        return {pid: table[pid][1] for pid in mine if pid in table}
 
     def process_id(self) -> str | None:
         """Its process id (its transactional ids' middle part), once it started once."""
@@ -157,6 +170,13 @@ class Instance:
             return ""
         errors = [line for line in lines if line.startswith("error:")]
         return (errors or lines or [""])[-1][:400]
+
+    def _signal_tree(self, sig: int) -> None:
+        """Signal the group and every descendant (the worker daemons, outside it)."""
+        for pid in self._tree():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        self._signal(sig)
 
     def _signal(self, sig: int) -> None:
         if self.popen is not None:
