@@ -437,16 +437,22 @@ class Campaign(Workspace):
             raise CrashTestError(f"the instances did not catch up within 15 min: {lag}")
 
     def _feed(self, seconds: float) -> None:
-        """Produce the input in order, in slices spread over ``seconds``; the rest at once
-        when the faults are over (:attr:`_rush`)."""
+        """Produce the input in order, spread over ``seconds``: every second, what is due
+        by then (a produce on a slow store takes its time without falling behind); the
+        rest at once when the faults are over (:attr:`_rush`)."""
         records = self.records
-        slices = max(1, int(seconds))
-        size = -(-len(records) // slices)
+        started, done = time.monotonic(), 0
         try:
-            for start in range(0, len(records), size):
-                self.produce(records[start : start + size])
-                if not self._rush.is_set():  # not _sleep: the main thread supervises
-                    self._rush.wait(seconds / slices)
+            while done < len(records):
+                due = len(records)
+                if not self._rush.is_set():
+                    elapsed = time.monotonic() - started
+                    due = min(len(records), int(len(records) * elapsed / max(seconds, 1.0)) + 1)
+                if due > done:
+                    self.produce(records[done:due])
+                    done = due
+                if done < len(records):
+                    self._rush.wait(1.0)  # not _sleep: the main thread supervises
         finally:
             self._fed.set()
 
