@@ -27,7 +27,8 @@ from typing import Any
 from common.errors import ConfigError
 from streams.cli import COMMANDS
 from streams.cli.progress import ProgressBar
-from streams.crash.campaign import Campaign, FaultEvent, kinds_of
+from streams.crash.campaign import Campaign
+from streams.crash.campaign_report import FaultEvent, kinds_of
 from streams.crash.harness import crashtest
 from streams.crash.inputs import InputRecord, load_jsonl
 from streams.crash.nemesis import FAULT_KINDS

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.crash.campaign import RECOVERY_LIMIT_S, CampaignReport, FaultEvent, kinds_of
+from streams.crash.campaign_report import RECOVERY_LIMIT_S, CampaignReport, FaultEvent, kinds_of
 from streams.crash.inputs import CrashTestError
 from streams.crash.instances import Exit
 from streams.crash.nemesis import FAULT_KINDS, Nemesis, fill, mount_small_disk, unmount
