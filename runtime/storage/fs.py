@@ -95,6 +95,7 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     # the AWS SDK's standard retries (5xx, SlowDown, resets) with more attempts than its 3:
     # an object store's bad minute should cost a batch time, not the application
     kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS)
+    kwargs["allow_delayed_open"] = True
     return pafs.S3FileSystem(**kwargs), f"{parts.netloc}{parts.path}"
 
 
@@ -203,11 +204,11 @@ class StorageRoot:
         single PUT visible at once.
         """
         try:
-            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            if not self.is_local:
+            if not self.is_local:  # no directories to create: see _open_output
                 with self.fs.open_output_stream(path, compression=None) as out:
                     out.write(data)
                 return
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
             tmp = f"{path}.{uuid.uuid4().hex}.tmp"
             with open(tmp, "wb") as out:
                 out.write(data)
@@ -263,7 +264,9 @@ class StorageRoot:
     def _open_output(self, path: str) -> pafs.NativeFile:
         parent = path.rsplit("/", 1)[0]
         if not self.is_local:
-            self.fs.create_dir(parent, recursive=True)
+            # an object store has no directories: a key's prefixes are seen as directories
+            # once it exists, and the marker objects a create_dir would PUT (one per level,
+            # after a HEAD of the bucket) cost a dozen requests per commit for nothing
             return self.fs.open_output_stream(path, compression=None)
         try:  # a local directory usually exists: no mkdir for every file
             return self.fs.open_output_stream(path, compression=None)

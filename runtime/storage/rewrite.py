@@ -134,7 +134,7 @@ def commit(admin: TopicAdmin, rewrite: Rewrite, *, timeout_ms: int = 60_000) -> 
         CommitTimeoutError: other writers kept winning past ``timeout_ms`` (aborted).
         CommitOutcomeUnknownError: a failed commit's outcome could not be read.
     """
-    committer = TopicCommitter(admin, rewrite.topic)
+    committer = admin.kept(rewrite.topic, "rewrites", lambda: TopicCommitter(admin, rewrite.topic))
     deadline = time.monotonic() + timeout_ms / 1000
     attempt = 0
     while True:

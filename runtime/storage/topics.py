@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
@@ -34,6 +36,8 @@ from runtime.storage.records import TABLE_SCHEMA
 from runtime.storage.topic_log import TopicLog
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 TOPICS_DIR = "topics"
 TOPIC_CONFIG_PREFIX = "streams.topic."
@@ -172,6 +176,24 @@ class TopicAdmin:
         self._logs: dict[str, TopicLog] = {}
         #: Files this process's readers planned and have not read yet (never vacuumed).
         self.leases = FileLeases()
+        self._local = threading.local()
+        #: Bumped when a topic is deleted here: a handle kept of the old table is dropped.
+        self._generations: dict[str, int] = {}
+
+    def kept(self, topic: str, kind: str, make: Callable[[], _T]) -> _T:
+        """This thread's object of ``kind`` for ``topic``, made by ``make`` once and kept
+        (until the topic is deleted here): Delta table handles, which a new open builds from
+        the last Delta checkpoint and every log entry since (up to 99 reads), and a kept one
+        brings up to date by reading only the new entries. Per thread: a handle is not
+        shared between threads."""
+        kept: dict[tuple[str, str, int], object] | None = getattr(self._local, "kept", None)
+        if kept is None:
+            kept = self._local.kept = {}
+        key = (topic, kind, self._generations.get(topic, 0))
+        found = kept.get(key)
+        if found is None:
+            found = kept[key] = make()
+        return found  # type: ignore[return-value]
 
     def table_path(self, topic: str) -> str:
         """Return the filesystem path of a topic's table."""
@@ -339,6 +361,7 @@ class TopicAdmin:
             raise UnknownTopicError(f"topic {topic!r} does not exist under {self.root.uri}")
         self.root.delete_dir(self.table_path(topic))
         self._logs.pop(topic, None)
+        self._generations[topic] = self._generations.get(topic, 0) + 1
         log.info("deleted topic=%s", topic)
 
     def _table(self, topic: str) -> DeltaTable:
@@ -347,10 +370,16 @@ class TopicAdmin:
                 f"topic {topic!r} does not exist under {self.root.uri}; create it with "
                 "'streams-eos topics --create'"
             )
+        uri = self.table_uri(topic)
+        table = self.kept(topic, "table", _Handle)
         try:
-            uri = self.table_uri(topic)
-            return DeltaTable(uri, storage_options=storage_options(uri))
+            if table.handle is None:
+                table.handle = DeltaTable(uri, storage_options=storage_options(uri))
+            else:
+                table.handle.update_incremental()
+            return table.handle
         except (DeltaError, OSError) as exc:
+            table.handle = None  # opened anew next time
             raise StorageError(f"cannot open topic {topic!r}: {storage_message(exc)}") from exc
 
     def _set_properties(self, topic: str, properties: Mapping[str, str]) -> None:
@@ -374,3 +403,12 @@ def _check_partition_count(partitions: int) -> None:
         raise InvalidPartitionsError(
             f"partition count {partitions} is out of range; allowed: 1..{MAX_PARTITIONS}"
         )
+
+
+class _Handle:
+    """A kept Delta table handle (None until opened, or after a failed update)."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self) -> None:
+        self.handle: DeltaTable | None = None

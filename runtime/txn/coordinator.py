@@ -28,8 +28,11 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from common.errors import (
@@ -278,10 +281,21 @@ class TransactionCoordinator:
     # -- phases ------------------------------------------------------------------------
 
     def commit_phase(self, meta: TransactionMetadata, *, recovering: bool = True) -> None:
-        """Add every participant's staged files to its table (idempotent: the markers)."""
+        """Add every participant's staged files to its table (idempotent: the markers).
+
+        The participants commit at once: each is a table of its own, the outcome is
+        already decided (PrepareCommit), and on an object store a commit is a chain of a
+        dozen requests, which one participant after another made most of a batch's
+        commit time. A crash leaves any subset committed, which the next InitProducerId
+        completes as it would a crash between two participants; the fault points
+        ``after_participant_<k>`` are met as the k-th participant finishes.
+        """
         app_txn = (meta.transactional_id, meta.txn_sequence)
         count = len(meta.staged)
-        for k, topic in enumerate(sorted(meta.staged), start=1):
+        finished = [0]
+        lock = threading.Lock()
+
+        def commit(topic: str) -> None:
             files = list(meta.staged[topic])
             if files:
                 self.committer(topic).commit(
@@ -290,7 +304,19 @@ class TransactionCoordinator:
                     app_txn=app_txn,
                     recovering=recovering,
                 )
-            faults.reached_participant(k, last=k == count)
+            with lock:
+                finished[0] += 1
+                faults.reached_participant(finished[0], last=finished[0] == count)
+
+        topics = sorted(meta.staged)
+        if len(topics) <= 1:
+            for topic in topics:
+                commit(topic)
+            return
+        futures = [_participant_pool().submit(commit, topic) for topic in topics]
+        wait(futures)  # every commit ended before the phase raises or returns
+        for future in futures:
+            future.result()
 
     def abort_phase(self, meta: TransactionMetadata) -> None:
         """Delete every staged file of the transaction's sequence in every participant."""
@@ -415,3 +441,16 @@ class TransactionCoordinator:
             if not meta.state.is_complete_or_empty
         }
         return self.staging.delete_orphans(open_dirs, cutoff_ms=self.clock() - min_age_ms)
+
+
+_POOL: list[tuple[int, ThreadPoolExecutor]] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _participant_pool() -> ThreadPoolExecutor:
+    """The process's threads that commit a transaction's participants (made anew in a
+    forked child, where the parent's threads do not exist)."""
+    with _POOL_LOCK:
+        if not _POOL or _POOL[0][0] != os.getpid():
+            _POOL[:] = [(os.getpid(), ThreadPoolExecutor(8, thread_name_prefix="txn-commit"))]
+        return _POOL[0][1]
