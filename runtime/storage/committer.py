@@ -14,11 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import random
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -36,6 +35,7 @@ from common.errors import (
     StorageError,
     StreamsError,
 )
+from common.pools import shared_pool
 from runtime.storage.delta_log import OFFSETS_KEY, LogDamageError, LogEntry, read_entry
 from runtime.storage.fs import StorageRoot, storage_message, storage_options
 from runtime.storage.offset_index import OffsetIndex
@@ -202,7 +202,7 @@ class TopicCommitter:
         """Read the commit just made into the handle, off the caller's path."""
         table = self._table
         if table is not None:
-            self._refreshing = _refresher().submit(table.update_incremental)
+            self._refreshing = shared_pool("delta-refresh", 4).submit(table.update_incremental)
 
     def _await_refresh(self) -> bool:
         """Wait for the background read; return whether one ran and succeeded (a failed
@@ -393,17 +393,3 @@ def _add_action(f: StagedFile) -> AddAction:
         True,
         json.dumps(stats, separators=(",", ":")),
     )
-
-
-_REFRESHERS: list[ThreadPoolExecutor] = []
-_REFRESHERS_LOCK = threading.Lock()
-
-
-def _refresher() -> ThreadPoolExecutor:
-    """The process's threads that read committers' own commits back into their handles."""
-    with _REFRESHERS_LOCK:
-        if not _REFRESHERS:
-            _REFRESHERS.append(
-                ThreadPoolExecutor(max_workers=2, thread_name_prefix="delta-refresh")
-            )
-        return _REFRESHERS[0]

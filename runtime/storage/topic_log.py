@@ -10,11 +10,13 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import Future
 from typing import Any
 
 import pyarrow.parquet as pq
 
 from common.errors import StorageError, UnknownTopicError
+from common.pools import shared_pool
 from runtime.storage.delta_log import LogDamageError, LogEntry, log_path, read_entry, unreadable
 from runtime.storage.fs import StorageRoot
 from runtime.storage.offset_index import (
@@ -105,17 +107,11 @@ class TopicLog:
         index = self._index
         self.last_entries = []
         stale = time.monotonic() - self._refreshed_at > GAP_CHECK_AFTER_S
-        while upto is None or index.version < upto:
-            entry = self._apply_next(index)
-            if entry is None:
-                if stale and self._cleaned_past(index.version):
-                    index = self._index = self._reload(index.version)
-                    stale = False
-                    continue
-                if stale:
-                    self._check_no_gap(index.version)
-                break
-            self.last_entries.append(entry)
+        ahead = ReadAhead(self.root, self.table_path, upto)
+        try:
+            index = self._apply_all(index, ahead, stale)
+        finally:
+            ahead.close()
         if index.version < 0 and self.root.exists(f"{self.table_path}/_delta_log"):
             raise StorageError(
                 f"topic {self.topic}: the Delta log has no version 0 and no offset index "
@@ -136,7 +132,24 @@ class TopicLog:
         self._refreshed_at = time.monotonic()
         return index
 
-    def _apply_next(self, index: OffsetIndex) -> LogEntry | None:
+    def _apply_all(self, index: OffsetIndex, ahead: ReadAhead, stale: bool) -> OffsetIndex:
+        """Apply every version after the index's (up to ``ahead.upto``); return the
+        index (a new one when the log was cleaned past it)."""
+        while ahead.upto is None or index.version < ahead.upto:
+            entry = self._apply_next(index, ahead)
+            if entry is None:
+                if stale and self._cleaned_past(index.version):
+                    ahead.close()
+                    index = self._index = self._reload(index.version)
+                    stale = False
+                    continue
+                if stale:
+                    self._check_no_gap(index.version)
+                break
+            self.last_entries.append(entry)
+        return index
+
+    def _apply_next(self, index: OffsetIndex, ahead: ReadAhead) -> LogEntry | None:
         """Read the next version and apply it to ``index`` (None: there is none yet),
         completing it first if it is a torn newest commit that can be completed.
 
@@ -144,7 +157,7 @@ class TopicLog:
         """
         version = index.version + 1
         try:
-            entry = read_entry(self.root, self.table_path, version)
+            entry = ahead.read(version)
             if entry is not None:
                 index.apply(entry, self._count_rows)
             return entry
@@ -281,3 +294,56 @@ class TopicLog:
         )
         for path in old[:-SNAPSHOTS_KEPT]:
             self.root.delete_file(path)
+
+
+#: The most versions read at once by a refresh that is catching up.
+READ_AHEAD_MAX = 16
+
+
+class ReadAhead:
+    """Reads a log's next versions before they are applied, several at once once a
+    refresh found two in a row: each read is a round trip to the store (two requests on
+    an object store), and a restart or a reader that fell behind by a hundred versions
+    catches up in a dozen round trips rather than a hundred. A refresh that finds one new
+    version or none reads exactly what it did one at a time.
+
+    Args:
+        upto: read no version past this one (None: to the end of the log).
+    """
+
+    def __init__(self, root: StorageRoot, table_path: str, upto: int | None) -> None:
+        self.root = root
+        self.table_path = table_path
+        self.upto = upto
+        self._pending: dict[int, Future[LogEntry | None]] = {}
+        self._found = 0
+        self._window = 1
+
+    def read(self, version: int) -> LogEntry | None:
+        """Return ``version``'s entry, None when it does not exist (yet); raises as
+        :func:`read_entry` does."""
+        pending = self._pending.pop(version, None)
+        entry = (
+            read_entry(self.root, self.table_path, version) if pending is None else pending.result()
+        )
+        if entry is None:
+            self.close()
+            return None
+        self._found += 1
+        if self._found >= 2 and not self._pending:
+            self._window = min(2 * self._window, READ_AHEAD_MAX)
+            last = version + self._window
+            if self.upto is not None:
+                last = min(last, self.upto)
+            pool = shared_pool("log-read-ahead", READ_AHEAD_MAX)
+            for v in range(version + 1, last + 1):
+                self._pending[v] = pool.submit(read_entry, self.root, self.table_path, v)
+        return entry
+
+    def close(self) -> None:
+        """Drop what was read ahead (a read still running ends on its own)."""
+        for pending in self._pending.values():
+            pending.cancel()
+        self._pending.clear()
+        self._found = 0
+        self._window = 1

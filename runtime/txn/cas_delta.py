@@ -14,6 +14,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from contextlib import suppress
 from typing import Any
 
@@ -22,6 +23,7 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from common.errors import CommitOutcomeUnknownError, CoordinatorError, StorageError
+from common.pools import shared_pool
 from runtime.storage.fs import StorageRoot, storage_options
 from runtime.storage.retries import WriteNotLandedError, retried
 from runtime.txn.cas_backend import READ_ATTEMPTS, VERSION_FILE, VOID, Void, parse_document
@@ -70,6 +72,7 @@ class DeltaLog:
         self.path = root.path(*parts)
         self.retention = retention
         self._table: DeltaTable | None = None
+        self._refreshing: Future[None] | None = None
 
     def _commit_file(self, version: int) -> str:
         return f"{self.path}/_delta_log/{version:020d}.json"
@@ -119,6 +122,7 @@ class DeltaLog:
         Raises:
             DeltaError: it could not be loaded (a file vanished under a compaction, thrice).
         """
+        self._await_refresh()
         if self._table is not None:
             with suppress(DeltaError):
                 self._table.update_incremental()
@@ -154,8 +158,28 @@ class DeltaLog:
         if written == "stale":
             return False
         if written == "created":
-            return self._outcome(lambda: self._landed(target, nonce), target, None)
-        return self._outcome(lambda: self._committed_at(target, nonce), target, None)
+            landed = self._outcome(lambda: self._landed(target, nonce), target, None)
+        else:
+            landed = self._outcome(lambda: self._committed_at(target, nonce), target, None)
+        if landed:
+            self._refresh_soon()
+        return landed
+
+    def _refresh_soon(self) -> None:
+        """Read the version just appended into the handle, off the caller's path: a
+        delta-rs handle does not move with its own commits, and the next append (a
+        transaction's next state, a moment later) would otherwise read it first."""
+        table = self._table
+        if table is not None:
+            self._refreshing = shared_pool("cas-refresh", 2).submit(table.update_incremental)
+
+    def _await_refresh(self) -> None:
+        """Wait for the background read (a failed one leaves the handle behind: the
+        next append brings it up to date, or a void commit tells it lost)."""
+        pending, self._refreshing = self._refreshing, None
+        if pending is not None:
+            with suppress(DeltaError, OSError):
+                pending.result()
 
     def _write(self, expected_version: int, props: CommitProperties) -> str:
         """Write version ``expected_version + 1``: ``created`` (the table, with version 0:
@@ -172,6 +196,7 @@ class DeltaLog:
                 post_commithook_properties=_HOOKS,
             )
             return "created"
+        self._await_refresh()
         table = self._table
         if table is None or table.version() != expected_version:
             table = self._load()
@@ -255,5 +280,6 @@ class DeltaLog:
         raise CoordinatorError(f"{self.uri}: every version of the log is void")
 
     def delete(self) -> None:
+        self._await_refresh()
         self._table = None
         self.root.delete_dir(self.path)

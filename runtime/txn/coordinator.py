@@ -28,11 +28,10 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from dataclasses import dataclass
 
 from common.errors import (
@@ -43,6 +42,7 @@ from common.errors import (
     ProducerFencedError,
     StreamsError,
 )
+from common.pools import shared_pool
 from runtime.storage.committer import ParticipantCommitter
 from runtime.storage.delta_sink import participant_committer
 from runtime.storage.topics import TopicAdmin
@@ -313,7 +313,7 @@ class TransactionCoordinator:
             for topic in topics:
                 commit(topic)
             return
-        futures = [_participant_pool().submit(commit, topic) for topic in topics]
+        futures = [shared_pool("txn-commit", 8).submit(commit, topic) for topic in topics]
         wait(futures)  # every commit ended before the phase raises or returns
         for future in futures:
             future.result()
@@ -441,16 +441,3 @@ class TransactionCoordinator:
             if not meta.state.is_complete_or_empty
         }
         return self.staging.delete_orphans(open_dirs, cutoff_ms=self.clock() - min_age_ms)
-
-
-_POOL: list[tuple[int, ThreadPoolExecutor]] = []
-_POOL_LOCK = threading.Lock()
-
-
-def _participant_pool() -> ThreadPoolExecutor:
-    """The process's threads that commit a transaction's participants (made anew in a
-    forked child, where the parent's threads do not exist)."""
-    with _POOL_LOCK:
-        if not _POOL or _POOL[0][0] != os.getpid():
-            _POOL[:] = [(os.getpid(), ThreadPoolExecutor(8, thread_name_prefix="txn-commit"))]
-        return _POOL[0][1]

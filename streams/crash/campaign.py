@@ -57,8 +57,11 @@ CAMPAIGN_DEFAULTS = {
 #: On an object store (every group heartbeat a few requests through the proxy, and a
 #: faulty one at that) the timeouts are longer, so that a slow answer is not a lost member,
 #: the log ends are checked less often, and a batch reads more (its commits take seconds).
+#: The session timeout is Kafka's default, longer than an instance's restart there: a
+#: killed instance comes back as the same static member (``group.instance.id``) and takes
+#: its tasks back without a rebalance, as Kafka's static membership is used.
 OBJECT_STORE_DEFAULTS = {
-    "session.timeout.ms": "15000",
+    "session.timeout.ms": "45000",
     "heartbeat.interval.ms": "3000",
     "transaction.timeout.ms": "20000",
     "poll.ms": "2000",
