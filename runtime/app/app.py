@@ -289,10 +289,9 @@ class StreamsApp:
     ) -> None:
         """Decide what a stream thread's uncaught error does (Kafka's
         ``setUncaughtExceptionHandler``): REPLACE_THREAD starts the thread again (its
-        transaction aborted, its tasks resumed from the committed state),
-        SHUTDOWN_CLIENT stops this instance in ERROR (the default), and
-        SHUTDOWN_APPLICATION stops every instance of the application.id. A
-        ``TaskMigratedError`` always stops this instance: a newer one owns its tasks."""
+        transaction aborted, its tasks resumed from the committed state), SHUTDOWN_CLIENT
+        stops this instance in ERROR (the default), SHUTDOWN_APPLICATION every instance of
+        the application.id. ``TaskMigratedError`` always stops this instance."""
         self.uncaught_exception_handler = handler
 
     def close(self, timeout: float | None = None) -> bool:
@@ -326,8 +325,7 @@ class StreamsApp:
         return self._spark
 
     def checkpoint_location(self) -> str:
-        """Where Spark keeps this application's query checkpoints (see
-        :func:`runtime.spark.checkpoint.checkpoint_location`)."""
+        """Where Spark keeps the query checkpoints (:func:`checkpoint_location`)."""
         return checkpoint_location(self.config, self.admin.root)
 
     @property
@@ -448,7 +446,9 @@ class StreamsApp:
         thread = self.threads[index]
         exc = thread.failure if thread.failure is not None else error
         response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
-        if self.uncaught_exception_handler is not None and not isinstance(
+        if thread.failure is None and thread.disk_full.query_failed(error):
+            response = StreamThreadExceptionResponse.REPLACE_THREAD  # its checkpoint's disk
+        elif self.uncaught_exception_handler is not None and not isinstance(
             exc, TaskMigratedError | ApplicationShutdownError
         ):
             response = self.uncaught_exception_handler(exc)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import threading
 import time
 from collections.abc import Sequence
 
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 NO_SPACE = "No space left on device"
 FIRST_WAIT_S = 2.0
 MAX_WAIT_S = 30.0
+
+_BACKOFFS: dict[str, DiskFullBackoff] = {}
+_LOCK = threading.Lock()
 
 
 def disk_full(exc: BaseException) -> bool:
@@ -74,6 +78,36 @@ class DiskFullBackoff:
         )
         time.sleep(wait)
         return True
+
+    def query_failed(self, exc: BaseException) -> bool:
+        """Whether the thread's Spark query ended on a full disk (its checkpoint, under
+        ``state.dir`` when the root is an object store, could not be written); if so, say
+        so and wait before the thread is started again. Its checkpoint is disposable (the
+        positions live in ``__consumer_offsets``): the new thread starts an empty one."""
+        if not disk_full(exc):
+            return False
+        wait = min(MAX_WAIT_S, FIRST_WAIT_S * 2**self.failures)
+        self.failures += 1
+        log.warning(
+            "[thread %s] Spark's checkpoint could not be written: the disk is full (%s); the "
+            "thread starts again in %.0f s from its committed positions (free space in "
+            "state.dir, or give it more)",
+            self.name,
+            _first_line(exc),
+            wait,
+        )
+        time.sleep(wait)
+        return True
+
+    @classmethod
+    def of(cls, name: str) -> DiskFullBackoff:
+        """The backoff of transactional id ``name`` in this process: a thread started
+        again after a full disk keeps its predecessor's, waiting longer each time."""
+        with _LOCK:
+            found = _BACKOFFS.get(name)
+            if found is None:
+                found = _BACKOFFS[name] = cls(name)
+            return found
 
     def committed(self, batch_id: int) -> None:
         """A batch committed: space is back if batches failed for it."""

@@ -181,7 +181,7 @@ class StreamThread:
         self.thread_plan = thread_plan(topology, config, self.admin.root.uri_of(), self.owner)
         #: Its pacing, batch sizes, alarms and stall watchdog.
         #: Batches a full disk fails are waited out (:mod:`runtime.thread.disk_full`).
-        self.disk_full = DiskFullBackoff(transactional_id)
+        self.disk_full = DiskFullBackoff.of(transactional_id)
         self.liveness = ThreadLiveness(
             transactional_id, config, self.commit, self.reads_planner, self.reporter, self.metrics
         )

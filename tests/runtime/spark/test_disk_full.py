@@ -3,7 +3,9 @@
 The state directory is a small filesystem of its own (mounting one needs root), filled to
 the last byte while records arrive; the word count's batches fail where their stores
 write, are aborted and tried again; once the filler is deleted they commit, and the counts
-are exactly the driver's.
+are exactly the driver's. With the root on an object store, Spark's own checkpoint lives
+in the state directory too: the query that cannot write it ends, and the thread is
+started again (its checkpoint is disposable) once the wait is over.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tests.runtime.spark.test_app import (
     produce_lines,
     reference_counts,
 )
+from tests.s3server import S3Server, s3_root, s3_server  # noqa: F401 - fixtures
 
 
 def test_what_counts_as_a_full_disk() -> None:
@@ -38,14 +41,24 @@ def test_what_counts_as_a_full_disk() -> None:
     assert not disk_full(OSError(13, "Permission denied"))
 
 
+@pytest.fixture(params=["local root", "root on an object store"])
+def where(request: pytest.FixtureRequest, root: str) -> tuple[str, dict[str, str]]:
+    """The storage root and the settings that reach it."""
+    if request.param == "local root":
+        return root, {}
+    server: S3Server = request.getfixturevalue("s3_server")
+    return request.getfixturevalue("s3_root"), server.config()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small filesystem needs root")
 def test_a_full_state_dir_stops_the_batches_until_space_returns(
     spark: SparkSession,
-    admin: TopicAdmin,
-    root: str,
+    where: tuple[str, dict[str, str]],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    root, reach = where
+    admin = TopicAdmin(root)
     example = load_example("wordcount")
     lines = example.generate(600)
     admin.create(example.INPUT, 2)
@@ -60,6 +73,7 @@ def test_a_full_state_dir_stops_the_batches_until_space_returns(
         "group.initial.rebalance.delay.ms": 0,
         "max.poll.records": 50,
         "statestore.cache.max.bytes": 0,
+        **reach,
     }
     app = StreamsApp(example.build_topology(), config, spark=spark)
     positions = OffsetsStore(admin)
@@ -81,15 +95,16 @@ def test_a_full_state_dir_stops_the_batches_until_space_returns(
             produce_lines(admin, example.INPUT, lines[200:])
             deadline = time.monotonic() + 120
             while "the disk is full" not in caplog.text and time.monotonic() < deadline:
-                time.sleep(0.2)
+                app.await_termination(0.2)
             assert "the disk is full" in caplog.text, "no batch failed on the full disk"
             assert not consumed(600)  # nothing of the failed batches committed
             os.remove(filler)
             deadline = time.monotonic() + 120
             while not consumed(600) and time.monotonic() < deadline:
-                time.sleep(0.2)
+                app.await_termination(0.2)  # where a query ended on the full disk is seen
             assert consumed(600)
-            assert "space is back" in caplog.text
+            assert app.state.name in ("RUNNING", "REBALANCING")
+            assert "space is back" in caplog.text or "thread starts again" in caplog.text
     finally:
         app.close()
         unmount(str(state))
