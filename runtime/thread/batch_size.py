@@ -21,7 +21,12 @@ cap on the records read per partition:
 * a batch's time is measured without its commit (the stream thread's ``seconds``): a
   commit costs what the store costs per table, whatever the records, and on a slow
   object store counting it would shrink the batches to a record each while the
-  commits stayed as slow.
+  commits stayed as slow;
+* what else a batch costs whatever its records (a Spark job, reads of slow storage) is
+  told apart from the records' cost by a line fitted through the kind's last batches
+  (time against records read): a cut aims at the target with the fixed part taken off,
+  and when the fixed part alone reaches the target the cap is left as it is (fewer
+  records would not make the batch shorter, only the backlog longer).
 
 So a batch ends well inside its deadline whatever the data; with Kafka's defaults nothing
 changes, and a large ``max.poll.records`` is reached in a few growing batches from 1,000.
@@ -31,7 +36,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,9 @@ log = logging.getLogger(__name__)
 # at first, which only makes the growth more careful. A word count raising
 # max.poll.records to 25,000 lines a partition reaches it in its third batch (1,000, then
 # about 6,000) where doubling took six.
+
+#: How many of a kind's last batches its fixed cost is fitted through.
+RECENT_BATCHES = 8
 
 #: What a kind of batch reads of each partition before anything was measured.
 FIRST_BATCH_RECORDS = 1000
@@ -68,6 +77,10 @@ class BatchSizer:
         self.target_s = deadline_ms * TARGET_SHARE / 1000
         self.name = name
         self._caps: dict[frozenset[str], int] = {}
+        #: The last batches of each kind: (records of the fullest partition, seconds).
+        self._recent: dict[frozenset[str], deque[tuple[int, float]]] = {}
+        #: The fixed cost last fitted of each kind (kept while its last batches are alike).
+        self._fixed: dict[frozenset[str], float] = {}
         #: The caps chosen, in order, for each kind (what a person tuning it looks at).
         self.history: dict[frozenset[str], list[int]] = {}
 
@@ -85,11 +98,20 @@ class BatchSizer:
         if fullest <= 0 or seconds <= 0:
             return
         kind = frozenset(topics)
+        recent = self._recent.setdefault(kind, deque(maxlen=RECENT_BATCHES))
+        recent.append((fullest, seconds))
         ratio = self.target_s / seconds
         if ratio >= 1 and fullest < cap:
             return  # the input ran out before the cap: nothing learnt about a bigger batch
         basis = cap if ratio >= 1 else min(cap, fullest)
-        new = int(basis * (math.sqrt(ratio) if ratio >= 1 else ratio))
+        if ratio >= 1:
+            new = int(basis * math.sqrt(ratio))
+        else:
+            fitted = fixed_cost(recent)
+            fixed = self._fixed[kind] = self._fixed.get(kind, 0.0) if fitted is None else fitted
+            if fixed >= self.target_s:
+                return  # the batch's fixed cost alone reaches the target: keep the cap
+            new = int(basis * (self.target_s - fixed) / (seconds - fixed))
         new = max(1, min(self.max_poll_records, new))
         if new == self._caps.get(kind):
             return
@@ -107,3 +129,21 @@ class BatchSizer:
             seconds,
             self.target_s,
         )
+
+
+def fixed_cost(batches: Sequence[tuple[int, float]]) -> float | None:
+    """The seconds a batch costs whatever its records: the intercept of the least-squares
+    line through ``batches`` ((records, seconds) pairs), at least 0 and at most the
+    quickest batch's time; None while their sizes do not differ (nothing tells the parts
+    apart: the last estimate stands, at first 0, every second counted as the records')."""
+    sizes = {n for n, _ in batches}
+    if len(sizes) < 2:
+        return None
+    mean_n = sum(n for n, _ in batches) / len(batches)
+    mean_t = sum(t for _, t in batches) / len(batches)
+    spread = sum((n - mean_n) ** 2 for n, _ in batches)
+    slope = sum((n - mean_n) * (t - mean_t) for n, t in batches) / spread
+    if slope <= 0:
+        return 0.0  # bigger batches were not slower: the noise of another cost
+    quickest = min(t for _, t in batches)
+    return max(0.0, min(mean_t - slope * mean_n, quickest))

@@ -3,7 +3,9 @@ max.poll.records per partition."""
 
 from __future__ import annotations
 
-from runtime.thread.batch_size import FIRST_BATCH_RECORDS, BatchSizer
+import pytest
+
+from runtime.thread.batch_size import FIRST_BATCH_RECORDS, BatchSizer, fixed_cost
 
 TOPICS = ["words"]
 
@@ -84,3 +86,30 @@ def test_kinds_of_batches_are_sized_apart_and_a_short_input_teaches_nothing() ->
     assert sizer.cap(["b"]) == 1000
     sizer.measured(["b"], 1000, 10, 15.0)  # but a slow short batch still shrinks it
     assert sizer.cap(["b"]) == 4  # 10 records took 15 s: 6 s is 4 of them
+
+
+def test_the_fixed_cost_of_a_batch_is_the_intercept_of_its_line() -> None:
+    assert fixed_cost([(100, 2.1), (200, 2.2), (400, 2.4)]) == pytest.approx(2.0)
+    assert fixed_cost([(100, 3.0), (100, 5.0)]) is None  # one size: nothing tells them apart
+    assert fixed_cost([(100, 3.0), (200, 2.0)]) == 0.0  # bigger was quicker: noise
+    assert fixed_cost([(100, 0.5), (200, 2.0)]) == 0.0  # the line crosses below zero
+
+
+def test_a_batch_slow_whatever_its_records_keeps_its_cap() -> None:
+    # storage answering slowly: 5 s a batch before any record, past the 4 s target
+    sizer = BatchSizer(500, 20_000, name="t")
+    caps = []
+    for _ in range(12):
+        cap = sizer.cap(TOPICS)
+        caps.append(cap)
+        sizer.measured(TOPICS, cap, cap, 5.0 + 0.001 * cap)
+    assert caps[0] == 500 and caps[1] < 500  # one size told nothing: the careful cut
+    assert min(caps) == caps[-1] >= 300, caps  # then no further: fewer records won't help
+
+
+def test_a_cut_aims_at_the_target_less_the_fixed_cost() -> None:
+    sizer = BatchSizer(1000, 20_000, name="t")
+    for cap in (1000, 800):  # two sizes: 1 s a batch, 10 ms a record
+        sizer.measured(TOPICS, cap, cap, 1.0 + 0.01 * cap)
+    # 300 records fill the 3 s the 4 s target leaves after the fixed second
+    assert sizer.cap(TOPICS) == 300
