@@ -56,6 +56,10 @@ log = logging.getLogger(__name__)
 #: How many of a kind's last batches its fixed cost is fitted through.
 RECENT_BATCHES = 8
 
+#: A full batch this far below the target grows by a record at least (the square root
+#: rounded down left a cap of 1 at 1 for ever below four times the target).
+GROW_AT_LEAST_RATIO = 1.25
+
 #: What a kind of batch reads of each partition before anything was measured.
 FIRST_BATCH_RECORDS = 1000
 #: The share of the batch deadline a batch aims at.
@@ -106,6 +110,8 @@ class BatchSizer:
         basis = cap if ratio >= 1 else min(cap, fullest)
         if ratio >= 1:
             new = int(basis * math.sqrt(ratio))
+            if ratio >= GROW_AT_LEAST_RATIO:
+                new = max(new, basis + 1)  # a cap of a few records still grows
         else:
             fitted = fixed_cost(recent)
             fixed = self._fixed[kind] = self._fixed.get(kind, 0.0) if fitted is None else fitted

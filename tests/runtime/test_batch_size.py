@@ -113,3 +113,15 @@ def test_a_cut_aims_at_the_target_less_the_fixed_cost() -> None:
         sizer.measured(TOPICS, cap, cap, 1.0 + 0.01 * cap)
     # 300 records fill the 3 s the 4 s target leaves after the fixed second
     assert sizer.cap(TOPICS) == 300
+
+
+def test_a_cap_cut_to_one_record_grows_again_once_batches_are_quick() -> None:
+    sizer = BatchSizer(500, 20_000, name="t")
+    sizer.measured(TOPICS, 500, 1, 20.0)  # a storage fault: one record took 20 s
+    assert sizer.cap(TOPICS) == 1
+    caps = []
+    for _ in range(40):  # healthy again: 1.4 s a batch before its records, target 4 s
+        cap = sizer.cap(TOPICS)
+        caps.append(cap)
+        sizer.measured(TOPICS, cap, cap, 1.4 + 0.001 * cap)
+    assert caps[-1] > 100, caps
