@@ -174,11 +174,14 @@ class CombinedRecordsLateError(StreamsError):
 
 
 class TaskMigratedError(StreamsError):
-    """This instance lost its tasks: a newer instance with the same transactional id (or a
-    newer group generation) took over, so its commit was refused. Nothing it staged
-    becomes visible. The runtime stops the stream thread whatever the uncaught exception
-    handler says (Kafka's ``TaskMigratedException``): close the zombie; the newer instance
-    carries on."""
+    """A stream thread lost its tasks: its producer was fenced (a newer epoch of its
+    transactional id: the transaction timeout's abort, or a newer process) or its member
+    left the group's current generation (paused past ``session.timeout.ms``, or a missed
+    rebalance), so its commit was refused and nothing it staged becomes visible. As Kafka's
+    ``TaskMigratedException``, it never reaches the uncaught exception handler: the thread
+    closes its tasks and rejoins the group. Only when another process took the thread's
+    ``group.instance.id`` (two processes with one process id) does the instance stop with
+    it: the zombie is this instance."""
 
 
 class GenerationFencedError(StreamsError):

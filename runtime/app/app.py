@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from common.config import StreamsConfig
-from common.errors import StreamsError, TaskMigratedError
+from common.errors import StreamsError
 from common.metrics import MetricsSnapshot
 from runtime.app.app_state import (
     AppState,
@@ -59,6 +59,7 @@ from runtime.app.local_state import shutdown_marker
 from runtime.app.log_manager import LogManager, plan_topics_cleaned
 from runtime.app.process_id import claim_state_dir, release_state_dir
 from runtime.app.store_queries import QueryableStore
+from runtime.app.thread_errors import respond_to
 from runtime.app.upgrades import StateUpgrade
 from runtime.group.coordinator import GroupState
 from runtime.spark.checkpoint import checkpoint_location, start_batches
@@ -74,7 +75,6 @@ from runtime.thread.guarantees import query_trigger_ms
 from runtime.thread.membership import ThreadMembership, task_partitions
 from runtime.thread.placement import shutdown_executor_hosts
 from runtime.thread.progress import BatchProgress
-from runtime.thread.shutdown import ApplicationShutdownError
 from runtime.thread.stream_thread import StreamThread
 from topology.graph.topology import Topology
 
@@ -291,7 +291,9 @@ class StreamsApp:
         ``setUncaughtExceptionHandler``): REPLACE_THREAD starts the thread again (its
         transaction aborted, its tasks resumed from the committed state), SHUTDOWN_CLIENT
         stops this instance in ERROR (the default), SHUTDOWN_APPLICATION every instance of
-        the application.id. ``TaskMigratedError`` always stops this instance."""
+        the application.id. ``TaskMigratedError`` never reaches it: the thread rejoins the
+        group (Kafka's TaskMigrated), or, when another process took its member's place,
+        this instance stops."""
         self.uncaught_exception_handler = handler
 
     def close(self, timeout: float | None = None) -> bool:
@@ -444,14 +446,7 @@ class StreamsApp:
         """Apply the uncaught exception handler to thread ``index + 1``'s error: replace
         the thread, or raise after shutting down this instance (or the application)."""
         thread = self.threads[index]
-        exc = thread.failure if thread.failure is not None else error
-        response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
-        if thread.failure is None and thread.disk_full.query_failed(error):
-            response = StreamThreadExceptionResponse.REPLACE_THREAD  # its checkpoint's disk
-        elif self.uncaught_exception_handler is not None and not isinstance(
-            exc, TaskMigratedError | ApplicationShutdownError
-        ):
-            response = self.uncaught_exception_handler(exc)
+        exc, response = respond_to(thread, error, self.uncaught_exception_handler)
         if response is StreamThreadExceptionResponse.REPLACE_THREAD:
             log.warning(
                 "[app %s] replacing stream thread %d after: %s", self.application_id, index + 1, exc

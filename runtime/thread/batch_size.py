@@ -30,12 +30,22 @@ cap on the records read per partition:
 
 So a batch ends well inside its deadline whatever the data; with Kafka's defaults nothing
 changes, and a large ``max.poll.records`` is reached in a few growing batches from 1,000.
+
+What a thread learnt outlives it: the caps and the last batches of each kind are kept in a
+small file of the instance's ``state.dir`` (``batch-sizes-<transactional id>.json``,
+rewritten after each batch that read records), and the thread started after a restart, a crash or a
+rejoin begins from them. Its first batch after a restart otherwise read a whole
+``max.poll.records`` of the backlog the restart left, and ran ten times the target before
+the first commit (a measured 56 s, against batches of 5 s, on an object store).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import math
+import os
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -74,12 +84,16 @@ class BatchSizer:
         deadline_ms: the longest a batch may run (``max.poll.interval.ms``, and
             ``transaction.timeout.ms`` when a batch is a transaction).
         name: names the thread in log lines.
+        memory: the file the sizes are kept in across restarts (None: not kept).
     """
 
-    def __init__(self, max_poll_records: int, deadline_ms: int, *, name: str) -> None:
+    def __init__(
+        self, max_poll_records: int, deadline_ms: int, *, name: str, memory: str | None = None
+    ) -> None:
         self.max_poll_records = max_poll_records
         self.target_s = deadline_ms * TARGET_SHARE / 1000
         self.name = name
+        self.memory = memory
         self._caps: dict[frozenset[str], int] = {}
         #: The last batches of each kind: (records of the fullest partition, seconds).
         self._recent: dict[frozenset[str], deque[tuple[int, float]]] = {}
@@ -87,6 +101,7 @@ class BatchSizer:
         self._fixed: dict[frozenset[str], float] = {}
         #: The caps chosen, in order, for each kind (what a person tuning it looks at).
         self.history: dict[frozenset[str], list[int]] = {}
+        self._recall()
 
     def cap(self, topics: Iterable[str]) -> int:
         """The records per partition the next batch reading ``topics`` may read."""
@@ -104,6 +119,13 @@ class BatchSizer:
         kind = frozenset(topics)
         recent = self._recent.setdefault(kind, deque(maxlen=RECENT_BATCHES))
         recent.append((fullest, seconds))
+        try:
+            self._size_next(kind, cap, fullest, seconds)
+        finally:
+            self._keep()
+
+    def _size_next(self, kind: frozenset[str], cap: int, fullest: int, seconds: float) -> None:
+        recent = self._recent[kind]
         ratio = self.target_s / seconds
         if ratio >= 1 and fullest < cap:
             return  # the input ran out before the cap: nothing learnt about a bigger batch
@@ -135,6 +157,60 @@ class BatchSizer:
             seconds,
             self.target_s,
         )
+
+    def _keep(self) -> None:
+        """Write the caps and the last batches to :attr:`memory` (a full or read-only disk
+        only costs the memory: the next start learns again)."""
+        if self.memory is None:
+            return
+        kinds = [
+            {
+                "topics": sorted(kind),
+                "cap": cap,
+                "recent": list(self._recent.get(kind, ())),
+                "fixed": self._fixed.get(kind),
+            }
+            for kind, cap in self._caps.items()
+        ]
+        temp = f"{self.memory}.tmp"
+        try:
+            os.makedirs(os.path.dirname(self.memory), exist_ok=True)
+            with open(temp, "w", encoding="utf-8") as f:
+                json.dump({"version": 1, "kinds": kinds}, f)
+            os.replace(temp, self.memory)
+        except OSError as exc:
+            log.debug("[thread %s] batch sizes not kept: %s", self.name, exc)
+            with contextlib.suppress(OSError):
+                os.remove(temp)
+
+    def _recall(self) -> None:
+        """Start from what :meth:`_keep` wrote (anything unreadable: from nothing)."""
+        if self.memory is None:
+            return
+        try:
+            with open(self.memory, encoding="utf-8") as f:
+                kinds = json.load(f)["kinds"]
+            for entry in kinds:
+                kind = frozenset(str(t) for t in entry["topics"])
+                self._caps[kind] = max(1, min(self.max_poll_records, int(entry["cap"])))
+                recent = [(int(n), float(t)) for n, t in entry["recent"]]
+                self._recent[kind] = deque(recent, maxlen=RECENT_BATCHES)
+                if entry.get("fixed") is not None:
+                    self._fixed[kind] = float(entry["fixed"])
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.info("[thread %s] batch sizes of the last run not read (%s)", self.name, exc)
+            self._caps.clear()
+            self._recent.clear()
+            self._fixed.clear()
+            return
+        if self._caps:
+            log.info(
+                "[thread %s] batch sizes of the last run: %s",
+                self.name,
+                ", ".join(f"{sorted(k)} {c}" for k, c in sorted(self._caps.items(), key=str)),
+            )
 
 
 def fixed_cost(batches: Sequence[tuple[int, float]]) -> float | None:

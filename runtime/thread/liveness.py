@@ -16,6 +16,7 @@ is not a commit. Here a batch is a poll (and, under exactly-once, a transaction)
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -59,7 +60,14 @@ class ThreadLiveness:
         self.reporter = reporter
         self.counters = counters
         counters.setdefault(STALLED_TOTAL, 0)  # a metric from the start, 0 until a stall
-        self.sizer = BatchSizer(config.max_poll_records, commit.batch_deadline_ms, name=name)
+        self.sizer = BatchSizer(
+            config.max_poll_records,
+            commit.batch_deadline_ms,
+            name=name,
+            memory=os.path.join(
+                config.state_dir, config.application_id, f"batch-sizes-{name}.json"
+            ),
+        )
         #: The cap of the batch planned last (records per partition).
         self.cap = config.max_poll_records
         #: When the earliest wall-clock punctuator of the thread's tasks is due (epoch ms).

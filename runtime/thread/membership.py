@@ -187,6 +187,21 @@ class ThreadMembership:
                 f"not commit: {exc}"
             ) from exc
 
+    def replaced(self) -> bool:
+        """Whether another process took this member's place: its ``group.instance.id`` is
+        held by another member id (a second process with this one's process id: a zombie
+        must stop, Kafka's ``FencedInstanceIdException``), rather than the member having
+        lost its tasks by a timeout or a missed rebalance (it rejoins)."""
+        if isinstance(self._lost, FencedInstanceIdError):
+            return True
+        try:
+            meta = self.coordinator.load(self.group).meta
+        except StreamsError as exc:
+            log.warning("[group %s] %s: cannot read the group (%s)", self.group, self, exc)
+            return False
+        holder = meta.static_member(self.member.instance_id or "")
+        return holder is not None and holder != self.member.member_id
+
     def batch_started(self) -> None:
         """Note that a batch runs (the heartbeat thread enforces max.poll.interval.ms)."""
         self._batch_started = time.monotonic()

@@ -1,5 +1,6 @@
-"""Why a stream thread stops: it was fenced (:class:`TaskMigratedError`), or another
-instance asked the whole application to stop (SHUTDOWN_APPLICATION).
+"""Why a stream thread stops: it was fenced (:class:`TaskMigratedError`: it rejoins the
+group, see :mod:`runtime.app.thread_errors`), or another instance asked the whole
+application to stop (SHUTDOWN_APPLICATION).
 
 An instance whose uncaught exception handler answers SHUTDOWN_APPLICATION writes a marker
 file under the storage root (``_apps/<application.id>/shutdown-requested``: the time and
@@ -21,16 +22,16 @@ from runtime.storage.topics import TopicAdmin
 def migrated(
     error: ProducerFencedError | GenerationFencedError, who: str, batch_id: int
 ) -> TaskMigratedError:
-    """The :class:`TaskMigratedError` that stops thread ``who`` after ``error`` in batch
-    ``batch_id``."""
+    """The :class:`TaskMigratedError` that ends thread ``who``'s batch ``batch_id`` after
+    ``error``."""
     if isinstance(error, ProducerFencedError):
         return TaskMigratedError(
-            f"[thread {who}] batch {batch_id}: fenced by a newer instance ({error}); this "
-            "instance stops, nothing it staged is visible"
+            f"[thread {who}] batch {batch_id}: fenced by a newer instance ({error}); "
+            "nothing it staged is visible"
         )
     return TaskMigratedError(
-        f"[thread {who}] batch {batch_id}: {error}; the batch was aborted and this instance "
-        "stops (its tasks belong to another member now)"
+        f"[thread {who}] batch {batch_id}: {error}; the batch was aborted (its tasks may "
+        "belong to another member now)"
     )
 
 

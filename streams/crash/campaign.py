@@ -15,9 +15,12 @@ exactly once at the end (Jepsen's nemesis, on one machine).
    share the application's tasks through its consumer group. An instance that ends on its
    own (a fenced zombie, a full disk) is restarted, as a supervisor would, and its end is
    noted with the fault that caused it.
-3. Every ``interval_s`` one fault is applied (:mod:`streams.crash.nemesis`; the kinds in
-   turn, from a shuffled deck) and healed; its **recovery** is the time from its healing
-   until every instance has committed a transaction again.
+3. Faults are applied (:mod:`streams.crash.nemesis`; the kinds in turn, from a shuffled
+   deck) and healed in two lanes at once: those that take an instance out (kill, fault
+   point, pause, executor, full disk) one at a time, each once the last recovered; the
+   others (object store, Python workers) every ``interval_s`` or so over them. A fault's
+   **recovery** is the time from its healing until every instance it hit has committed a
+   transaction again (a storage fault hits every instance no take-out fault holds).
 4. Once the faults are over and the input is all fed, the instances catch up, are stopped,
    and the outputs and stores are compared with the TopologyTestDriver's reference (as the
    crash test does: :mod:`streams.crash.check`).
@@ -39,7 +42,7 @@ from streams.crash.campaign_report import RECOVERY_LIMIT_S, CampaignReport, Faul
 from streams.crash.check import offsets_lag
 from streams.crash.inputs import CrashTestError, InputRecord
 from streams.crash.instances import Exit, Instance, wait_until
-from streams.crash.nemesis import Nemesis, mount_small_disk, unmount
+from streams.crash.nemesis import TAKE_OUT_KINDS, Nemesis, mount_small_disk, unmount
 from streams.crash.s3proxy import FaultProxy, FaultRule
 from streams.crash.s3server import start_server
 from streams.crash.workspace import Workspace
@@ -147,8 +150,14 @@ class Campaign(Workspace):
         self._fed = threading.Event()
         self._rush = threading.Event()
         self._closed = False
-        #: The faults whose recovery is awaited: index -> (event, sequences at healing).
-        self._watching: dict[int, tuple[FaultEvent, dict[str, int]]] = {}
+        #: The faults whose recovery is awaited: index -> (event, sequences at healing,
+        #: the instances it hit).
+        self._watching: dict[int, tuple[FaultEvent, dict[str, int], list[str]]] = {}
+        self._events: list[FaultEvent] = []
+        self._lock = threading.RLock()
+        #: The instance a take-out fault holds until it recovered.
+        self._taken_out: str | None = None
+        self._lane_error: BaseException | None = None
         self._watched = 0.0
         self._on_fault: Callable[[FaultEvent], None] | None = None
         #: The newest committed transaction seen of each transactional id (monotonic).
@@ -241,34 +250,91 @@ class Campaign(Workspace):
     def _faults(
         self, nemesis: Nemesis, duration_s: float | None, count: int | None, interval_s: float
     ) -> list[FaultEvent]:
-        """Apply faults until the duration or the count is reached, each once the last
-        one recovered (a storage fault and an instance's restart still meet: the proxy's
-        and the instances' own retries overlap)."""
-        rng = random.Random(self.seed + 1)
-        deck: list[str] = []
-        events: list[FaultEvent] = []
+        """Apply faults until the duration or the count is reached, in two lanes at once
+        (Jepsen's schedule): the faults that take an instance out one at a time, each
+        once the last one recovered, so another instance can always take the tasks; the
+        others (object store, Python workers) every ``interval_s`` after the last one
+        healed, over whatever else goes on. Each fault's recovery is measured on the
+        instances it hit (a storage fault: those no take-out fault holds)."""
         end = None if duration_s is None else self._started + duration_s
-        while (count is None or len(events) < count) and (end is None or time.monotonic() < end):
-            if not deck:
-                deck = list(self.kinds)
-                rng.shuffle(deck)
-            kind = deck.pop()
-            exits_before = len(self.exits)
-            at = self._now()
-            applied = nemesis.apply(kind)
-            event = FaultEvent(
-                len(events) + 1, kind, applied.target, applied.detail, at, self._now()
+        take_out = [k for k in self.kinds if k in TAKE_OUT_KINDS]
+        others = [k for k in self.kinds if k not in TAKE_OUT_KINDS]
+        lanes = [
+            threading.Thread(
+                target=self._lane,
+                args=(nemesis, kinds, end, count, interval_s, lane, lane == 0),
+                name=f"campaign-lane-{lane}",
+                daemon=True,
             )
-            event.exits = [
-                f"{e.instance} ended (code {e.code}): {e.reason}" for e in self.exits[exits_before:]
-            ]
-            events.append(event)
-            self._watching[event.index] = (event, self._decided())
-            # the next fault once this one recovered (or certainly did not): each
-            # recovery is its own fault's, not the sum of several
-            wait_until(lambda: self._tick() or not self._watching, 2 * RECOVERY_LIMIT_S + 5)
-            self._sleep(rng.uniform(0.5, 1.5) * interval_s)
-        return events
+            for lane, kinds in enumerate((take_out, others))
+            if kinds
+        ]
+        for lane in lanes:
+            lane.start()
+        while any(lane.is_alive() for lane in lanes):
+            self._sleep(0.5)
+        if self._lane_error is not None:
+            raise self._lane_error
+        # the last faults' recoveries
+        wait_until(lambda: self._tick() or not self._watching, 2 * RECOVERY_LIMIT_S + 5)
+        return sorted(self._events, key=lambda e: e.index)
+
+    def _lane(  # noqa: PLR0917 - one lane's share of _faults
+        self,
+        nemesis: Nemesis,
+        kinds: Sequence[str],
+        end: float | None,
+        count: int | None,
+        interval_s: float,
+        lane: int,
+        one_at_a_time: bool,
+    ) -> None:
+        rng = random.Random(self.seed + 1 + lane)
+        deck: list[str] = []
+        try:
+            while not self._stopping and (end is None or time.monotonic() < end):
+                with self._lock:
+                    if count is not None and len(self._events) >= count:
+                        return
+                    index = len(self._events) + 1
+                    self._events.append(FaultEvent(index, "", "", "", self._now(), 0.0))
+                if not deck:
+                    deck = list(kinds)
+                    rng.shuffle(deck)
+                kind = deck.pop()
+                event = self._apply(nemesis, index, kind)
+                if one_at_a_time:
+                    # the next once this one recovered (or certainly did not): each
+                    # recovery is its own fault's, not the sum of several
+                    wait_until(
+                        lambda i=event.index: i not in self._watching, 2 * RECOVERY_LIMIT_S + 5
+                    )
+                    self._taken_out = None
+                time.sleep(rng.uniform(0.5, 1.5) * interval_s)
+        except BaseException as exc:  # the main thread raises it
+            self._lane_error = exc
+
+    def _apply(self, nemesis: Nemesis, index: int, kind: str) -> FaultEvent:
+        """Apply fault ``index`` of ``kind``; start watching its recovery."""
+        exits_before = len(self.exits)
+        event = self._events[index - 1]
+        event.kind = kind
+        if kind in TAKE_OUT_KINDS:
+            self._taken_out = event.target = nemesis.pick(kind)
+        else:
+            event.target = nemesis.pick(kind, avoid=[self._taken_out or ""])
+        applied = nemesis.apply(kind, event.target)
+        event.detail, event.healed_s = applied.detail, self._now()
+        event.exits = [
+            f"{e.instance} ended (code {e.code}): {e.reason}" for e in self.exits[exits_before:]
+        ]
+        if applied.target != "storage":
+            hit = [applied.target]
+        else:
+            hit = [i.name for i in self.instances if i.name != self._taken_out]
+        with self._lock:
+            self._watching[event.index] = (event, self._decided(), hit)
+        return event
 
     def _watch(self) -> None:
         """Note the recovery of every fault whose instances all committed again since it
@@ -277,8 +343,9 @@ class Campaign(Workspace):
             return
         self._watched = time.monotonic()
         now, at = self._decided(), self._now()
-        for index, (event, base) in list(self._watching.items()):
-            if all(self._committed_since(i, base, now) for i in self.instances):
+        for index, (event, base, hit) in list(self._watching.items()):
+            instances = [i for i in self.instances if i.name in hit]
+            if all(self._committed_since(i, base, now) for i in instances):
                 event.recovery_s = round(at - event.healed_s, 1)
             elif at - event.healed_s <= 2 * RECOVERY_LIMIT_S:
                 continue
@@ -318,9 +385,11 @@ class Campaign(Workspace):
         return wait_until(committed, timeout_s, step_s=1.0)
 
     def _tick(self) -> bool:
-        """Supervise and watch (returns False, for use in conditions)."""
-        self._supervise()
-        self._watch()
+        """Supervise and watch (returns False, for use in conditions); the lanes and the
+        main thread take turns."""
+        with self._lock:
+            self._supervise()
+            self._watch()
         return False
 
     def _supervise(self) -> None:

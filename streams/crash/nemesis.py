@@ -41,6 +41,10 @@ from streams.crash.s3proxy import FaultProxy, FaultRule
 INSTANCE_KINDS = ("kill", "fault-point", "pause", "executor", "python-worker", "disk-full")
 STORAGE_KINDS = ("storage-errors", "storage-resets", "lost-answers", "storage-latency")
 FAULT_KINDS = INSTANCE_KINDS + STORAGE_KINDS
+#: The faults that take an instance out (its tasks move, or it starts again): one at a time
+#: in a campaign, so that another instance is always there to take the tasks over. The
+#: others (a Python worker, the object store) overlap with them.
+TAKE_OUT_KINDS = ("kill", "fault-point", "pause", "executor", "disk-full")
 #: How long a storage fault or a full disk lasts.
 SPAN_S = 8.0
 #: The size of each instance's state directory filesystem, with ``disk-full``.
@@ -102,12 +106,22 @@ class Nemesis:
             )
         return None
 
-    def apply(self, kind: str) -> Applied:
-        """Apply one fault of ``kind`` and heal it (blocking for its span)."""
+    def pick(self, kind: str, avoid: Sequence[str] = ()) -> str:
+        """Whom a fault of ``kind`` would hit: ``storage``, or a running instance (one
+        not named in ``avoid`` if there is one)."""
+        if kind in STORAGE_KINDS:
+            return "storage"
+        running = [i for i in self.instances if i.alive()] or self.instances
+        return self.rng.choice([i for i in running if i.name not in avoid] or running).name
+
+    def apply(self, kind: str, target: str | None = None) -> Applied:
+        """Apply one fault of ``kind`` to ``target`` (default: :meth:`pick`) and heal it
+        (blocking for its span)."""
+        target = target or self.pick(kind)
         if kind in STORAGE_KINDS:
             return Applied("storage", self._storage(kind))
-        target = self.rng.choice([i for i in self.instances if i.alive()] or self.instances)
-        return Applied(target.name, getattr(self, "_" + kind.replace("-", "_"))(target))
+        instance = next(i for i in self.instances if i.name == target)
+        return Applied(target, getattr(self, "_" + kind.replace("-", "_"))(instance))
 
     # -- instance faults -------------------------------------------------------------------
 
@@ -123,11 +137,11 @@ class Nemesis:
         return f"SIGKILL, restarted after {down:.1f} s"
 
     def _fault_point(self, target: Instance) -> str:
-        point, hit = self.rng.choice(self.points), self.rng.randint(1, 3)
+        point = self.rng.choice(self.points)  # armed for the restart's first commit
         target.held = True
         try:
             target.kill()
-            target.start({"STREAMS_FAULT_POINT": point, "STREAMS_FAULT_HIT": str(hit)})
+            target.start({"STREAMS_FAULT_POINT": point, "STREAMS_FAULT_HIT": "1"})
             deadline = time.monotonic() + 60
             while target.alive() and time.monotonic() < deadline:
                 self._wait(0.2)
@@ -136,7 +150,7 @@ class Nemesis:
             target.start()
         finally:
             target.held = False
-        return f"{point}#{hit} {'reached' if reached else 'not reached in 60 s'}, restarted"
+        return f"{point} {'reached' if reached else 'not reached in 60 s'}, restarted"
 
     def _pause(self, target: Instance) -> str:
         target.pause()

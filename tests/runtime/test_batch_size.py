@@ -3,6 +3,8 @@ max.poll.records per partition."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from runtime.thread.batch_size import FIRST_BATCH_RECORDS, BatchSizer, fixed_cost
@@ -125,3 +127,29 @@ def test_a_cap_cut_to_one_record_grows_again_once_batches_are_quick() -> None:
         caps.append(cap)
         sizer.measured(TOPICS, cap, cap, 1.4 + 0.001 * cap)
     assert caps[-1] > 100, caps
+
+
+def test_what_a_thread_learnt_outlives_it(tmp_path: Path) -> None:
+    """The caps and the last batches are kept in state.dir: the thread started after a
+    restart begins from them, not from max.poll.records of the backlog; a damaged file, or
+    a disk that cannot take it, only costs the memory."""
+    memory = str(tmp_path / "app" / "batch-sizes-app-p-1.json")
+    first = BatchSizer(1000, 60_000, name="t", memory=memory)
+    run(first, 0.05, 2_000)  # 50 ms a record against a 12 s target
+    learnt = first.cap(TOPICS)
+    assert learnt < FIRST_BATCH_RECORDS
+    again = BatchSizer(1000, 60_000, name="t", memory=memory)
+    assert again.cap(TOPICS) == learnt
+    assert again.cap(["other"]) == FIRST_BATCH_RECORDS  # a kind never seen
+    assert list(again._recent[frozenset(TOPICS)]) == list(first._recent[frozenset(TOPICS)])
+    # a smaller max.poll.records bounds what is recalled
+    assert BatchSizer(10, 60_000, name="t", memory=memory).cap(TOPICS) == min(10, learnt)
+
+    Path(memory).write_text('{"version": 1, "kinds": [{"topics": ["words"]}]}')
+    assert BatchSizer(1000, 60_000, name="t", memory=memory).cap(TOPICS) == FIRST_BATCH_RECORDS
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the directory should be
+    sizer = BatchSizer(1000, 60_000, name="t", memory=str(blocked / "sizes.json"))
+    run(sizer, 0.05, 500)  # measured and cut without an error
+    assert sizer.cap(TOPICS) < FIRST_BATCH_RECORDS

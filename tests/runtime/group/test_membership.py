@@ -204,3 +204,28 @@ def test_a_task_that_comes_back_is_a_new_incarnation(admin: TopicAdmin, tmp_path
         assert all(first.incarnations[t] > before.get(t, 0) for t in first.owned)
     finally:
         first.close(leave=False)
+
+
+def test_a_member_tells_a_lost_session_from_another_process_in_its_place(
+    admin: TopicAdmin, tmp_path: Path
+) -> None:
+    """A member whose session expired (paused) rejoins; one whose ``group.instance.id``
+    another process now holds (the same process id, from a copied state.dir) is the zombie
+    and stops (:func:`runtime.app.thread_errors.respond_to`)."""
+    admin.create("lines", 2)
+    first = membership(admin, tmp_path, "p1", "T", extra=SHORT_POLL)
+    first.join()
+    assert not first.replaced()
+    first.close(leave=False)  # no heartbeat from here on: a paused process
+    deadline = time.monotonic() + 30
+    while first.coordinator.describe("app").members and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not first.coordinator.describe("app").members  # its session expired
+    assert not first.replaced()  # it lost its tasks: it may rejoin
+    twin = membership(admin, tmp_path / "copy", "p1", "T", extra=SHORT_POLL)
+    try:
+        assert twin.join() == {"0_0", "0_1"}
+        assert first.replaced()
+        assert not twin.replaced()
+    finally:
+        twin.close()
