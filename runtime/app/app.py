@@ -67,6 +67,7 @@ from runtime.spark.session import check_local_workers
 from runtime.spark.source_topics import pattern_watch
 from runtime.spark.startup import SessionStart
 from runtime.spark.trigger import BatchTrigger
+from runtime.spark.warmup import warm_executors
 from runtime.storage.fs import register_storage_options
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.client import shutdown_hosts
@@ -189,6 +190,7 @@ class StreamsApp:
             )
             self._started_ms = time.time_ns() // 1_000_000
             check_local_workers(self.spark)
+            warm_executors(self.spark, self.config)  # while the threads join and fence
             for index in range(1, self.config.num_stream_threads + 1):
                 self._start_thread(index)
             if self.config.log_cleaner_enable:

@@ -437,6 +437,24 @@ def _ensure_host(directory: str, host: str, plan: BatchPlan, executor: str) -> N
             time.sleep(0.05)
 
 
+def start_host_server(state_dir: str, application_id: str, driver_host: str) -> str:
+    """Start this executor's host server for ``application_id`` unless one answers (the
+    warm-up of :mod:`runtime.spark.warmup`, before the first batch needs it); return the
+    executor's id."""
+    executor = executor_id()
+    directory = socket_dir(executor_state_dir(state_dir), application_id)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(os.path.join(directory, SERVER_SOCKET))
+            return executor
+        except OSError:
+            pass
+    _start_server(
+        directory, executor, advertised_address(driver_host) if executor != DRIVER else ""
+    )
+    return executor
+
+
 def _start_server(directory: str, executor: str, ip: str) -> None:
     """Start a server for ``directory`` watching this worker's daemon (whose life is the
     executor's): a fork of this worker, whose daemon imported the task engine already."""

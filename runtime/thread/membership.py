@@ -318,6 +318,7 @@ class ThreadMembership:
     def _beat(self) -> None:
         interval = self.config.heartbeat_interval_ms / 1000
         limit = self.config.max_poll_interval_ms / 1000
+        last = time.monotonic()
         while not self._stop.wait(interval):
             if self._lost is not None:
                 continue  # out of the group: the stream thread rejoins at its next poll
@@ -327,7 +328,9 @@ class ThreadMembership:
                 self._wake_thread()  # its next batch rejoins; the beating goes on after that
                 continue
             try:
+                sent = time.monotonic()
                 self.member.heartbeat()
+                last = self._beaten(last, sent)
                 continue
             except RebalanceInProgressError:
                 self._rejoin.set()
@@ -337,6 +340,24 @@ class ThreadMembership:
                 log.warning("[group %s] %s heartbeat failed", self.group, self, exc_info=True)
                 continue
             self._wake_thread()
+
+    def _beaten(self, last: float, sent: float) -> float:
+        """A heartbeat sent at ``sent`` was answered; the one before at ``last``. Say so
+        when the gap neared the session timeout (what kept the member quiet: a slow
+        answer, or a process that did not run); return when this one was answered."""
+        now = time.monotonic()
+        gap, session = now - last, self.config.session_timeout_ms / 1000
+        if gap > session / 2:
+            log.warning(
+                "[group %s] %s: %.1f s since its last heartbeat (this one took %.1f s; the "
+                "session ends after %.0f s without one)",
+                self.group,
+                self,
+                gap,
+                now - sent,
+                session,
+            )
+        return now
 
     def _wake_thread(self) -> None:
         """Tell the stream thread to run a batch soon (it rejoins at its start)."""

@@ -122,9 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
-    logging.basicConfig(
+    logging.basicConfig(  # --verbose: timed lines, to follow a run (a restart, a rebalance)
         level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
+        format=("%(asctime)s " if args.verbose else "") + "%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     if getattr(args, "needs_root", True) and not args.root:

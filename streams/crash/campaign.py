@@ -196,7 +196,8 @@ class Campaign(Workspace):
                 mount_small_disk(instance.state_dir)
         background = self._background_faults()
         # the input lasts as long as the faults (recoveries show as commits)
-        feed_s = duration_s if duration_s is not None else (count or 0) * (interval_s + 40)
+        # (a take-out fault lasts up to its recovery limit: the input must outlast them)
+        feed_s = duration_s or (count or 0) * (interval_s + 2 * RECOVERY_LIMIT_S)
         feeder = threading.Thread(target=self._feed, args=(feed_s,), daemon=True)
         events: list[FaultEvent] = []
         try:

@@ -4,8 +4,8 @@
     python -m tests.runtime.spark.cluster_app ROOT STATE_DIR N EXAMPLE... [--kill-executor]
 
 Each example's ``generate(N)`` is produced, then the example runs until idle. With
-``--kill-executor`` the word count runs with a mapper that, at the line ``slow``, says
-which executor it runs on and sleeps; this script then kills that executor's JVM and
+``--kill-executor`` the word count (only) runs with a mapper that, at the line ``slow``,
+says which executor it runs on and sleeps; this script then kills that executor's JVM and
 every process under it with SIGKILL, in the middle of the batch.
 """
 
@@ -140,9 +140,10 @@ def main(argv: list[str]) -> int:
         produce(admin, example, int(n))
         killed: dict[str, Any] = {}
         marker = os.path.join(state, "slow.marker")
-        topology = killable_wordcount(example, marker) if kill else example.build_topology()
+        kills = kill and name == "wordcount"
+        topology = killable_wordcount(example, marker) if kills else example.build_topology()
         app = StreamsApp(topology, config)
-        if kill:
+        if kills:
             feed = (app, admin, example, int(n), marker, killed)
             threading.Thread(target=slow_then_kill, args=feed, daemon=True).start()
         started = time.perf_counter()

@@ -1,0 +1,65 @@
+"""The executors of a cluster warmed up while the application starts.
+
+An executor that just started (a new instance's, or one Spark replaced) pays for its
+first Python task: the worker daemon starts and imports the task engine (pyarrow,
+pandas, deltalake, rocksdict, this project), and the first worker forks the task hosts'
+server. Paid inside the first batch, on a one-core executor that ran the batch's Spark
+tasks one after another, it was 8-10 s of every restart's first batch. The driver spends
+about as long joining the group, fencing its producers and starting the query before
+that batch, without the executors; so a small job runs meanwhile, one Spark task per
+executor core, that starts the daemon and the server (:func:`start_host_server`).
+
+In local mode the executor is the driver's own process, already warm; nothing runs.
+A warm-up that fails changes nothing: the first batch starts what it needs, as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+from pyspark.sql import SparkSession
+
+from common.config import StreamsConfig
+from runtime.tasks.client import start_host_server
+
+log = logging.getLogger(__name__)
+
+
+def warm_executors(spark: SparkSession, config: StreamsConfig) -> threading.Thread | None:
+    """Start the warm-up job in a thread of its own (None on a local master)."""
+    context = spark.sparkContext
+    master = str(context.master)
+    if master == "local" or master.startswith("local["):
+        return None
+    slots = max(1, int(context.defaultParallelism))
+    driver_host = context.getConf().get("spark.driver.host") or ""
+    work = functools.partial(_warm, config.state_dir, config.application_id, driver_host)
+
+    def run() -> None:
+        started = time.perf_counter()
+        try:
+            executors = context.parallelize(range(slots), slots).mapPartitions(work).collect()
+        except Exception as exc:  # the first batch starts what it needs itself
+            log.info("[app %s] executor warm-up skipped: %s", config.application_id, exc)
+            return
+        log.info(
+            "[app %s] executors %s warmed up in %.1f s (Python workers, task host servers)",
+            config.application_id,
+            ", ".join(sorted(set(executors))),
+            time.perf_counter() - started,
+        )
+
+    thread = threading.Thread(target=run, name="executor-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warm(
+    state_dir: str, application_id: str, driver_host: str, _rows: Iterable[int]
+) -> Iterator[str]:
+    """On an executor: start its host server; yield its id."""
+    yield start_host_server(state_dir, application_id, driver_host)
