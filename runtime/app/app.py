@@ -61,7 +61,6 @@ from runtime.app.process_id import claim_state_dir, release_state_dir
 from runtime.app.store_queries import QueryableStore
 from runtime.app.thread_errors import respond_to
 from runtime.app.upgrades import StateUpgrade
-from runtime.group.coordinator import GroupState
 from runtime.spark.checkpoint import checkpoint_location, start_batches
 from runtime.spark.session import check_local_workers
 from runtime.spark.source_topics import pattern_watch
@@ -166,9 +165,13 @@ class StreamsApp:
         """
         self._machine.transit(AppState.REBALANCING)
         self._starting = True
+        warm = functools.partial(warm_executors, config=self.config)
         if self._spark is None and self._session_start is None:
-            # The JVM starts while the topics are planned and older instances fenced.
-            self._session_start = SessionStart(f"streams-{self.application_id}")
+            # The JVM starts while the topics are planned, the threads join the group and
+            # older instances are fenced; the executors warm up as soon as it is there.
+            self._session_start = SessionStart(f"streams-{self.application_id}", on_ready=warm)
+        elif self._spark is not None:
+            warm(self._spark)
         try:
             self.ingests = ingests(
                 self.application_id,
@@ -189,8 +192,6 @@ class StreamsApp:
                 self.topology, self.plan.sources, self.plan.tasks, self.config
             )
             self._started_ms = time.time_ns() // 1_000_000
-            check_local_workers(self.spark)
-            warm_executors(self.spark, self.config)  # while the threads join and fence
             for index in range(1, self.config.num_stream_threads + 1):
                 self._start_thread(index)
             if self.config.log_cleaner_enable:
@@ -254,13 +255,7 @@ class StreamsApp:
         if not all(t.caught_up() for t in self.threads):
             return False
         membership = self.threads[0].membership if self.threads else None
-        if membership is None:
-            return True
-        group = membership.coordinator.describe(self.application_id)
-        if group.state is not GroupState.STABLE:
-            return False
-        owned = {str(t) for m in group.members for t in m.assignment.user_data.get("tasks", [])}
-        return owned >= set(membership.tasks)
+        return membership is None or membership.settled()
 
     def await_termination(self, timeout: float | None = None) -> bool:
         """Wait until the application stops; return whether it stopped within ``timeout``
@@ -412,15 +407,21 @@ class StreamsApp:
             ),
         )
         thread.on_rebalancing = functools.partial(self._thread_rebalancing, index)
-        thread.start()
+        thread.start()  # joins and fences (no Spark needed: the JVM may still be starting)
         assert thread.trigger is not None  # its query: a foreachBatch call per batch
-        query = start_batches(
-            self.spark,
-            thread.trigger.dataframe(self.spark).writeStream.foreachBatch(thread.run_batch),
-            name=f"streams-{self.application_id}-{self.process_id}-{index}",
-            interval_ms=thread.trigger_interval_ms,
-            location=f"{self.checkpoint_location()}/{self.process_id}-thread-{index}",
-        )
+        try:
+            if not self.threads:
+                check_local_workers(self.spark)
+            query = start_batches(
+                self.spark,
+                thread.trigger.dataframe(self.spark).writeStream.foreachBatch(thread.run_batch),
+                name=f"streams-{self.application_id}-{self.process_id}-{index}",
+                interval_ms=thread.trigger_interval_ms,
+                location=f"{self.checkpoint_location()}/{self.process_id}-thread-{index}",
+            )
+        except BaseException:
+            thread.close()  # leaves the group: its tasks move at once
+            raise
         if len(self.threads) >= index:
             self.threads[index - 1], self.queries[index - 1] = thread, query
         else:
@@ -453,7 +454,7 @@ class StreamsApp:
             log.warning(
                 "[app %s] replacing stream thread %d after: %s", self.application_id, index + 1, exc
             )
-            thread.close()
+            thread.close(leave=False)  # its successor takes its static member's place
             self.replaced_threads += 1
             self._start_thread(index + 1)
             return

@@ -6,7 +6,8 @@ pandas, deltalake, rocksdict, this project), and the first worker forks the task
 server. Paid inside the first batch, on a one-core executor that ran the batch's Spark
 tasks one after another, it was 8-10 s of every restart's first batch. The driver spends
 about as long joining the group, fencing its producers and starting the query before
-that batch, without the executors; so a small job runs meanwhile, one Spark task per
+that batch, without the executors; so a small job runs meanwhile (started as soon as the
+session exists, :class:`~runtime.spark.startup.SessionStart`), one Spark task per
 executor core, that starts the daemon and the server (:func:`start_host_server`).
 
 In local mode the executor is the driver's own process, already warm; nothing runs.

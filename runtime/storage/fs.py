@@ -203,11 +203,10 @@ class StorageRoot:
         Local files are written under a temporary name and renamed; object stores make a
         single PUT visible at once.
         """
+        if not self.is_local:  # one PUT, whole or nothing: again after a 503 or a reset
+            retried(lambda: self._put(path, data), what=f"write {path}")
+            return
         try:
-            if not self.is_local:  # no directories to create: see _open_output
-                with self.fs.open_output_stream(path, compression=None) as out:
-                    out.write(data)
-                return
             self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
             tmp = f"{path}.{uuid.uuid4().hex}.tmp"
             with open(tmp, "wb") as out:
@@ -253,13 +252,26 @@ class StorageRoot:
     def write_file_bytes(self, path: str, data: bytes | pa.Buffer) -> int:
         """Write a new file at ``path`` (parent directories created) in one write; return
         its size. Unlike :meth:`write_bytes` it is not renamed into place: for files no
-        reader looks for until a commit names them (data files)."""
+        reader looks for until a commit names them (data files). On an object store a
+        failed PUT is sent again (a data file's name is its own: the same bytes again)."""
+        if not self.is_local:
+            retried(lambda: self._put(path, data), what=f"write {path}")
+        else:
+            try:
+                with self._open_output(path) as out:
+                    out.write(data)
+            except OSError as exc:
+                raise StorageError(f"cannot write {path}: {exc}") from exc
+        return len(data) if isinstance(data, bytes) else data.size
+
+    def _put(self, path: str, data: bytes | pa.Buffer) -> None:
+        """One PUT of ``data`` at ``path`` on an object store (a plain write, not a
+        conditional one: sending it again leaves the same object)."""
         try:
             with self._open_output(path) as out:
                 out.write(data)
         except OSError as exc:
             raise StorageError(f"cannot write {path}: {exc}") from exc
-        return len(data) if isinstance(data, bytes) else data.size
 
     def _open_output(self, path: str) -> pafs.NativeFile:
         parent = path.rsplit("/", 1)[0]

@@ -143,6 +143,10 @@ class ExactlyOnceV2(_Transactional):
             producer.abort_transaction()  # releases the offsets a new owner waits for
             self.outcomes[txn] = False
             raise
+        except BaseException:
+            if abort_undecided(producer):  # failed before PrepareCommit: nothing decided
+                self.outcomes[txn] = False
+            raise
         self._remember(txn, committed=True)
         log.debug(
             "[thread %s] batch=%d txn=%d committed files=%d positions=%d",
@@ -237,6 +241,10 @@ class ExactlyOncePerTask(_Transactional):
                 if other.state in (ProducerState.IN_TRANSACTION, ProducerState.ABORTABLE_ERROR):
                     other.abort_transaction()
             raise
+        except BaseException:
+            for other in self.producers.values():
+                abort_undecided(other)
+            raise
 
     def close(self) -> None:
         """Release every task's producer."""
@@ -263,3 +271,18 @@ def join_extracted(
             f"[txn {producer.transactional_id}] the staging directory changed while the "
             f"tasks ran; {extra} cannot join the transaction (this is a bug)"
         )
+
+
+def abort_undecided(producer: TransactionalProducer) -> bool:
+    """Abort ``producer``'s transaction if an error left it abort-only (it failed before
+    its PrepareCommit: nothing of it is decided), so that the thread's next batch can
+    begin one; return whether it did. An abort that fails is logged: the error that
+    stopped the commit is the one raised."""
+    if producer.state not in (ProducerState.IN_TRANSACTION, ProducerState.ABORTABLE_ERROR):
+        return False
+    try:
+        producer.abort_transaction()
+    except StreamsError as exc:
+        log.warning("[txn %s] could not abort: %s", producer.transactional_id, exc)
+        return False
+    return True

@@ -1,4 +1,5 @@
-"""A full disk stops a stream thread's batches, not the thread.
+"""A full disk, or an object store that keeps failing, stops a stream thread's batches,
+not the thread.
 
 When ``state.dir`` (or a local storage root) runs out of space, a batch fails where a store
 or a staged file is written: RocksDB refuses the write ("IO error: No space left on
@@ -9,6 +10,11 @@ is rebuilt from its committed state at its next batch. Instead of failing the th
 any other error does, the thread says so in one line, waits (2 s, doubling up to 30 s) and
 lets the next batch try again, from the same positions; once a batch commits, it says that
 space came back.
+
+An object store that answers errors (500, 503 SlowDown, resets) past the retries of
+each request (:mod:`runtime.storage.retries`, about 6 s) fails the batch the same way and
+is waited out the same way, with its own line; an error whose outcome is unknown (a
+conditional write whose answer was lost) is not absorbed.
 
 A failure after a transaction's PrepareCommit (a local root full in the commit phase)
 is not absorbed: the producer cannot go on, and the thread fails as before.
@@ -22,6 +28,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from common.errors import CommitOutcomeUnknownError, StorageError
 from runtime.txn.producer import ProducerState, TransactionalProducer
 
 log = logging.getLogger(__name__)
@@ -48,6 +55,21 @@ def disk_full(exc: BaseException) -> bool:
     return False
 
 
+def storage_failing(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is the storage failing past its
+    retries, with nothing of unknown outcome (a full disk is :func:`disk_full`)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    failing = False
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, CommitOutcomeUnknownError):
+            return False
+        failing = failing or isinstance(current, StorageError)
+        current = current.__cause__ or current.__context__
+    return failing and not disk_full(exc)
+
+
 class DiskFullBackoff:
     """Absorbs the batches a full disk fails, waiting longer each time.
 
@@ -64,17 +86,27 @@ class DiskFullBackoff:
     ) -> bool:
         """Whether batch ``batch_id``'s failure ``exc`` was a full disk to wait out (the
         thread goes on); False: the thread fails with it."""
-        if not disk_full(exc) or any(p.state is ProducerState.FATAL_ERROR for p in producers):
+        full = disk_full(exc)
+        if not (full or storage_failing(exc)) or any(
+            p.state is ProducerState.FATAL_ERROR for p in producers
+        ):
             return False
         wait = min(MAX_WAIT_S, FIRST_WAIT_S * 2**self.failures)
         self.failures += 1
+        what, hint = (
+            ("the disk is full", "free space in state.dir, or give it more")
+            if full
+            else ("the storage kept failing", "check the object store if this repeats")
+        )
         log.warning(
-            "[thread %s] batch %d: the disk is full (%s); the batch was aborted, nothing of it "
-            "committed: trying again in %.0f s (free space in state.dir, or give it more)",
+            "[thread %s] batch %d: %s (%s); the batch was aborted, nothing of it committed: "
+            "trying again in %.0f s (%s)",
             self.name,
             batch_id,
+            what,
             _first_line(exc),
             wait,
+            hint,
         )
         time.sleep(wait)
         return True
@@ -110,11 +142,11 @@ class DiskFullBackoff:
             return found
 
     def committed(self, batch_id: int) -> None:
-        """A batch committed: space is back if batches failed for it."""
+        """A batch committed: space (or the storage) is back if batches failed for it."""
         if self.failures:
             log.warning(
-                "[thread %s] batch %d committed: space is back after %d batches failed on a "
-                "full disk",
+                "[thread %s] batch %d committed: space is back (or the storage answers) after "
+                "%d batches failed on a full disk or a failing storage",
                 self.name,
                 batch_id,
                 self.failures,

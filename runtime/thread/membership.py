@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from common.config import StreamsConfig
 from common.errors import GenerationFencedError, StreamsError
 from runtime.group.assignors import Assignment, StreamsAssignor, Subscription, TopicPartition
-from runtime.group.coordinator import GroupCoordinator
+from runtime.group.coordinator import GroupCoordinator, GroupState
 from runtime.group.errors import (
     FencedInstanceIdError,
     GroupError,
@@ -186,6 +186,15 @@ class ThreadMembership:
                 f"member {member_id} of group {self.group!r} (generation {generation}) may "
                 f"not commit: {exc}"
             ) from exc
+
+    def settled(self) -> bool:
+        """Whether the group is stable with every task of the topology owned (by this
+        member or another)."""
+        group = self.coordinator.describe(self.group)
+        if group.state is not GroupState.STABLE:
+            return False
+        owned = {str(t) for m in group.members for t in m.assignment.user_data.get("tasks", [])}
+        return owned >= set(self.tasks)
 
     def replaced(self) -> bool:
         """Whether another process took this member's place: its ``group.instance.id`` is

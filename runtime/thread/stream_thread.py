@@ -288,7 +288,9 @@ class StreamThread:
             if not self.disk_full.absorbed(exc, batch_id, self.commit.all_producers()):
                 self.failure = exc
                 raise
-            self.wake_now("behind")  # the aborted batch's records: again after the wait
+            # the aborted batch's records again after the wait, from what is committed
+            self.positions = self.commit.assigned(self.task_ids())
+            self.wake_now("behind")
         finally:
             self.admin.leases.release(self._lease)
             if self.membership is not None:
@@ -423,16 +425,18 @@ class StreamThread:
         """The topics the trigger watches (with those its pattern sources found)."""
         return self.trigger.subscribed() if self.trigger is not None else []
 
-    def close(self) -> None:
+    def close(self, *, leave: bool = True) -> None:
         """Commit the positions waiting for a commit (at_least_once), abort open
-        transactions, release the producers, leave the group."""
+        transactions, release the producers, leave the group (unless ``leave`` is False: a
+        thread replaced by one with its ``group.instance.id`` takes its place without a
+        rebalance, as a restarted static member does)."""
         self.liveness.close()
         if self.trigger is not None:
             self.trigger.close()
         if not isinstance(self.failure, TaskMigratedError):  # a zombie commits nothing
             self.commit.commit_pending(self._validate_generation, force=True)
         if self.membership is not None:
-            self.membership.close(leave=True)
+            self.membership.close(leave=leave)
         self.commit.close()
         remove_plans(self.thread_plan)
 

@@ -47,6 +47,9 @@ FAULT_KINDS = INSTANCE_KINDS + STORAGE_KINDS
 TAKE_OUT_KINDS = ("kill", "fault-point", "pause", "executor", "disk-full")
 #: How long a storage fault or a full disk lasts.
 SPAN_S = 8.0
+#: How long an instance restarted with a fault point armed may take to reach it (its
+#: start and first commit, on an object store under other faults: up to two minutes).
+FAULT_POINT_WAIT_S = 120.0
 #: The size of each instance's state directory filesystem, with ``disk-full``.
 DISK_MB = 512
 _CHUNK = b"\0" * (1 << 20)
@@ -142,7 +145,7 @@ class Nemesis:
         try:
             target.kill()
             target.start({"STREAMS_FAULT_POINT": point, "STREAMS_FAULT_HIT": "1"})
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + FAULT_POINT_WAIT_S
             while target.alive() and time.monotonic() < deadline:
                 self._wait(0.2)
             reached = target.ended() == -signal.SIGKILL
@@ -150,7 +153,8 @@ class Nemesis:
             target.start()
         finally:
             target.held = False
-        return f"{point} {'reached' if reached else 'not reached in 60 s'}, restarted"
+        waited = "reached" if reached else f"not reached in {FAULT_POINT_WAIT_S:.0f} s"
+        return f"{point} {waited}, restarted"
 
     def _pause(self, target: Instance) -> str:
         target.pause()

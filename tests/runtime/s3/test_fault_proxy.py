@@ -80,6 +80,20 @@ def test_each_fault_kind_does_what_it_says(s3_server: S3Server, proxy: FaultProx
     assert proxy.injected[-1].status == 200  # the store's answer that was lost
 
 
+def test_a_put_the_store_refuses_is_sent_again(s3_server: S3Server, proxy: FaultProxy) -> None:
+    """A plain PUT (a heartbeat, a marker, a staged data file) answered 503 SlowDown more
+    often than the SDK's own retries is sent again with backoff: the write lands."""
+    root = f"s3://{s3_server.new_bucket()}/root"
+    register_storage_options(root, {**s3_server.options(), "AWS_ENDPOINT_URL": proxy.endpoint})
+    store = TopicAdmin(root).root
+    proxy.add(FaultRule("503", method="PUT", count=6))
+    store.write_bytes(store.path("small", "heartbeat"), b"1")
+    store.write_file_bytes(store.path("data", "part-0.parquet"), b"22")
+    assert proxy.summary() == {"503": 6}
+    assert store.read_bytes(store.path("small", "heartbeat")) == b"1"
+    assert store.read_bytes(store.path("data", "part-0.parquet")) == b"22"
+
+
 def test_the_ambiguous_commit_commits_nothing_twice_and_loses_nothing(
     spark: SparkSession, s3_server: S3Server, proxy: FaultProxy, tmp_path: Path
 ) -> None:

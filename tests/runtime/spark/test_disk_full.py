@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from common.errors import CommitOutcomeUnknownError, StorageError
 from runtime.app.app import StreamsApp
 from runtime.storage.topics import TopicAdmin
-from runtime.thread.disk_full import NO_SPACE, disk_full
+from runtime.thread.disk_full import NO_SPACE, disk_full, storage_failing
 from runtime.txn.offsets import OffsetsStore
 from streams.crash.nemesis import fill, mount_small_disk, unmount
 from tests.runtime.spark.test_app import (
@@ -39,6 +40,22 @@ def test_what_counts_as_a_full_disk() -> None:
     wrapped.__cause__ = Exception(f"IO error: {NO_SPACE}: While appending to file: 000004.log")
     assert disk_full(wrapped)
     assert not disk_full(OSError(13, "Permission denied"))
+
+
+def test_what_counts_as_a_failing_storage() -> None:
+    """An object store failing past its retries is waited out as a full disk is; an error
+    of unknown outcome (a lost answer of a conditional write) never is."""
+    slow_down = StorageError("cannot write x: AWS Error SLOW_DOWN during PutObject operation")
+    assert storage_failing(slow_down)
+    wrapped = RuntimeError("the batch's commit failed")
+    wrapped.__cause__ = slow_down
+    assert storage_failing(wrapped)
+    unknown = CommitOutcomeUnknownError("the answer of a conditional write was lost")
+    unknown.__cause__ = StorageError("reset")
+    assert not storage_failing(unknown)
+    assert not storage_failing(ValueError("a bug"))
+    full = StorageError(f"cannot write x: {NO_SPACE}")
+    assert disk_full(full) and not storage_failing(full)
 
 
 @pytest.fixture(params=["local root", "root on an object store"])
