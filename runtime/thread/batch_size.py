@@ -25,8 +25,11 @@ cap on the records read per partition:
 * what else a batch costs whatever its records (a Spark job, reads of slow storage) is
   told apart from the records' cost by a line fitted through the kind's last batches
   (time against records read): a cut aims at the target with the fixed part taken off,
-  and when the fixed part alone reaches the target the cap is left as it is (fewer
-  records would not make the batch shorter, only the backlog longer).
+  and when the fixed part alone reaches the target the records' part is aimed at the
+  target instead, never below the cap (fewer records would not make the batch shorter,
+  only the backlog longer); slow batches that all read as many records cannot be told
+  apart so, and after a few of them the next one reads twice as much (a probe: if the
+  records were the cost, the line then says so).
 
 So a batch ends well inside its deadline whatever the data; with Kafka's defaults nothing
 changes, and a large ``max.poll.records`` is reached in a few growing batches from 1,000.
@@ -69,6 +72,10 @@ RECENT_BATCHES = 8
 #: A full batch this far below the target grows by a record at least (the square root
 #: rounded down left a cap of 1 at 1 for ever below four times the target).
 GROW_AT_LEAST_RATIO = 1.25
+
+#: After this many slow batches of one size in a row, the next one reads twice as much:
+#: their fixed cost cannot be told from their records' cost without another size.
+PROBE_AFTER = 3
 
 #: What a kind of batch reads of each partition before anything was measured.
 FIRST_BATCH_RECORDS = 1000
@@ -136,10 +143,23 @@ class BatchSizer:
                 new = max(new, basis + 1)  # a cap of a few records still grows
         else:
             fitted = fixed_cost(recent)
-            fixed = self._fixed[kind] = self._fixed.get(kind, 0.0) if fitted is None else fitted
-            if fixed >= self.target_s:
-                return  # the batch's fixed cost alone reaches the target: keep the cap
-            new = int(basis * (self.target_s - fixed) / (seconds - fixed))
+            if fitted is None and len(recent) >= PROBE_AFTER and basis < self.max_poll_records:
+                # as many slow batches of one size in a row: a line needs two sizes to tell
+                # a fixed cost from the records' (a cap cut to one record stayed there for
+                # ever, each batch of eight records taking 6 s of commits and reads)
+                new = basis * 2
+            else:
+                fixed = self._fixed[kind] = self._fixed.get(kind, 0.0) if fitted is None else fitted
+                if fixed >= self.target_s:
+                    # the fixed cost alone reaches the target: fewer records would not make
+                    # the batch shorter, only the backlog longer; the records' own part is
+                    # aimed at the target instead (never below the cap: a batch reads more
+                    # for the same fixed cost)
+                    variable = seconds - fixed
+                    new = basis * 2 if variable <= 0 else int(basis * self.target_s / variable)
+                    new = max(basis, new)
+                else:
+                    new = int(basis * (self.target_s - fixed) / (seconds - fixed))
         new = max(1, min(self.max_poll_records, new))
         if new == self._caps.get(kind):
             return
@@ -225,7 +245,7 @@ def fixed_cost(batches: Sequence[tuple[int, float]]) -> float | None:
     mean_t = sum(t for _, t in batches) / len(batches)
     spread = sum((n - mean_n) ** 2 for n, _ in batches)
     slope = sum((n - mean_n) * (t - mean_t) for n, t in batches) / spread
-    if slope <= 0:
-        return 0.0  # bigger batches were not slower: the noise of another cost
+    if slope <= 0:  # bigger batches were not slower: nothing shows a record's cost
+        return min(t for _, t in batches)
     quickest = min(t for _, t in batches)
     return max(0.0, min(mean_t - slope * mean_n, quickest))

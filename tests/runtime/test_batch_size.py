@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.thread.batch_size import FIRST_BATCH_RECORDS, BatchSizer, fixed_cost
+from runtime.thread.batch_size import FIRST_BATCH_RECORDS, RECENT_BATCHES, BatchSizer, fixed_cost
 
 TOPICS = ["words"]
 
@@ -93,11 +93,11 @@ def test_kinds_of_batches_are_sized_apart_and_a_short_input_teaches_nothing() ->
 def test_the_fixed_cost_of_a_batch_is_the_intercept_of_its_line() -> None:
     assert fixed_cost([(100, 2.1), (200, 2.2), (400, 2.4)]) == pytest.approx(2.0)
     assert fixed_cost([(100, 3.0), (100, 5.0)]) is None  # one size: nothing tells them apart
-    assert fixed_cost([(100, 3.0), (200, 2.0)]) == 0.0  # bigger was quicker: noise
+    assert fixed_cost([(100, 3.0), (200, 2.0)]) == 2.0  # bigger was quicker: all fixed
     assert fixed_cost([(100, 0.5), (200, 2.0)]) == 0.0  # the line crosses below zero
 
 
-def test_a_batch_slow_whatever_its_records_keeps_its_cap() -> None:
+def test_a_batch_slow_whatever_its_records_reads_more_not_less() -> None:
     # storage answering slowly: 5 s a batch before any record, past the 4 s target
     sizer = BatchSizer(500, 20_000, name="t")
     caps = []
@@ -106,7 +106,27 @@ def test_a_batch_slow_whatever_its_records_keeps_its_cap() -> None:
         caps.append(cap)
         sizer.measured(TOPICS, cap, cap, 5.0 + 0.001 * cap)
     assert caps[0] == 500 and caps[1] < 500  # one size told nothing: the careful cut
-    assert min(caps) == caps[-1] >= 300, caps  # then no further: fewer records won't help
+    # then the line shows the fixed 5 s: fewer records won't help, the records' 0.4 s fit
+    # the target many times over: back to max.poll.records
+    assert min(caps) >= 300 and caps[-1] == 500, caps
+
+
+def test_a_cap_of_one_record_slow_for_its_fixed_cost_grows_back() -> None:
+    """Batches of one record a partition, each 6 s of reads and commits whatever it
+    reads (the chaos run's cap stuck at 1 with 122,000 records behind): after a few of one
+    size the sizer reads twice as much, the line shows the cost is fixed, the cap grows."""
+    sizer = BatchSizer(500, 20_000, name="t")
+    sizer.measured(TOPICS, 500, 2, 160.0)  # a first batch after a restart, under faults
+    assert sizer.cap(TOPICS) == 1
+    caps = []
+    for _ in range(20):
+        cap = sizer.cap(TOPICS)
+        caps.append(cap)
+        sizer.measured(TOPICS, cap, cap, 6.0 + 0.002 * cap)
+    # the slow first batch leaves the last 8 batches, then one size only: the probe
+    probe = caps.index(2)
+    assert set(caps[:probe]) == {1} and probe <= RECENT_BATCHES + 1, caps
+    assert caps[-1] == 500, caps
 
 
 def test_a_cut_aims_at_the_target_less_the_fixed_cost() -> None:
