@@ -26,7 +26,7 @@ import errno
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from common.errors import CommitOutcomeUnknownError, StorageError
 from runtime.txn.producer import ProducerState, TransactionalProducer
@@ -41,33 +41,31 @@ _BACKOFFS: dict[str, DiskFullBackoff] = {}
 _LOCK = threading.Lock()
 
 
-def disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an error it was raised from) is a full disk."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every error it was raised from (its causes, then its contexts)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
-            return True
-        if NO_SPACE in str(current):
-            return True
+        yield current
         current = current.__cause__ or current.__context__
-    return False
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is a full disk."""
+    return any(
+        (isinstance(e, OSError) and e.errno == errno.ENOSPC) or NO_SPACE in str(e)
+        for e in _chain(exc)
+    )
 
 
 def storage_failing(exc: BaseException) -> bool:
     """Whether ``exc`` (or an error it was raised from) is the storage failing past its
     retries, with nothing of unknown outcome (a full disk is :func:`disk_full`)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    failing = False
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, CommitOutcomeUnknownError):
-            return False
-        failing = failing or isinstance(current, StorageError)
-        current = current.__cause__ or current.__context__
-    return failing and not disk_full(exc)
+    chain = list(_chain(exc))
+    if any(isinstance(e, CommitOutcomeUnknownError) for e in chain):
+        return False
+    return any(isinstance(e, StorageError) for e in chain) and not disk_full(exc)
 
 
 class DiskFullBackoff:
