@@ -45,14 +45,14 @@ bench: $(STAMP)
 # on local-cluster, the root on an S3-compatible server behind the fault proxy
 CHAOS_SECONDS ?= 3600
 # every kind: those that take an instance out one at a time, the storage and worker faults
-# every 6 s or so over them (two lanes), so that an hour holds 300 faults
+# every 3 s or so after the last one healed (two lanes), so that an hour holds 300 faults
 CHAOS_FAULTS ?= all
 chaos: $(STAMP)
 	mkdir -p .chaos
 	PATH="$(CURDIR)/$(BIN):$$PATH" JDK_JAVA_OPTIONS=-XX:TieredStopAtLevel=1 \
 		$(BIN)/streams-eos crashtest examples/wordcount.py \
 		--generate 20000 --faults $(CHAOS_FAULTS) --instances 2 --master 'local-cluster[1,1,1024]' \
-		--object-store --duration $(CHAOS_SECONDS) --interval 6 \
+		--object-store --duration $(CHAOS_SECONDS) --interval 3 \
 		--workdir .chaos/run-$$(date +%Y%m%d-%H%M%S) --report .chaos/report.json
 
 clean:
