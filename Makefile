@@ -31,8 +31,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# the suite on every core (at most 4 workers, each with its own Spark; a test file stays on
+# one worker, so a module's fixtures are made once)
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --maxprocesses 4 --dist loadfile
 
 slow: $(STAMP)
 	$(BIN)/pytest -m slow
