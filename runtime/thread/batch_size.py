@@ -98,7 +98,8 @@ class BatchSizer:
         self, max_poll_records: int, deadline_ms: int, *, name: str, memory: str | None = None
     ) -> None:
         self.max_poll_records = max_poll_records
-        self.target_s = deadline_ms * TARGET_SHARE / 1000
+        self.deadline_s = deadline_ms / 1000
+        self.target_s = self.deadline_s * TARGET_SHARE
         self.name = name
         self.memory = memory
         self._caps: dict[frozenset[str], int] = {}
@@ -137,29 +138,39 @@ class BatchSizer:
         if ratio >= 1 and fullest < cap:
             return  # the input ran out before the cap: nothing learnt about a bigger batch
         basis = cap if ratio >= 1 else min(cap, fullest)
+        fitted = fixed_cost(recent)
         if ratio >= 1:
-            new = int(basis * math.sqrt(ratio))
+            # the room left for the records, their own time against it (a fixed cost
+            # known from batches of two sizes is no record's: 20 records of a batch costing
+            # 3 s before any of them fill a 4 s target five times over, not 1.3)
+            fixed = fitted if fitted is not None and fitted < seconds else 0.0
+            new = int(basis * math.sqrt((self.target_s - fixed) / (seconds - fixed)))
             if ratio >= GROW_AT_LEAST_RATIO:
                 new = max(new, basis + 1)  # a cap of a few records still grows
+        elif fitted is None and len(recent) >= PROBE_AFTER and basis < self.max_poll_records:
+            # as many slow batches of one size in a row: a line needs two sizes to tell
+            # a fixed cost from the records' (a cap cut to one record stayed there for
+            # ever, each batch of eight records taking 6 s of commits and reads)
+            new = basis * 2
         else:
-            fitted = fixed_cost(recent)
-            if fitted is None and len(recent) >= PROBE_AFTER and basis < self.max_poll_records:
-                # as many slow batches of one size in a row: a line needs two sizes to tell
-                # a fixed cost from the records' (a cap cut to one record stayed there for
-                # ever, each batch of eight records taking 6 s of commits and reads)
-                new = basis * 2
+            fixed = self._fixed[kind] = self._fixed.get(kind, 0.0) if fitted is None else fitted
+            if fixed >= self.target_s:
+                # the fixed cost alone reaches the target: fewer records would not make
+                # the batch shorter, only the backlog longer; the records' own part is
+                # aimed at the target instead (never below the cap: a batch reads more
+                # for the same fixed cost)
+                variable = seconds - fixed
+                new = basis * 2 if variable <= 0 else int(basis * self.target_s / variable)
+                new = max(basis, new)
             else:
-                fixed = self._fixed[kind] = self._fixed.get(kind, 0.0) if fitted is None else fitted
-                if fixed >= self.target_s:
-                    # the fixed cost alone reaches the target: fewer records would not make
-                    # the batch shorter, only the backlog longer; the records' own part is
-                    # aimed at the target instead (never below the cap: a batch reads more
-                    # for the same fixed cost)
-                    variable = seconds - fixed
-                    new = basis * 2 if variable <= 0 else int(basis * self.target_s / variable)
-                    new = max(basis, new)
-                else:
-                    new = int(basis * (self.target_s - fixed) / (seconds - fixed))
+                new = int(basis * (self.target_s - fixed) / (seconds - fixed))
+            if seconds < self.deadline_s:
+                # a batch inside its deadline is cut by half at most: one slowed by a
+                # passing fault (a storage error's retries, a paused disk) is no measure of
+                # its records, and cut to its ratio (a batch of 40 records taking 19.6 s
+                # of a 20 s deadline, 2 records after it) the next batches read almost
+                # nothing while the backlog grows; batches that stay slow halve again
+                new = max(new, basis // 2)
         new = max(1, min(self.max_poll_records, new))
         if new == self._caps.get(kind):
             return

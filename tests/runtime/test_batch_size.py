@@ -87,7 +87,9 @@ def test_kinds_of_batches_are_sized_apart_and_a_short_input_teaches_nothing() ->
     sizer.measured(["b"], 1000, 10, 0.01)  # the input ran out: no growth from that
     assert sizer.cap(["b"]) == 1000
     sizer.measured(["b"], 1000, 10, 15.0)  # but a slow short batch still shrinks it
-    assert sizer.cap(["b"]) == 4  # 10 records took 15 s: 6 s is 4 of them
+    assert sizer.cap(["b"]) == 5  # 10 records took 15 s: 6 s is 4 of them, half at most
+    sizer.measured(["b"], 5, 5, 31.0)  # past the deadline: cut to the target at once
+    assert sizer.cap(["b"]) == 1
 
 
 def test_the_fixed_cost_of_a_batch_is_the_intercept_of_its_line() -> None:
@@ -131,10 +133,44 @@ def test_a_cap_of_one_record_slow_for_its_fixed_cost_grows_back() -> None:
 
 def test_a_cut_aims_at_the_target_less_the_fixed_cost() -> None:
     sizer = BatchSizer(1000, 20_000, name="t")
-    for cap in (1000, 800):  # two sizes: 1 s a batch, 10 ms a record
+    for cap in (500, 400):  # two sizes: 1 s a batch, 10 ms a record
         sizer.measured(TOPICS, cap, cap, 1.0 + 0.01 * cap)
     # 300 records fill the 3 s the 4 s target leaves after the fixed second
     assert sizer.cap(TOPICS) == 300
+
+
+def test_one_batch_slowed_by_a_fault_costs_half_the_cap_not_the_backlog() -> None:
+    """Batches of 40 records a partition, 1.5 s before their records and 10 ms a record,
+    then one that a storage fault held for 19.6 s of its 20 s deadline (the chaos run's
+    cap went from 40 to 2 and read 1-7 records a second for minutes after): the cap is
+    halved, and grows back in a few batches once they are quick again."""
+    sizer = BatchSizer(500, 20_000, name="t")
+    for cap in (40, 30, 40):
+        sizer.measured(TOPICS, cap, cap, 1.5 + 0.01 * cap)
+    before = sizer.cap(TOPICS)
+    sizer.measured(TOPICS, before, before, 19.6)
+    assert sizer.cap(TOPICS) == before // 2
+    caps = []
+    for _ in range(4):
+        cap = sizer.cap(TOPICS)
+        caps.append(cap)
+        sizer.measured(TOPICS, cap, cap, 1.5 + 0.01 * cap)
+    assert sizer.cap(TOPICS) >= before, caps
+
+
+def test_batches_that_stay_slow_are_halved_until_they_fit() -> None:
+    """The records got 15 times dearer for good (0.15 s each): the cap halves batch after
+    batch, and a few batches later they end near the 4 s target, none past the deadline."""
+    sizer = BatchSizer(500, 20_000, name="t")
+    for cap in (40, 30, 40):
+        sizer.measured(TOPICS, cap, cap, 1.5 + 0.01 * cap)
+    times = []
+    for _ in range(8):
+        cap = sizer.cap(TOPICS)
+        seconds = 1.5 + 0.15 * cap
+        times.append(seconds)
+        sizer.measured(TOPICS, cap, cap, seconds)
+    assert max(times) < 20.0 and times[-1] <= 4.0 + 0.5, times
 
 
 def test_a_cap_cut_to_one_record_grows_again_once_batches_are_quick() -> None:
