@@ -110,6 +110,7 @@ class Instance:
         """Stop the instance as Ctrl-C would (SIGINT to its driver); kill it after
         ``timeout_s``; return its exit code."""
         if self.popen is None:
+            self.sweep()
             return None
         if self.paused:
             self.resume()
@@ -121,7 +122,23 @@ class Instance:
         code = self.popen.poll()
         self._signal_tree(signal.SIGKILL)  # what the driver left behind (JVMs, workers)
         self.popen.wait()
+        self.sweep()
         return code
+
+    def sweep(self) -> None:
+        """SIGKILL any process started as this instance that its handle does not know of
+        (one started as a signal interrupted its start: Popen never returned it). Looked
+        for twice: a child between its fork and its exec does not show its arguments yet."""
+        mark = f"state.dir={self.state_dir}"
+        for look in range(2):
+            time.sleep(0.3 * look)
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                    continue
+                with contextlib.suppress(OSError):
+                    argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+                    if mark in argv:
+                        os.killpg(os.getpgid(int(entry.name)), signal.SIGKILL)
 
     def pids(self, program: str, argument: str) -> list[int]:
         """The processes of the instance running ``program`` (the end of its first

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,33 @@ def test_a_small_disk_fills_to_the_last_byte_and_empties(tmp_path: Path) -> None
         (disk / "more").write_bytes(b"x" * 65536)
     finally:
         unmount(str(disk))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small filesystem needs root")
+def test_a_campaign_stopped_by_sigterm_leaves_no_instance_and_no_mount(tmp_path: Path) -> None:
+    """A CI job's timeout or a supervisor ends the command with SIGTERM: it cleans up as
+    on Ctrl-C (its instances stopped, its small disks unmounted) and says it was stopped."""
+    work = tmp_path / "work"
+    args = ["--generate", "50", "--faults", "disk-full,kill", "--instances", "2"]
+    args += ["--duration", "600", "--workdir", str(work)]
+    command = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "crashtest", str(example("wordcount")), *args],
+        env={**os.environ, **FAST_JVM},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        logs = work / "logs"
+        deadline = time.monotonic() + 120
+        while not (logs.is_dir() and len(list(logs.iterdir())) >= 2):
+            assert command.poll() is None and time.monotonic() < deadline, command.stderr
+            time.sleep(0.2)
+        command.send_signal(signal.SIGTERM)
+        _, err = command.communicate(timeout=120)
+    finally:
+        command.kill()
+    assert command.returncode == 130, err[-2000:]
+    assert str(work) not in Path("/proc/mounts").read_text()
+    left = subprocess.run(["pgrep", "-af", str(work)], check=False, capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
