@@ -72,8 +72,12 @@ def storage_options(uri: str) -> dict[str, str] | None:
     return dict(options) if options else None
 
 
-#: Attempts of each S3 request by pyarrow's filesystem (the AWS SDK's backoff between).
-S3_ATTEMPTS = 10
+#: Attempts of each S3 request by pyarrow's filesystem (the AWS SDK's backoff between,
+#: jittered and doubling up to 20 s: 10 attempts held one call for 75 s against a store
+#: answering SlowDown, past a transaction's timeout and a member's session; 4 take a few
+#: seconds, and what still fails is retried by :func:`~runtime.storage.retries.retried`
+#: where that is safe, or fails the batch, which is aborted and tried again).
+S3_ATTEMPTS = 4
 
 
 def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -92,8 +96,7 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
             kwargs["endpoint_override"] = endpoint.netloc or value
             kwargs["scheme"] = endpoint.scheme or "https"
     parts = urlsplit(uri)
-    # the AWS SDK's standard retries (5xx, SlowDown, resets) with more attempts than its 3:
-    # an object store's bad minute should cost a batch time, not the application
+    # the AWS SDK's standard retries (5xx, SlowDown, resets), a few seconds at most
     kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS)
     kwargs["allow_delayed_open"] = True
     return pafs.S3FileSystem(**kwargs), f"{parts.netloc}{parts.path}"

@@ -29,6 +29,10 @@ TRANSIENT = (OSError, StorageError, DeltaError)
 ATTEMPTS = 7
 FIRST_S = 0.05
 MAX_S = 2.0
+#: The longest :func:`retried` goes on: an operation still failing after it fails its
+#: batch, which is aborted and tried again later (a batch held open for minutes outlives
+#: its transaction's timeout).
+BUDGET_S = 20.0
 
 
 class WriteNotLandedError(StorageError):
@@ -43,17 +47,19 @@ def retried(
     attempts: int = ATTEMPTS,
 ) -> T:
     """``fn()``, run again on a transient error (at most ``attempts`` times in all, about
-    6 s); an error of ``never`` or :class:`CommitOutcomeUnknownError` is raised at once."""
+    6 s of waits, and not past :data:`BUDGET_S` since the first); an error of ``never`` or
+    :class:`CommitOutcomeUnknownError` is raised at once."""
     fatal: tuple[type[BaseException], ...] = (CommitOutcomeUnknownError, *never)
+    started = time.monotonic()
     for attempt in range(attempts):
         try:
             return fn()
         except fatal:
             raise
         except TRANSIENT as exc:
-            if attempt == attempts - 1:
-                raise
             delay = min(MAX_S, FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)
+            if attempt == attempts - 1 or time.monotonic() + delay - started > BUDGET_S:
+                raise
             log.info("[storage] %s failed (%s); again in %.2f s", what, _first_line(exc), delay)
             time.sleep(delay)
     raise AssertionError("unreachable")

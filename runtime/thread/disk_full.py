@@ -12,9 +12,10 @@ lets the next batch try again, from the same positions; once a batch commits, it
 space came back.
 
 An object store that answers errors (500, 503 SlowDown, resets) past the retries of
-each request (:mod:`runtime.storage.retries`, about 6 s) fails the batch the same way and
-is waited out the same way, with its own line; an error whose outcome is unknown (a
-conditional write whose answer was lost) is not absorbed.
+each request (:mod:`runtime.storage.retries`, about 6 s), on the driver or in a batch's
+task on an executor, fails the batch the same way and is waited out the same way, with
+its own line; an error whose outcome is unknown (a conditional write whose answer was
+lost) is not absorbed.
 
 A failure after a transaction's PrepareCommit (a local root full in the commit phase)
 is not absorbed: the producer cannot go on, and the thread fails as before.
@@ -59,13 +60,21 @@ def disk_full(exc: BaseException) -> bool:
     )
 
 
+#: Storage errors that waiting does not cure: an outcome to find out (a lost answer).
+#: (A log read as damaged is waited out: under a failing store a read can come back short,
+#: and real damage says so in the warning every time.)
+NOT_WAITED_OUT: tuple[type[StorageError], ...] = (CommitOutcomeUnknownError,)
+
+
 def storage_failing(exc: BaseException) -> bool:
     """Whether ``exc`` (or an error it was raised from) is the storage failing past its
-    retries, with nothing of unknown outcome (a full disk is :func:`disk_full`)."""
+    retries, here or in a batch's task on an executor (whose error the driver gets back
+    as itself: :func:`~runtime.tasks.errors.task_error`), with nothing of unknown outcome
+    (a full disk is :func:`disk_full`)."""
     chain = list(_chain(exc))
-    if any(isinstance(e, CommitOutcomeUnknownError) for e in chain):
+    if disk_full(exc) or any(isinstance(e, NOT_WAITED_OUT) for e in chain):
         return False
-    return any(isinstance(e, StorageError) for e in chain) and not disk_full(exc)
+    return any(isinstance(e, StorageError) for e in chain)
 
 
 class DiskFullBackoff:

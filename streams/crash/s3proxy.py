@@ -16,7 +16,9 @@ may inject one fault:
 
 A rule matches by method, a regular expression on the path, whether the request is a
 conditional write (``If-None-Match`` / ``If-Match``), with a probability ``rate``, at most
-``count`` times. Every injected fault is recorded (:attr:`FaultProxy.injected`)::
+``count`` times, for at most ``seconds`` from the first request it matched (a store down
+for a while: longer than any retry). Every injected fault is recorded
+(:attr:`FaultProxy.injected`)::
 
     with FaultProxy("http://127.0.0.1:9000", [FaultRule("503", rate=0.05)]) as proxy:
         options["AWS_ENDPOINT_URL"] = proxy.endpoint
@@ -68,7 +70,10 @@ class FaultRule:
     conditional: bool | None = None
     count: int | None = None
     latency_ms: int = 0
+    seconds: float | None = None
     hits: int = 0
+    #: When it first matched a request (monotonic; None: not yet).
+    since: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -91,12 +96,18 @@ class FaultRule:
 
     def matches(self, method: str, path: str, conditional: bool) -> bool:
         """Whether a request is this rule's (before its rate is drawn)."""
-        return (
+        found = (
             (self.count is None or self.hits < self.count)
             and (self.method is None or self.method == method)
             and (self.path is None or re.search(self.path, path) is not None)
             and (self.conditional is None or self.conditional == conditional)
         )
+        if not found or self.seconds is None:
+            return found
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        return now - self.since < self.seconds
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ of a topic commit are lost, and the application commits nothing twice and loses 
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -94,6 +95,53 @@ def test_a_put_the_store_refuses_is_sent_again(s3_server: S3Server, proxy: Fault
     assert store.read_bytes(store.path("data", "part-0.parquet")) == b"22"
 
 
+class WordCount:
+    """The word count example on a bucket of the test server reached through the proxy:
+    its topics, its input (120 lines), its configuration and what it wrote."""
+
+    def __init__(self, s3_server: S3Server, proxy: FaultProxy, state_dir: Path) -> None:
+        options = {**s3_server.options(), "AWS_ENDPOINT_URL": proxy.endpoint}
+        root = f"s3://{s3_server.new_bucket()}/root"
+        register_storage_options(root, options)
+        self.example = example = load_example("wordcount")
+        self.admin = TopicAdmin(root)
+        for topic, partitions in example.TOPICS.items():
+            self.admin.create(topic, partitions)
+        self.lines = [line for _, line in example.generate(120)]
+        producer = Producer(self.admin)
+        for n, line in enumerate(self.lines):
+            producer.send(example.INPUT, f"line-{n}".encode(), line.encode())
+        producer.flush()
+        self.config = {
+            **example.CONFIG,
+            **{f"storage.options.{k}": v for k, v in options.items()},
+            "topics.root": root,
+            "state.dir": str(state_dir),
+            "commit.interval.ms": 100,
+            "max.poll.records": 40,
+        }
+
+    def run(self, spark: SparkSession) -> None:
+        StreamsApp(self.example.build_topology(), self.config, spark=spark).run_until_idle()
+
+    def check_exact(self) -> None:
+        """Every word's last count is its count in the input, and no count was written
+        twice."""
+        example, reader = self.example, TopicReader(self.admin)
+        written: dict[str, list[int]] = {}
+        for partition in range(example.TOPICS[example.OUTPUT]):
+            table = reader.read(example.OUTPUT, partition, 0)
+            for key, value in zip(
+                table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+            ):
+                count = int.from_bytes(value, "big", signed=True)
+                written.setdefault(key.decode(), []).append(count)
+        expected = Counter(w for line in self.lines for w in example.WORD.findall(line.lower()))
+        assert {w: c[-1] for w, c in written.items()} == dict(expected)
+        for word, counts in written.items():
+            assert counts == sorted(set(counts)), (word, counts)  # nothing committed twice
+
+
 def test_the_ambiguous_commit_commits_nothing_twice_and_loses_nothing(
     spark: SparkSession, s3_server: S3Server, proxy: FaultProxy, tmp_path: Path
 ) -> None:
@@ -102,18 +150,7 @@ def test_the_ambiguous_commit_commits_nothing_twice_and_loses_nothing(
     or a reset now and then (about 6 %): the writers read back (each write carries its own
     token) instead of retrying blindly, transient errors are retried with backoff; the
     counts are exact and no count is written twice."""
-    options = {**s3_server.options(), "AWS_ENDPOINT_URL": proxy.endpoint}
-    root = f"s3://{s3_server.new_bucket()}/root"
-    register_storage_options(root, options)
-    example = load_example("wordcount")
-    admin = TopicAdmin(root)
-    for topic, partitions in example.TOPICS.items():
-        admin.create(topic, partitions)
-    lines = [line for _, line in example.generate(120)]
-    producer = Producer(admin)
-    for n, line in enumerate(lines):
-        producer.send(example.INPUT, f"line-{n}".encode(), line.encode())
-    producer.flush()
+    job = WordCount(s3_server, proxy, tmp_path / "state")
     txn_log = proxy.add(
         FaultRule(
             "lose-answer",
@@ -127,7 +164,7 @@ def test_the_ambiguous_commit_commits_nothing_twice_and_loses_nothing(
         FaultRule(
             "lose-answer",
             method="PUT",
-            path=f"/topics/{example.OUTPUT}/_delta_log/0*[1-9]",
+            path=f"/topics/{job.example.OUTPUT}/_delta_log/0*[1-9]",
             conditional=True,
             count=1,
         )
@@ -135,33 +172,40 @@ def test_the_ambiguous_commit_commits_nothing_twice_and_loses_nothing(
     storm = [
         proxy.add(FaultRule(k, rate=r)) for k, r in (("503", 0.03), ("500", 0.02), ("reset", 0.01))
     ]  # type: ignore[arg-type]
-    config = {
-        **example.CONFIG,
-        **{f"storage.options.{k}": v for k, v in options.items()},
-        "topics.root": root,
-        "state.dir": str(tmp_path / "state"),
-        "commit.interval.ms": 100,
-        "max.poll.records": 40,
-    }
-    StreamsApp(example.build_topology(), config, spark=spark).run_until_idle()
+    job.run(spark)
     proxy.rules.clear()  # the checks below read without faults
     assert txn_log.hits == 1 and topic_commit.hits == 1
     lost = [i.status for i in proxy.injected if i.kind == "lose-answer"]
     assert lost == [200, 200]  # both writes had succeeded
     assert all(rule.hits > 0 for rule in storm), proxy.summary()
+    job.check_exact()
 
-    reader = TopicReader(admin)
-    written: dict[str, list[int]] = {}
-    for partition in range(example.TOPICS[example.OUTPUT]):
-        table = reader.read(example.OUTPUT, partition, 0)
-        for key, value in zip(
-            table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
-        ):
-            written.setdefault(key.decode(), []).append(int.from_bytes(value, "big", signed=True))
-    expected = Counter(w for line in lines for w in example.WORD.findall(line.lower()))
-    assert {w: c[-1] for w, c in written.items()} == dict(expected)
-    for word, counts in written.items():
-        assert counts == sorted(set(counts)), (word, counts)  # nothing committed twice
+
+@pytest.mark.slow  # half a minute of refusals, past every retry
+def test_a_store_refusing_writes_longer_than_any_retry_is_waited_out(
+    spark: SparkSession,
+    s3_server: S3Server,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every write of the output topic's data files is answered 503 SlowDown for 35 s,
+    longer than the SDK's and the project's retries of each write (20 s at most): the
+    batch is aborted (nothing of it committed), the thread waits and tries again, and
+    once the store answers the counts are exact, none written twice."""
+    job = WordCount(s3_server, proxy, tmp_path / "state")
+    down = proxy.add(
+        FaultRule(
+            "503", method="PUT", path=f"/topics/{job.example.OUTPUT}/(?!_delta_log)", seconds=35
+        )
+    )
+    with caplog.at_level(logging.WARNING, logger="runtime.thread.disk_full"):
+        job.run(spark)
+    assert down.hits > 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("the storage kept failing" in m and "nothing of it committed" in m for m in messages)
+    assert any("space is back (or the storage answers)" in m for m in messages), messages
+    job.check_exact()
 
 
 def test_the_command_runs_a_proxy_until_interrupted(s3_server: S3Server) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from pyspark.sql import SparkSession
 from common.errors import CommitOutcomeUnknownError, StorageError
 from runtime.app.app import StreamsApp
 from runtime.storage.topics import TopicAdmin
+from runtime.tasks.errors import TaskFailedError, guarded, task_error
 from runtime.thread.disk_full import NO_SPACE, disk_full, storage_failing
 from runtime.txn.offsets import OffsetsStore
 from streams.crash.nemesis import fill, mount_small_disk, unmount
@@ -56,6 +58,22 @@ def test_what_counts_as_a_failing_storage() -> None:
     assert not storage_failing(ValueError("a bug"))
     full = StorageError(f"cannot write x: {NO_SPACE}")
     assert disk_full(full) and not storage_failing(full)
+    # a batch's task failed on an executor: Spark carries it to the driver as text only
+    carried = None
+    try:
+        list(guarded(iter_failing(slow_down)))
+    except TaskFailedError as exc:
+        carried = task_error(Py4JLikeError(f"Job aborted: PythonException: {exc}"))
+    assert isinstance(carried, StorageError) and storage_failing(carried)
+
+
+class Py4JLikeError(Exception):
+    """What a failed Spark job raises on the driver: the task's error as text."""
+
+
+def iter_failing(exc: BaseException) -> Iterator[Any]:
+    raise exc
+    yield
 
 
 @pytest.fixture(params=["local root", "root on an object store"])

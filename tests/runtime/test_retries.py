@@ -1,0 +1,53 @@
+"""Transient storage errors are retried with backoff, within a time budget."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from common.errors import CommitOutcomeUnknownError, StorageError
+from runtime.storage import retries
+from runtime.storage.retries import retried
+
+
+def test_an_operation_failing_for_good_fails_within_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each failure takes 0.2 s (a store answering SlowDown after the SDK's own tries):
+    the retries stop once the budget would be passed, not after every attempt."""
+    monkeypatch.setattr(retries, "BUDGET_S", 0.5)
+    calls = []
+
+    def write() -> None:
+        calls.append(time.monotonic())
+        time.sleep(0.2)
+        raise StorageError("cannot write x: AWS Error SLOW_DOWN")
+
+    started = time.monotonic()
+    with pytest.raises(StorageError, match="SLOW_DOWN"):
+        retried(write, what="write x")
+    assert 2 <= len(calls) < retries.ATTEMPTS
+    assert time.monotonic() - started < 0.5 + 0.2 + retries.MAX_S
+
+
+def test_a_passing_error_is_retried_and_an_unknown_outcome_never() -> None:
+    answers: list[BaseException | None] = [OSError("reset"), StorageError("503"), None]
+
+    def flaky() -> str:
+        error = answers.pop(0)
+        if error is not None:
+            raise error
+        return "landed"
+
+    assert retried(flaky, what="write y") == "landed"
+    calls = 0
+
+    def ambiguous() -> None:
+        nonlocal calls
+        calls += 1
+        raise CommitOutcomeUnknownError("the answer of a conditional write was lost")
+
+    with pytest.raises(CommitOutcomeUnknownError):
+        retried(ambiguous, what="append z")
+    assert calls == 1
