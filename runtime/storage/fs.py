@@ -66,10 +66,16 @@ def register_storage_options(root: str, options: Mapping[str, str]) -> None:
             _OPTIONS[bucket] = {str(k): str(v) for k, v in options.items()}
 
 
+#: delta-rs's defaults for an object store unless the options set them: its reads are
+#: retried for 20 s at most (object_store's own default, 3 min, held a batch past its
+#: transaction's timeout; what still fails fails the batch, which is tried again).
+DELTA_RS_DEFAULTS = {"retry_timeout": "20s"}
+
+
 def storage_options(uri: str) -> dict[str, str] | None:
     """Return the storage options registered for the bucket of ``uri`` (for delta-rs)."""
     options = _OPTIONS.get(_bucket(uri))
-    return dict(options) if options else None
+    return {**DELTA_RS_DEFAULTS, **options} if options else None
 
 
 #: Attempts of each S3 request by pyarrow's filesystem (the AWS SDK's backoff between,
