@@ -119,20 +119,26 @@ class BatchSizer:
             cap = self._caps[kind] = min(self.max_poll_records, FIRST_BATCH_RECORDS)
         return cap
 
-    def measured(self, topics: Iterable[str], cap: int, fullest: int, seconds: float) -> None:
+    def measured(
+        self, topics: Iterable[str], cap: int, fullest: int, seconds: float, *, opened: bool = False
+    ) -> None:
         """A batch reading ``topics`` with ``cap`` read ``fullest`` records of its fullest
-        partition and took ``seconds``: size the next one."""
+        partition and took ``seconds`` (``opened``: it opened tasks, restoring their stores):
+        size the next one."""
         if fullest <= 0 or seconds <= 0:
             return
         kind = frozenset(topics)
         recent = self._recent.setdefault(kind, deque(maxlen=RECENT_BATCHES))
-        recent.append((fullest, seconds))
+        if not opened:  # a time that was the tasks' opening tells nothing of the records
+            recent.append((fullest, seconds))
         try:
-            self._size_next(kind, cap, fullest, seconds)
+            self._size_next(kind, cap, fullest, seconds, opened)
         finally:
             self._keep()
 
-    def _size_next(self, kind: frozenset[str], cap: int, fullest: int, seconds: float) -> None:
+    def _size_next(
+        self, kind: frozenset[str], cap: int, fullest: int, seconds: float, opened: bool
+    ) -> None:
         recent = self._recent[kind]
         ratio = self.target_s / seconds
         if ratio >= 1 and fullest < cap:
@@ -164,12 +170,14 @@ class BatchSizer:
                 new = max(basis, new)
             else:
                 new = int(basis * (self.target_s - fixed) / (seconds - fixed))
-            if seconds < self.deadline_s:
+            if seconds < self.deadline_s or opened:
                 # a batch inside its deadline is cut by half at most: one slowed by a
                 # passing fault (a storage error's retries, a paused disk) is no measure of
                 # its records, and cut to its ratio (a batch of 40 records taking 19.6 s
                 # of a 20 s deadline, 2 records after it) the next batches read almost
-                # nothing while the backlog grows; batches that stay slow halve again
+                # nothing while the backlog grows; batches that stay slow halve again. So
+                # is one that opened tasks, whatever it took: a restart's first batch,
+                # 28 s of opening and restoring, left a cap of one record
                 new = max(new, basis // 2)
         new = max(1, min(self.max_poll_records, new))
         if new == self._caps.get(kind):

@@ -24,6 +24,7 @@ from common.config import StreamsConfig
 from runtime.spark.trigger import BatchTrigger
 from runtime.thread.batch_size import BatchSizer
 from runtime.thread.commit import CommitStrategy
+from runtime.thread.placement import TaskPlacement
 from runtime.thread.progress import BatchReporter
 from runtime.thread.read_plan import BatchReads, Owns, Positions, ReadPlanner
 from runtime.thread.watchdog import Overdue, StallWatch
@@ -120,9 +121,12 @@ class ThreadLiveness:
         if self.watch is not None:
             self.watch.batch_ended(worked=worked)
 
-    def measured(self, reads: BatchReads, seconds: float) -> None:
-        """A batch that read ``reads`` took ``seconds``: size the next one."""
-        self.sizer.measured(reads.topics, self.cap, reads.fullest, seconds)
+    def measured(self, reads: BatchReads, seconds: float, placement: TaskPlacement) -> None:
+        """A batch that read ``reads`` took ``seconds`` (and opened ``placement.opened``
+        tasks): size the next one."""
+        self.sizer.measured(
+            reads.topics, self.cap, reads.fullest, seconds, opened=placement.opened > 0
+        )
 
     def schedule_alarm(self) -> None:
         """Have the trigger run a batch when the next wall-clock punctuator or the next

@@ -48,6 +48,9 @@ class TaskPlacement:
         self.config = config
         #: ``batch.spark.partitions``, else Spark's parallelism (known at the first batch).
         self.spark_partitions = 0
+        #: How many tasks the last committed batch opened where they had not lived (a
+        #: start, a rebalance, a lost executor: its time was theirs to open and restore).
+        self.opened = 0
         self.driver_host = ""
         #: Whether the session's master is local (one executor).
         self.local = False
@@ -97,6 +100,7 @@ class TaskPlacement:
         another executor before counts in ``metrics`` as ``task-moved-total``)."""
         placed = {t: p for t, p in self._noted.items() if self.placed.get(t) != p}
         moved = sum(1 for t in placed if t in self.placed)
+        self.opened = len(placed)
         self.placed.update(self._noted)
         self._noted = {}
         if moved:

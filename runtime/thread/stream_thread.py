@@ -339,7 +339,7 @@ class StreamThread:
         self.batches += 1
         # the commit's time is the store's, not the records': sizing by it, a slow object
         # store would cut batches to a record each
-        self.liveness.measured(self.reads, seconds - (self._commit_seconds or 0.0))
+        self.liveness.measured(self.reads, seconds - (self._commit_seconds or 0.0), self.placement)
         self.reporter.batch_done(
             batch_id,
             self.batches,

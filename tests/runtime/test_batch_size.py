@@ -209,3 +209,18 @@ def test_what_a_thread_learnt_outlives_it(tmp_path: Path) -> None:
     sizer = BatchSizer(1000, 60_000, name="t", memory=str(blocked / "sizes.json"))
     run(sizer, 0.05, 500)  # measured and cut without an error
     assert sizer.cap(TOPICS) < FIRST_BATCH_RECORDS
+
+
+def test_a_batch_that_opened_its_tasks_costs_half_the_cap_at_most() -> None:
+    """A restart's first batch opens its tasks and restores their stores: 28 s for 61
+    records a partition against a 20 s deadline (it left a cap of one record in the chaos
+    run). Its time is the opening's: the cap is halved at most, and the batch is not one
+    the fixed cost is fitted through."""
+    sizer = BatchSizer(500, 20_000, name="t")
+    for cap in (61, 50, 61):
+        sizer.measured(TOPICS, cap, cap, 1.5 + 0.02 * cap)
+    sizer.measured(TOPICS, 61, 61, 28.2, opened=True)
+    assert sizer.cap(TOPICS) == 30
+    assert (61, 28.2) not in sizer._recent[frozenset(TOPICS)]
+    sizer.measured(TOPICS, 61, 61, 28.2)  # the same without opening: past the deadline
+    assert sizer.cap(TOPICS) < 10
