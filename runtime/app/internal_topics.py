@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from common.config import StreamsConfig
 from common.errors import TopologyError, UnknownTopicError
+from common.pools import shared_pool
 from runtime.spark.source_topics import (
     internal_topic_names,
     match_patterns,
@@ -28,8 +29,12 @@ from runtime.storage.delta_sink import sink_table
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.collector import OutputTopic
 from runtime.tasks.global_state import global_topics
+from runtime.txn.offsets import OFFSETS_TOPIC
 from topology.graph.graph import SinkSpec, SourceSpec
 from topology.graph.topology import Topology
+
+#: Topics whose indexes a start refreshes at once.
+PREFETCH_WORKERS = 8
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +102,7 @@ def plan_topics(
         TopologyError: an internal topic exists with another partition count, or the
             dead-letter topic is one the topology reads.
     """
+    prefetch_indexes(admin, named_topics(topology, application_id))
     subs = topology.task_subtopologies()
     internal_counts: dict[str, int] = {
         f"{application_id}-{name}": spec.num_partitions
@@ -155,6 +161,38 @@ def plan_topics(
         _partitions(admin, topic, "global")
     resets = offset_resets(topology, sources, application_id)
     return TopicPlan(sources, outputs, tasks, tuple(external), globals_, offset_resets=resets)
+
+
+def named_topics(topology: Topology, application_id: str) -> list[str]:
+    """The topics ``topology`` names (its sources, sinks and changelogs, internal ones
+    under their runtime names) and the group's positions topic, each once."""
+    names = [OFFSETS_TOPIC, *topology.changelog_topics(application_id).values()]
+    for spec in topology.nodes.values():
+        if isinstance(spec, SourceSpec):
+            names += [
+                topology.topic_name(t, application_id, internal=spec.internal) for t in spec.topics
+            ]
+        elif isinstance(spec, SinkSpec) and spec.topic is not None:
+            names.append(topology.topic_name(spec.topic, application_id, internal=spec.internal))
+    return list(dict.fromkeys(names))
+
+
+def prefetch_indexes(admin: TopicAdmin, topics: list[str]) -> None:
+    """Bring the offset indexes of ``topics`` up to date at once, several topics at a time
+    (a start asks for each topic's partition count one after another, and on an object
+    store each refresh reads the log entries since its index snapshot: a restart spent 11 s
+    there). Best effort: a topic missing or unreadable is found and reported by the one
+    that needs it."""
+    pool = shared_pool("index-prefetch", PREFETCH_WORKERS)
+
+    def refresh(topic: str) -> None:
+        try:
+            admin.index(topic)
+        except Exception as exc:  # reported by the caller that needs it
+            log.debug("index of %s not prefetched: %s", topic, exc)
+
+    for done in [pool.submit(refresh, t) for t in topics]:
+        done.result()
 
 
 def _sink_outputs(

@@ -206,9 +206,10 @@ class TopicAdmin:
     def topic_log(self, topic: str) -> TopicLog:
         """Return the (cached) offset log of ``topic``."""
         found = self._logs.get(topic)
-        if found is None:
+        if found is None:  # one log per topic, whichever thread asks first
             validate_topic_name(topic)
-            found = self._logs[topic] = TopicLog(self.root, topic, self.table_path(topic))
+            made = TopicLog(self.root, topic, self.table_path(topic))
+            found = self._logs.setdefault(topic, made)
         return found
 
     def index(self, topic: str) -> OffsetIndex:

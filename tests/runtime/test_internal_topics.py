@@ -4,7 +4,7 @@ take the count of the group's source topics."""
 from __future__ import annotations
 
 from common.serdes import Serdes
-from runtime.app.internal_topics import plan_topics
+from runtime.app.internal_topics import named_topics, plan_topics, prefetch_indexes
 from runtime.storage.topics import TopicAdmin
 from topology import Materialized, Produced, StreamsBuilder
 
@@ -32,3 +32,22 @@ def test_a_foreign_key_joins_topics_follow_the_table_they_are_co_partitioned_wit
     assert counts["fk-customers-store-changelog"] == 2
     assert counts["fk-orders-store-changelog"] == 3
     assert sorted(set(plan.tasks.values())) == [2, 3]
+
+
+def test_a_start_refreshes_the_indexes_of_every_topic_it_names_at_once(admin: TopicAdmin) -> None:
+    """The sources, sinks, changelogs and the positions topic, each once; a topic not
+    created yet is left to the step that creates it."""
+    admin.create("lines", 2)
+    admin.create("counts", 2)
+    b = StreamsBuilder()
+    b.stream("lines").group_by_key().count(Materialized.as_("counts-store")).to_stream().to(
+        "counts", Produced.with_(Serdes.String(), Serdes.Long())
+    )
+    topology = b.build()
+    named = named_topics(topology, "wc")
+    assert sorted(named) == ["__consumer_offsets", "counts", "lines", "wc-counts-store-changelog"]
+    prefetch_indexes(admin, named)  # two of them do not exist yet: no error
+    assert admin.topic_log("lines")._index is not None
+    assert admin.topic_log("counts")._index is not None
+    plan = plan_topics(topology, admin, "wc")
+    assert plan.tasks == {0: 2}
