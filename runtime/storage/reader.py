@@ -24,6 +24,7 @@ from common.errors import InvalidPartitionsError, OffsetOutOfRangeError, Storage
 from runtime.storage.fs import StorageRoot
 from runtime.storage.offset_index import OFFSET_COLUMN, OffsetIndex, PartitionLog, Segment
 from runtime.storage.records import FILE_SCHEMA, READ_SCHEMA, ConsumerRecord, records_from_table
+from runtime.storage.retries import retried
 from runtime.storage.topics import TopicAdmin
 
 #: Special timestamps of Kafka's ListOffsets: the log-end and the log-start offset.
@@ -235,11 +236,26 @@ def _open_file(root: StorageRoot, topic: str, segment: Segment, full: str) -> pq
         ) from exc
 
 
+class SegmentMismatchError(StorageError):
+    """A data file holds another number of records than the log says (damage: reading it
+    again does not help)."""
+
+
 def _read_slice(root: StorageRoot, topic: str, partition: int, piece: FileSlice) -> pa.Table:
+    """One slice, read again on a transient storage error (a read is safe to repeat; the
+    SDK's own retries stop when a storm drained its retry quota)."""
+    return retried(
+        lambda: _read_slice_once(root, topic, partition, piece),
+        what=f"read {piece.file}",
+        never=(SegmentMismatchError,),
+    )
+
+
+def _read_slice_once(root: StorageRoot, topic: str, partition: int, piece: FileSlice) -> pa.Table:
     pfile = _open_file(root, topic, piece.segment, piece.file)
     meta = pfile.metadata
     if meta.num_rows != piece.segment.count:
-        raise StorageError(
+        raise SegmentMismatchError(
             f"data file {piece.segment.path} of {topic}-{partition} holds {meta.num_rows} "
             f"records, the log says {piece.segment.count}"
         )

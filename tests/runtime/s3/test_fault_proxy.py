@@ -95,6 +95,27 @@ def test_a_put_the_store_refuses_is_sent_again(s3_server: S3Server, proxy: Fault
     assert store.read_bytes(store.path("data", "part-0.parquet")) == b"22"
 
 
+def test_a_data_file_the_store_refuses_to_read_is_read_again(
+    s3_server: S3Server, proxy: FaultProxy
+) -> None:
+    """Reads of a topic's data files answered 503 more often than the SDK tries (its retry
+    quota drains in a storm): the reader reads again, every record comes back once."""
+    root = f"s3://{s3_server.new_bucket()}/root"
+    register_storage_options(root, {**s3_server.options(), "AWS_ENDPOINT_URL": proxy.endpoint})
+    admin = TopicAdmin(root)
+    admin.create("t", 1)
+    producer = Producer(admin)
+    for n in range(10):
+        producer.send("t", f"k{n}".encode(), f"v{n}".encode())
+    producer.flush()
+    refused = proxy.add(
+        FaultRule("503", method="GET", path=r"/topics/t/partition.*\.parquet", count=6)
+    )
+    table = TopicReader(admin).read("t", 0, 0)
+    assert refused.hits == 6
+    assert table.column("value").to_pylist() == [f"v{n}".encode() for n in range(10)]
+
+
 class WordCount:
     """The word count example on a bucket of the test server reached through the proxy:
     its topics, its input (120 lines), its configuration and what it wrote."""
