@@ -2,7 +2,9 @@
 and what Kafka handles before it).
 
 * A full disk under Spark's checkpoint (the query itself ended) replaces the thread once
-  the full-disk wait is over.
+  the full-disk wait is over; so does a storage failing past its retries outside a batch
+  (a start, a rejoin), for about 5 minutes of such failures in a row (as Kafka retries a
+  timeout for ``task.timeout.ms``).
 * ``TaskMigratedError`` (the thread's commit was fenced: its member lost the group, or its
   producer's epoch was bumped by the transaction timeout) never reaches the handler: as
   Kafka's ``StreamThread`` does, the thread closes its tasks and rejoins the group (here: a
@@ -37,6 +39,8 @@ def respond_to(
     exc = thread.failure if thread.failure is not None else error
     if thread.failure is None and thread.disk_full.query_failed(error):
         return exc, StreamThreadExceptionResponse.REPLACE_THREAD  # its checkpoint's disk
+    if thread.disk_full.storage_failed(exc):
+        return exc, StreamThreadExceptionResponse.REPLACE_THREAD  # as Kafka's task.timeout.ms
     if isinstance(exc, TaskMigratedError):
         membership = thread.membership
         if membership is not None and not membership.replaced():

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 NO_SPACE = "No space left on device"
 FIRST_WAIT_S = 2.0
 MAX_WAIT_S = 30.0
+#: A thread that cannot start on a failing storage is started again this many times in
+#: a row (2 s doubling to 30 s: about 5 min) before it fails.
+GIVE_UP_AFTER = 13
 
 _BACKOFFS: dict[str, DiskFullBackoff] = {}
 _LOCK = threading.Lock()
@@ -131,6 +134,27 @@ class DiskFullBackoff:
             "[thread %s] Spark's checkpoint could not be written: the disk is full (%s); the "
             "thread starts again in %.0f s from its committed positions (free space in "
             "state.dir, or give it more)",
+            self.name,
+            _first_line(exc),
+            wait,
+        )
+        time.sleep(wait)
+        return True
+
+    def storage_failed(self, exc: BaseException) -> bool:
+        """Whether the thread failed outside a batch (its start, a rejoin: fetching its
+        positions, fencing its producer) on a storage failing past its retries; if so, say
+        so and wait before it is started again from its committed positions. After
+        :data:`GIVE_UP_AFTER` such waits in a row (about 5 min, Kafka's default
+        ``task.timeout.ms``) the thread fails: a store that never answers (a wrong bucket,
+        no permission) is no passing fault."""
+        if not storage_failing(exc) or self.failures >= GIVE_UP_AFTER:
+            return False
+        wait = min(MAX_WAIT_S, FIRST_WAIT_S * 2**self.failures)
+        self.failures += 1
+        log.warning(
+            "[thread %s] the storage kept failing (%s); the thread starts again in %.0f s "
+            "from its committed positions (check the object store if this repeats)",
             self.name,
             _first_line(exc),
             wait,

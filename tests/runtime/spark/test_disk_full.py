@@ -24,7 +24,8 @@ from common.errors import CommitOutcomeUnknownError, StorageError
 from runtime.app.app import StreamsApp
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.errors import TaskFailedError, guarded, task_error
-from runtime.thread.disk_full import NO_SPACE, disk_full, storage_failing
+from runtime.thread import disk_full as disk_full_module
+from runtime.thread.disk_full import NO_SPACE, DiskFullBackoff, disk_full, storage_failing
 from runtime.txn.offsets import OffsetsStore
 from streams.crash.nemesis import fill, mount_small_disk, unmount
 from tests.runtime.spark.test_app import (
@@ -150,3 +151,24 @@ def test_a_full_state_dir_stops_the_batches_until_space_returns(
         per_word.setdefault(word, []).append(count)
     for word, counts in per_word.items():
         assert counts == sorted(set(counts)), f"{word}: a count repeats or goes back: {counts}"
+
+
+def test_a_thread_failing_on_the_storage_outside_a_batch_starts_again_for_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its start or rejoin could not read its positions: it is started again (2 s doubling
+    to 30 s) for about 5 minutes of failures in a row, then it fails; a batch that commits
+    starts the count afresh; an error of unknown outcome never waits."""
+    monkeypatch.setattr(
+        disk_full_module, "time", type("T", (), {"sleep": staticmethod(lambda s: None)})
+    )
+    backoff = DiskFullBackoff("t")
+    failing = StorageError("cannot read data file x: AWS Error SLOW_DOWN during HeadObject")
+    starts = 0
+    while backoff.storage_failed(failing):
+        starts += 1
+    assert starts == disk_full_module.GIVE_UP_AFTER
+    backoff.committed(7)
+    assert backoff.storage_failed(failing)
+    assert not backoff.storage_failed(CommitOutcomeUnknownError("lost answer"))
+    assert not backoff.storage_failed(ValueError("a bug"))
