@@ -52,12 +52,14 @@ def run(args: argparse.Namespace) -> int:
     for rule in rules:
         rule.latency_ms = args.latency_ms
     proxy = FaultProxy(args.target, rules, seed=args.seed, timeout_s=args.timeout_s, port=args.port)
-    with proxy:
-        print(f"s3-proxy: listening on {proxy.endpoint}, forwarding to {args.target}", flush=True)
-        try:
+    try:  # an interrupt as early as right after the line below still prints the summary
+        with proxy:
+            print(
+                f"s3-proxy: listening on {proxy.endpoint}, forwarding to {args.target}", flush=True
+            )
             while True:
                 time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:
+        pass
     print(json.dumps({"forwarded": proxy.forwarded, "injected": proxy.summary()}), file=sys.stderr)
     return 0
