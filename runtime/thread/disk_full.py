@@ -12,7 +12,7 @@ lets the next batch try again, from the same positions; once a batch commits, it
 space came back.
 
 An object store that answers errors (500, 503 SlowDown, resets) past the retries of
-each request (:mod:`runtime.storage.retries`, about 6 s), on the driver or in a batch's
+each request (:mod:`runtime.storage.retries`, 20 s at most), on the driver or in a batch's
 task on an executor, fails the batch the same way and is waited out the same way, with
 its own line; an error whose outcome is unknown (a conditional write whose answer was
 lost) is not absorbed.
