@@ -215,12 +215,16 @@ class TopicLog:
         deleted or misplaced file), not that it is still to come: reading on would skip its
         records and those after it. Checked by a new reader at its first refresh and by a
         running one every :data:`GAP_CHECK_AFTER_S` seconds at the log end (a listing of
-        the log directory)."""
+        the log directory). A missing version that the listing shows is no gap: its
+        read answered before the writer's commit, and later ones followed meanwhile (more
+        likely the slower the store)."""
         later = [
             int(info.base_name[:20])
             for info in self.root.list_dir(f"{self.table_path}/_delta_log")
             if info.base_name.endswith(".json") and info.base_name[:20].isdigit()
         ]
+        if version + 1 in later:
+            return  # written since it was read as absent (a slow read raced the writer)
         newer = [v for v in later if v > version + 1]
         if newer:
             missing = version + 1

@@ -163,3 +163,31 @@ def test_a_hand_written_offsets_record_is_skipped_and_named(
         assert "g" in done.stdout
     deleted = cli(root, "groups", "--delete", "--group", "g")
     assert deleted.returncode == 0, deleted.stderr
+
+
+def test_a_commit_written_after_its_read_answered_absent_is_no_gap(
+    admin: TopicAdmin, root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow store: the read of version 4 answers "absent", then the writer commits 4
+    and 5 before the reader lists the log. No gap (4 is there now), and the next read
+    serves both commits."""
+    admin.create("t", 1)
+    plain_commits(admin, "t", 3)
+    reader = TopicReader(root)
+    assert reader.end_offsets("t") == {0: 150}
+    read_entry = topic_log.read_entry
+    raced: list[int] = []
+
+    def read_then_race(root_: object, table: str, version: int) -> object:
+        entry = read_entry(root_, table, version)  # type: ignore[arg-type]
+        if version == 4 and not raced:
+            raced.append(version)
+            plain_commits(admin, "t", 2)  # the writer's commits land after the answer
+        return entry
+
+    monkeypatch.setattr(topic_log, "read_entry", read_then_race)
+    monkeypatch.setattr(topic_log, "GAP_CHECK_AFTER_S", 0.0)
+    time.sleep(0.01)
+    assert reader.end_offsets("t") == {0: 150}  # 4 was absent when read
+    assert raced == [4]
+    assert reader.end_offsets("t") == {0: 250}
