@@ -132,6 +132,10 @@ class CommitStrategy:
         """The strategy's transactional producers (none under at_least_once)."""
         return []
 
+    def recover(self) -> None:
+        """Make the producers usable again after a batch whose failure the thread
+        absorbed (a storage outage waited out): none under at_least_once."""
+
     def close(self) -> None:
         """Abort what is open, release the producers."""
 

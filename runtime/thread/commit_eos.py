@@ -96,6 +96,24 @@ class _Transactional(CommitStrategy):
         first."""
         return self._fetch_stable()
 
+    def _usable(
+        self, producers: Mapping[str, TransactionalProducer], ids: Mapping[str, str]
+    ) -> dict[str, TransactionalProducer]:
+        """``producers`` with each one a failure left outside READY (an abort the store
+        refused, a commit cut off after its PrepareCommit) closed and replaced, as Kafka
+        Streams resets its producer after a failed commit: the new one's InitProducerId
+        finishes what the old one left open (aborts it, or rolls a decided one forward)."""
+        broken = {k: p for k, p in producers.items() if p.state is not ProducerState.READY}
+        for producer in broken.values():
+            log.warning(
+                "[thread %s] producer %s was left %s by the failed batch: initialising it again",
+                self.transactional_id,
+                producer.transactional_id,
+                producer.state.value,
+            )
+            producer.close()
+        return {**producers, **self._init_producers({k: ids[k] for k in broken})}
+
 
 class ExactlyOnceV2(_Transactional):
     """One transaction of the thread's transactional id per batch."""
@@ -108,6 +126,11 @@ class ExactlyOnceV2(_Transactional):
         """The thread's producer."""
         return [] if self.producer is None else [self.producer]
 
+    def recover(self) -> None:
+        """Make the producer usable again after a failed batch (see :meth:`_usable`)."""
+        if self.producer is not None:
+            self.producer = self._usable({"": self.producer}, {"": self.transactional_id})[""]
+
     def start(self, tasks: list[str]) -> Positions:
         """Initialise the thread's producer (fencing an older instance of it)."""
         self.producer = self._init_producers({"": self.transactional_id})[""]
@@ -118,9 +141,10 @@ class ExactlyOnceV2(_Transactional):
         producer = self.producer
         assert producer is not None, "start() first"
         producer.begin_transaction()
-        staging = producer.staging_dir_for(batch.written)
-        txn = (self.transactional_id, producer.transaction_sequence)
-        try:
+        txn: tuple[str, int] | None = None
+        try:  # registering the participants is a write of the store's: it may fail too
+            staging = producer.staging_dir_for(batch.written)
+            txn = (self.transactional_id, producer.transaction_sequence)
             results = task_results(batch.run_tasks(staging, txn, {}))
             if results.empty():
                 producer.abort_transaction()
@@ -135,7 +159,8 @@ class ExactlyOnceV2(_Transactional):
             raise
         except BaseException:
             producer.abort_transaction()
-            self.outcomes[txn] = False
+            if txn is not None:
+                self.outcomes[txn] = False
             raise
         try:
             producer.commit_transaction(before_prepare=batch.validate_generation)
@@ -180,6 +205,12 @@ class ExactlyOncePerTask(_Transactional):
         """A producer per task."""
         return list(self.producers.values())
 
+    def recover(self) -> None:
+        """Make every task's producer usable again after a failed batch."""
+        self.producers = self._usable(
+            self.producers, {t: f"{self.group}-{t}" for t in self.producers}
+        )
+
     def assigned(self, tasks: list[str]) -> Positions:
         """Close the producers of revoked tasks, initialise those of new ones."""
         mine = set(tasks)
@@ -192,18 +223,18 @@ class ExactlyOncePerTask(_Transactional):
     def commit_batch(self, batch: Batch) -> BatchCommit:
         """Begin every task's transaction, run the tasks, commit each task's."""
         txns: dict[str, tuple[str, int, str]] = {}
-        for task, producer in self.producers.items():
-            producer.begin_transaction()
-            staging = producer.staging_dir_for(batch.written)
-            txns[task] = (producer.transactional_id, producer.transaction_sequence, staging)
         try:
+            for task, producer in self.producers.items():
+                producer.begin_transaction()
+                staging = producer.staging_dir_for(batch.written)
+                txns[task] = (producer.transactional_id, producer.transaction_sequence, staging)
             by_task = task_results_by_task(batch.run_tasks("", None, txns))
         except ProducerFencedError:
             raise
         except BaseException:
             for task, producer in self.producers.items():
-                producer.abort_transaction()
-                self._remember((txns[task][0], txns[task][1]), committed=False)
+                if abort_undecided(producer) and task in txns:
+                    self._remember((txns[task][0], txns[task][1]), committed=False)
             raise
         committed: Positions = {}
         any_committed = False

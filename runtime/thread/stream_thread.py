@@ -288,7 +288,7 @@ class StreamThread:
             if not self.disk_full.absorbed(exc, batch_id, self.commit.all_producers()):
                 self.failure = exc
                 raise
-            # the aborted batch's records again after the wait, from what is committed
+            self.commit.recover()  # then the batch's records again, from what is committed
             self.positions = self.commit.assigned(self.task_ids())
             self.wake_now("behind")
         finally:

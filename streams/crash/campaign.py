@@ -236,6 +236,7 @@ class Campaign(Workspace):
             self.master,
             self.proxy is not None,
             {r.kind: r.hits for r in background},
+            dict(self.proxy.requests) if self.proxy is not None else {},
         )
 
     def close(self) -> None:

@@ -47,6 +47,8 @@ class CampaignReport:
     master: str
     object_store: bool
     background: dict[str, int] = field(default_factory=dict)
+    #: Requests the instances sent the object store, by kind (the proxy's count).
+    requests: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -81,6 +83,13 @@ class CampaignReport:
         if self.background:
             shown = ", ".join(f"{k} x{v}" for k, v in sorted(self.background.items()))
             lines.append(f"background storage faults: {shown}")
+        if self.requests:
+            total = sum(self.requests.values())
+            top = sorted(self.requests.items(), key=lambda kv: -kv[1])[:8]
+            lines.append(
+                f"object store requests: {total / self.seconds:.1f}/s; "
+                + ", ".join(f"{k} {v / self.seconds:.1f}/s" for k, v in top)
+            )
         lines += [
             f"  #{f.index} {f.at_s:7.1f}s {f.kind} on {f.target}: {f.detail}; recovered in "
             f"{'NOT' if f.recovery_s is None else f'{f.recovery_s:.1f} s'}"

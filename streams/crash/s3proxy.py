@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from common.errors import ConfigError
 
@@ -140,6 +140,8 @@ class FaultProxy:
     port: int = 0
     injected: list[Injected] = field(default_factory=list)
     forwarded: int = 0
+    #: Requests seen, by :func:`request_class` ("LIST _transactions", "GET data", ...).
+    requests: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.target)
@@ -198,6 +200,7 @@ class FaultProxy:
     def choose(self, method: str, path: str, conditional: bool) -> FaultRule | None:
         """The rule that injects into this request, if any (counted as a hit)."""
         with self._lock:
+            self.requests[request_class(method, path)] += 1
             for rule in self.rules:
                 if rule.matches(method, path, conditional) and self._random.random() < rule.rate:
                     rule.hits += 1
@@ -316,6 +319,30 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.close_connection = True
         self.connection.close()
+
+
+#: What a request's path is about, by the first of these names in it (else "other").
+_AREAS = (
+    "_transactions",
+    "heartbeats",
+    "_groups",
+    "_streams_index",
+    "txn-staging",
+    "_delta_log",
+    "_apps",
+    "partition=",
+)
+
+
+def request_class(method: str, path: str) -> str:
+    """``METHOD area`` of a request: a GET listing a prefix is ``LIST``; the area is the
+    first of :data:`_AREAS` its path (or listed prefix) names, ``data`` for a data file."""
+    target, _, query = path.partition("?")
+    if method == "GET" and "list-type=" in query:
+        method, target = "LIST", query
+    target = unquote(target)
+    area = next((a for a in _AREAS if a in target), "other")
+    return f"{method} {'data' if area == 'partition=' else area}"
 
 
 def _xml(code: str, message: str) -> bytes:

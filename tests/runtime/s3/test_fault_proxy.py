@@ -81,6 +81,24 @@ def test_each_fault_kind_does_what_it_says(s3_server: S3Server, proxy: FaultProx
     assert proxy.injected[-1].status == 200  # the store's answer that was lost
 
 
+def test_the_proxy_counts_requests_by_kind(s3_server: S3Server, proxy: FaultProxy) -> None:
+    bucket = s3_server.new_bucket()
+    via = client(proxy.endpoint)
+    via.put_object(Bucket=bucket, Key="r/topics/t/_delta_log/0.json", Body=b"{}")
+    via.put_object(Bucket=bucket, Key="r/topics/t/partition=0/f.parquet", Body=b"1")
+    via.get_object(Bucket=bucket, Key="r/topics/t/partition=0/f.parquet")["Body"].read()
+    via.head_object(Bucket=bucket, Key="r/topics/t/_delta_log/0.json")
+    via.list_objects_v2(Bucket=bucket, Prefix="r/_transactions/")
+    via.list_objects_v2(Bucket=bucket, Prefix="r/_transactions/")
+    assert dict(proxy.requests) == {
+        "PUT _delta_log": 1,
+        "PUT data": 1,
+        "GET data": 1,
+        "HEAD _delta_log": 1,
+        "LIST _transactions": 2,
+    }
+
+
 def test_a_put_the_store_refuses_is_sent_again(s3_server: S3Server, proxy: FaultProxy) -> None:
     """A plain PUT (a heartbeat, a marker, a staged data file) answered 503 SlowDown more
     often than the SDK's own retries is sent again with backoff: the write lands."""
