@@ -174,11 +174,13 @@ def _check(
                 f"store {name!r} is a {meta.kind} store: migrations map key-value "
                 "stores; keep or drop it"
             )
-    positions = committed_offsets(admin, app)
     now = set(topology.repartition_topic_names(app))
+    positions: dict[tuple[str, int], int] | None = None  # read only when one is gone
     for topic, out in sorted(old.outputs.items()):
         if out.kind != "repartition" or topic in now or not admin.exists(topic):
             continue
+        if positions is None:
+            positions = committed_offsets(admin, app)
         ends = TopicReader(admin).end_offsets(topic)
         left = sum(e - positions.get((topic, p), 0) for p, e in ends.items())
         if left > 0:

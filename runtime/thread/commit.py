@@ -89,6 +89,10 @@ class CommitStrategy:
         #: How the transactions the tasks may hold prepared writes of ended.
         self.outcomes: dict[Txn, bool] = {}
 
+    def prepare(self) -> None:
+        """Begin what needs no tasks (fencing older instances) in the background, while
+        the thread joins its group; :meth:`start` waits for it."""
+
     def start(self, tasks: list[str]) -> Positions:
         """Initialise (fencing older instances); return the committed positions."""
         return self.offsets.fetch(self.group)

@@ -9,12 +9,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
 
 from common.config import StreamsConfig
 from common.errors import GenerationFencedError, ProducerFencedError, StreamsError
+from common.pools import shared_pool
 from runtime.storage.committer import StagedFile
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.contract import Positions, TaskResults, task_results, task_results_by_task
@@ -121,6 +124,7 @@ class ExactlyOnceV2(_Transactional):
     def __init__(self, admin: TopicAdmin, config: StreamsConfig, transactional_id: str) -> None:
         super().__init__(admin, config, transactional_id)
         self.producer: TransactionalProducer | None = None
+        self._preparing: Future[TransactionalProducer] | None = None
 
     def all_producers(self) -> list[TransactionalProducer]:
         """The thread's producer."""
@@ -131,9 +135,21 @@ class ExactlyOnceV2(_Transactional):
         if self.producer is not None:
             self.producer = self._usable({"": self.producer}, {"": self.transactional_id})[""]
 
+    def prepare(self) -> None:
+        """Initialise the thread's producer in the background (InitProducerId: an older
+        instance of it is fenced, what it left open finished): a few round trips to the
+        store, which need not wait for the group's assignment."""
+        if self.producer is None and self._preparing is None:
+            self._preparing = shared_pool("producer-init", 4).submit(self._new_producer)
+
+    def _new_producer(self) -> TransactionalProducer:
+        return self._init_producers({"": self.transactional_id})[""]
+
     def start(self, tasks: list[str]) -> Positions:
-        """Initialise the thread's producer (fencing an older instance of it)."""
-        self.producer = self._init_producers({"": self.transactional_id})[""]
+        """Initialise the thread's producer (fencing an older instance of it), unless
+        :meth:`prepare` did; return the stable positions."""
+        preparing, self._preparing = self._preparing, None
+        self.producer = preparing.result() if preparing is not None else self._new_producer()
         return self._fetch_stable()
 
     def commit_batch(self, batch: Batch) -> BatchCommit:
@@ -184,7 +200,12 @@ class ExactlyOnceV2(_Transactional):
         return BatchCommit(results.positions, True)
 
     def close(self) -> None:
-        """Release the producer (an open transaction is aborted)."""
+        """Release the producer (an open transaction is aborted), also one still being
+        prepared when the thread's start failed."""
+        preparing, self._preparing = self._preparing, None
+        if preparing is not None:
+            with contextlib.suppress(Exception):  # its failure was not this close's
+                self.producer = preparing.result()
         if self.producer is not None:
             self.producer.close()
 

@@ -223,8 +223,8 @@ class StreamThread:
         return self.partitions is None or partition in self.partitions
 
     def start(self) -> dict[tuple[str, int], int]:
-        """Join the group (when a member), initialise the commit strategy (its producers
-        fence any older instance); return the positions."""
+        """Join the group (when a member), fence older instances; return the positions."""
+        self.commit.prepare()  # exactly_once_v2's producer fences while the thread joins
         if self.membership is not None:
             self.owned = self.membership.join()
             self.reporter.joined(self.membership)
@@ -463,8 +463,8 @@ class StreamThread:
             topic_levels=self.levels.topics,
             batch=self.batches,
             level_partitions=self.levels.partitions,
-            # every statestore.snapshot.interval batches, the first after a start included
-            snapshot=interval > 0 and self.batches % interval == 0,
+            # every statestore.snapshot.interval batches from the second after a start
+            snapshot=interval > 0 and self.batches > 0 and (self.batches - 1) % interval == 0,
             inputs=self.reads.inputs,
             truncated=self.reads.truncated,
             visit=frozenset(self.task_ids()),

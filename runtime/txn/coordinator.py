@@ -261,10 +261,12 @@ class TransactionCoordinator:
         """
         meta, clock = snap.meta, self.clock
         state = meta.state
-        if state is TransactionState.ONGOING:
-            snap = self.transit(snap, meta.prepare_fence_producer_epoch(now_ms=clock()))
+        if state is TransactionState.ONGOING:  # fenced and aborted in one write, as Kafka's
+            # coordinator does (PrepareEpochFence is its pending state, never logged)
+            fenced = meta.prepare_fence_producer_epoch(now_ms=clock())
+            snap = self.transit(snap, fenced.prepare_abort(now_ms=clock()))
             state, meta = snap.meta.state, snap.meta
-        if state is TransactionState.PREPARE_EPOCH_FENCE:
+        if state is TransactionState.PREPARE_EPOCH_FENCE:  # logged by earlier versions
             snap = self.transit(snap, meta.prepare_abort(now_ms=clock()))
             state, meta = snap.meta.state, snap.meta
         if state is TransactionState.PREPARE_ABORT:
