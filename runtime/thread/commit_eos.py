@@ -54,17 +54,20 @@ class _Transactional(CommitStrategy):
             producers[key] = producer
         return producers
 
-    def _fetch_stable(self) -> Positions:
-        """Fetch the group's positions once no transaction holds offsets of it (Kafka's
-        ``require_stable``); a transaction past its timeout (its producer gone) is
-        aborted meanwhile, as Kafka's coordinator does."""
+    def _fetch_stable(self, tasks: list[str]) -> Positions:
+        """Fetch the group's positions once no transaction holds offsets of the tasks'
+        partitions (Kafka's ``require_stable``; by partition number, of any topic: a
+        superset); a transaction past its timeout (its producer gone) is aborted
+        meanwhile, as Kafka's coordinator does."""
+        numbers = [task.rpartition("_")[2] for task in tasks]
+        partitions = {int(n) for n in numbers} if all(n.isdigit() for n in numbers) else None
         coordinator = self.offsets.coordinator
         if coordinator is None:
             return {}
         deadline = time.monotonic() + self.config.transaction_max_timeout_ms / 1000
         while True:
             try:
-                return self.offsets.fetch(self.group, require_stable=True)
+                return self.offsets.fetch(self.group, require_stable=True, partitions=partitions)
             except UnstableOffsetCommitError:
                 if time.monotonic() > deadline:
                     raise
@@ -97,7 +100,7 @@ class _Transactional(CommitStrategy):
     def assigned(self, tasks: list[str]) -> Positions:
         """Take the positions again, stable: a previous owner's transaction completes
         first."""
-        return self._fetch_stable()
+        return self._fetch_stable(tasks)
 
     def _usable(
         self, producers: Mapping[str, TransactionalProducer], ids: Mapping[str, str]
@@ -150,7 +153,7 @@ class ExactlyOnceV2(_Transactional):
         :meth:`prepare` did; return the stable positions."""
         preparing, self._preparing = self._preparing, None
         self.producer = preparing.result() if preparing is not None else self._new_producer()
-        return self._fetch_stable()
+        return self._fetch_stable(tasks)
 
     def commit_batch(self, batch: Batch) -> BatchCommit:
         """Begin, run the tasks, add their files and positions, commit."""
@@ -220,7 +223,7 @@ class ExactlyOncePerTask(_Transactional):
     def start(self, tasks: list[str]) -> Positions:
         """Initialise a producer per task (fencing older instances of each)."""
         self.producers = self._init_producers({t: f"{self.group}-{t}" for t in tasks})
-        return self._fetch_stable()
+        return self._fetch_stable(tasks)
 
     def all_producers(self) -> list[TransactionalProducer]:
         """A producer per task."""
@@ -239,7 +242,7 @@ class ExactlyOncePerTask(_Transactional):
             self.producers.pop(task).close()
         new = {t: f"{self.group}-{t}" for t in sorted(mine - set(self.producers))}
         self.producers.update(self._init_producers(new))
-        return self._fetch_stable()
+        return self._fetch_stable(tasks)
 
     def commit_batch(self, batch: Batch) -> BatchCommit:
         """Begin every task's transaction, run the tasks, commit each task's."""

@@ -176,6 +176,17 @@ class TransactionCoordinator:
             for group in meta.group_ids
         }
 
+    def pending_offsets(self, group: str) -> set[tuple[str, int]]:
+        """Return the partitions whose offsets of ``group`` sit in a transaction not yet
+        completed (Kafka's pending transactional offset commits)."""
+        return {
+            (entry.topic, entry.partition)
+            for meta in self.list()
+            if meta.state in (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT)
+            for entry in meta.pending_offsets
+            if entry.group == group
+        }
+
     # -- writing -----------------------------------------------------------------------
 
     def transit(self, snap: Snapshot, new: TransactionMetadata) -> Snapshot:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -128,8 +128,19 @@ class OffsetsStore:
             producer.send(OFFSETS_TOPIC, key, value, partition=self.partition_for(group))
         producer.flush()
 
-    def fetch(self, group: str, *, require_stable: bool = False) -> dict[tuple[str, int], int]:
+    def fetch(
+        self,
+        group: str,
+        *,
+        require_stable: bool = False,
+        partitions: Collection[int] | None = None,
+    ) -> dict[tuple[str, int], int]:
         """Return the committed positions of ``group``: ``{(topic, partition): offset}``.
+
+        Args:
+            require_stable: wait for no transaction to hold offsets of ``group`` (of
+                ``partitions`` of any topic, when given: Kafka checks the partitions the
+                consumer asks for; a member need not wait for another's transactions).
 
         Raises:
             UnstableOffsetCommitError: ``require_stable`` and a transaction holding offsets
@@ -138,7 +149,12 @@ class OffsetsStore:
         if require_stable:
             if self.coordinator is None:
                 raise StreamsError("fetch(require_stable=True) needs a transaction coordinator")
-            if group in self.coordinator.groups_with_pending_offsets():
+            if partitions is None:
+                held = group in self.coordinator.groups_with_pending_offsets()
+            else:
+                pending = self.coordinator.pending_offsets(group)
+                held = any(p in partitions for _, p in pending)
+            if held:
                 raise UnstableOffsetCommitError(
                     f"group {group!r} has offsets in a transaction that is not complete yet; "
                     "retry shortly"
