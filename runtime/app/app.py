@@ -61,7 +61,7 @@ from runtime.app.process_id import claim_state_dir, release_state_dir
 from runtime.app.store_queries import QueryableStore
 from runtime.app.thread_errors import respond_to
 from runtime.app.upgrades import StateUpgrade
-from runtime.spark.checkpoint import checkpoint_location, start_batches
+from runtime.spark.checkpoint import cancel_jobs, checkpoint_location, start_batches
 from runtime.spark.session import check_local_workers
 from runtime.spark.source_topics import pattern_watch
 from runtime.spark.startup import SessionStart
@@ -422,6 +422,8 @@ class StreamsApp:
         except BaseException:
             thread.close()  # leaves the group: its tasks move at once
             raise
+        if thread.membership is not None:  # a batch its member cannot commit ends at once
+            thread.membership.on_lost = functools.partial(cancel_jobs, self.spark, query)
         if len(self.threads) >= index:
             self.threads[index - 1], self.queries[index - 1] = thread, query
         else:

@@ -41,6 +41,11 @@ def respond_to(
         return exc, StreamThreadExceptionResponse.REPLACE_THREAD  # its checkpoint's disk
     if thread.disk_full.storage_failed(exc):
         return exc, StreamThreadExceptionResponse.REPLACE_THREAD  # as Kafka's task.timeout.ms
+    cancelled = thread.membership.cancelled if thread.membership is not None else None
+    if cancelled is not None and not isinstance(exc, TaskMigratedError):
+        exc = TaskMigratedError(
+            f"[thread {thread.transactional_id}] its batch was cancelled: {cancelled}"
+        )
     if isinstance(exc, TaskMigratedError):
         membership = thread.membership
         if membership is not None and not membership.replaced():

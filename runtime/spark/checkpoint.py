@@ -66,6 +66,12 @@ def start_batches(
     return start_disposable(spark, writer, location)
 
 
+def cancel_jobs(spark: SparkSession, query: StreamingQuery) -> None:
+    """Cancel the running Spark jobs of ``query``'s batch (its job group is its run id):
+    the batch function's job fails at once with ``SPARK_JOB_CANCELLED``."""
+    spark.sparkContext.cancelJobGroup(str(query.runId))
+
+
 def start_with_file_system_logs(
     spark: SparkSession, writer: DataStreamWriter, location: str
 ) -> StreamingQuery:

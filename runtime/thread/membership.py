@@ -125,6 +125,12 @@ class ThreadMembership:
         #: Called (from the heartbeat thread) when the member must rejoin: the stream
         #: thread then runs a batch soon, even without new records, and rejoins in it.
         self.on_rebalance: Callable[[], None] | None = None
+        #: Called (from the heartbeat thread) when the member finds itself out of the
+        #: group while a batch runs: that batch can never commit, and is cancelled rather
+        #: than run to its end (its Spark job may wait for an executor a pause lost).
+        self.on_lost: Callable[[], None] | None = None
+        #: Why the batch in flight was cancelled (None: it was not).
+        self.cancelled: BaseException | None = None
 
     # -- the stream thread's side ------------------------------------------------------
 
@@ -345,10 +351,27 @@ class ThreadMembership:
                 self._rejoin.set()
             except GroupError as exc:
                 self._lost = exc
+                self._cancel_batch(exc)
             except Exception:  # storage hiccup: the next beat tries again
                 log.warning("[group %s] %s heartbeat failed", self.group, self, exc_info=True)
                 continue
             self._wake_thread()
+
+    def _cancel_batch(self, exc: BaseException) -> None:
+        if self._batch_started is None or self.on_lost is None:
+            return
+        log.warning(
+            "[group %s] %s is out of the group (%s): cancelling the batch in flight, which "
+            "cannot commit; the thread rejoins",
+            self.group,
+            self,
+            exc,
+        )
+        self.cancelled = exc
+        try:
+            self.on_lost()
+        except Exception:  # the batch then fails at its commit, as before
+            log.warning("[group %s] %s: cancelling failed", self.group, self, exc_info=True)
 
     def _beaten(self, last: float, sent: float) -> float:
         """A heartbeat sent at ``sent`` was answered; the one before at ``last``. Say so

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from runtime.thread.batch_size import FIRST_BATCH_RECORDS, RECENT_BATCHES, BatchSizer, fixed_cost
+from runtime.thread.batch_size import (
+    FIRST_BATCH_RECORDS,
+    RECENT_BATCHES,
+    START_SHARE,
+    BatchSizer,
+    fixed_cost,
+)
 
 TOPICS = ["words"]
 
@@ -195,11 +201,18 @@ def test_what_a_thread_learnt_outlives_it(tmp_path: Path) -> None:
     learnt = first.cap(TOPICS)
     assert learnt < FIRST_BATCH_RECORDS
     again = BatchSizer(1000, 60_000, name="t", memory=memory)
-    assert again.cap(TOPICS) == learnt
+    # the start's first batch opens the tasks: a quarter of what was learnt, then all of it
+    assert again.cap(TOPICS) == int(learnt * START_SHARE)
     assert again.cap(["other"]) == FIRST_BATCH_RECORDS  # a kind never seen
     assert list(again._recent[frozenset(TOPICS)]) == list(first._recent[frozenset(TOPICS)])
+    again.measured(["other"], 1000, 1000, 0.5)  # another kind's batch: what is kept...
+    assert BatchSizer(1000, 60_000, name="t", memory=memory)._recalled[frozenset(TOPICS)] == learnt
+    again.measured(TOPICS, again.cap(TOPICS), again.cap(TOPICS), 9.0, opened=True)
+    assert again.cap(TOPICS) == learnt  # however long the opening took
     # a smaller max.poll.records bounds what is recalled
-    assert BatchSizer(10, 60_000, name="t", memory=memory).cap(TOPICS) == min(10, learnt)
+    assert BatchSizer(10, 60_000, name="t", memory=memory).cap(TOPICS) == max(
+        1, int(min(10, learnt) * START_SHARE)
+    )
 
     Path(memory).write_text('{"version": 1, "kinds": [{"topics": ["words"]}]}')
     assert BatchSizer(1000, 60_000, name="t", memory=memory).cap(TOPICS) == FIRST_BATCH_RECORDS

@@ -229,3 +229,40 @@ def test_a_member_tells_a_lost_session_from_another_process_in_its_place(
         assert not twin.replaced()
     finally:
         twin.close()
+
+
+def test_a_member_out_of_the_group_cancels_its_batch_in_flight(
+    admin: TopicAdmin, tmp_path: Path
+) -> None:
+    """A batch whose member is out of the group can never commit: once a heartbeat says
+    so, the batch is cancelled (its Spark job may otherwise wait half a minute for an
+    executor a pause lost); between batches nothing is cancelled."""
+    admin.create("lines", 2)
+    first = membership(admin, tmp_path, "p1", "T", extra=SHORT_POLL)
+    cancels: list[str] = []
+    first.on_lost = lambda: cancels.append("batch")
+    first.join()
+    twin = membership(admin, tmp_path / "copy", "p1", "T", extra=SHORT_POLL)
+    try:
+        first.batch_started()
+        twin.join()  # takes first's group.instance.id: first is out of the group
+        deadline = time.monotonic() + 20
+        while not cancels and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cancels == ["batch"]
+        assert first.cancelled is not None and "p1-1" in str(first.cancelled)
+    finally:
+        first.batch_finished()
+        first.close(leave=False)
+        twin.close()
+    idle = membership(admin, tmp_path / "idle", "p2", "T", extra=SHORT_POLL)
+    idle.on_lost = lambda: cancels.append("idle")
+    idle.join()
+    try:
+        twin_of_idle = membership(admin, tmp_path / "idle2", "p2", "T", extra=SHORT_POLL)
+        twin_of_idle.join()
+        time.sleep(2)  # several heartbeats out of the group, no batch in flight
+        assert cancels == ["batch"] and idle.cancelled is None
+        twin_of_idle.close()
+    finally:
+        idle.close(leave=False)
