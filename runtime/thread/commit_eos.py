@@ -16,18 +16,51 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 
 from common.config import StreamsConfig
-from common.errors import GenerationFencedError, ProducerFencedError, StreamsError
+from common.errors import (
+    GenerationFencedError,
+    ProducerFencedError,
+    StorageError,
+    StreamsError,
+)
 from common.pools import shared_pool
 from runtime.storage.committer import StagedFile
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.contract import Positions, TaskResults, task_results, task_results_by_task
 from runtime.thread.commit import Batch, BatchCommit, CommitStrategy
+from runtime.thread.disk_full import storage_failing
 from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.offsets import OffsetsStore, UnstableOffsetCommitError
 from runtime.txn.producer import ProducerState, TransactionalProducer
 from runtime.txn.state import TransactionState
 
 log = logging.getLogger(__name__)
+
+
+#: How long InitProducerId is tried again while the storage fails (Kafka's producer
+#: blocks ``max.block.ms``, 60 s by default, in ``initTransactions``).
+INIT_PATIENCE_S = 60.0
+
+
+def _init_patiently(producer: TransactionalProducer) -> None:
+    """``producer.init_transactions()``, tried again with backoff while the storage fails
+    past its own retries (a store that stalled for half a minute; InitProducerId is safe
+    to repeat: each try finishes what is open and bumps the epoch again)."""
+    deadline, wait = time.monotonic() + INIT_PATIENCE_S, 1.0
+    while True:
+        try:
+            producer.init_transactions()
+            return
+        except StorageError as exc:
+            if not storage_failing(exc) or time.monotonic() + wait > deadline:
+                raise
+            log.warning(
+                "[txn %s] InitProducerId failed on the storage (%s); again in %.0f s",
+                producer.transactional_id,
+                str(exc).splitlines()[0][:300],
+                wait,
+            )
+        time.sleep(wait)
+        wait = min(2 * wait, 8.0)
 
 
 class _Transactional(CommitStrategy):
@@ -44,7 +77,7 @@ class _Transactional(CommitStrategy):
                 transaction_max_timeout_ms=self.config.transaction_max_timeout_ms,
                 coordinator=shared,
             )
-            producer.init_transactions()
+            _init_patiently(producer)
             if shared is None:
                 self.offsets = OffsetsStore(self.admin, coordinator=producer.coordinator)
             snap = producer.coordinator.load(tid)

@@ -108,3 +108,17 @@ def test_a_producer_whose_abort_was_refused_is_initialised_again(
     assert strategy.commit_batch(batch(30)).committed
     assert committed(topics) == {("lines", 0): 30}
     strategy.close()
+
+
+def test_init_producer_id_rides_out_a_storage_failure(
+    topics: TopicAdmin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that stalls while a thread starts (a GET taking 30 s, in a chaos run) costs
+    the start a retry, not the instance: InitProducerId is tried again."""
+    failed = fail_transit_to(monkeypatch, TransactionState.EMPTY)  # the epoch bump
+    eos = ExactlyOnceV2(topics, config(topics, "exactly_once_v2"), "app-p-1")
+    eos.start(["0_0"])
+    assert failed == ["app-p-1"]
+    assert eos.producer is not None and eos.producer.state is ProducerState.READY
+    assert eos.commit_batch(batch(10)).committed
+    eos.close()
