@@ -194,9 +194,9 @@ class StreamsApp:
             self._started_ms = time.time_ns() // 1_000_000
             for index in range(1, self.config.num_stream_threads + 1):
                 self._start_thread(index)
-            if self.config.log_cleaner_enable:
+            if self.config.log_cleaner_enable:  # its share of the topics, when not alone
                 self.log_manager = LogManager(self.admin, self.config, self._cleaned_topics)
-                self.log_manager.start()
+                self.log_manager.start(self.process_id)
             for ingest in self.ingests:  # the threads watch the topics: start feeding them
                 ingest.on_commit = functools.partial(wake_all, self.threads)
                 ingest.start(self.spark)

@@ -13,10 +13,14 @@ writes (sources, sinks, changelogs, repartition topics, the dead-letter topic an
 * every ``repartition.purge.interval.ms``: repartition topics lose the files below the
   lowest offset any group committed (Kafka Streams' ``deleteRecords`` after commits).
 
-The first run of each comes one interval after start. Several instances of one
-application may clean the same topics: each commit is a compare-and-swap, and the loser of
-a race skips that step until its next run. A failed run is logged (the next one tries
-again) and kept in :attr:`LogManager.last_error`; processing is never stopped by it.
+The first run of each comes one interval after start. The instances of one application
+share the topics: at each run an instance cleans those whose name hashes to its place among
+the group's processes (:meth:`LogManager.mine`), so two instances do the work once, not
+twice, and do not undo each other's merges. Alone, or when the group cannot be read, an
+instance cleans them all; two that clean one topic at once are safe anyway (each commit
+is a compare-and-swap, and the loser of a race skips that step until its next run). A
+failed run is logged (the next one tries again) and kept in :attr:`LogManager.last_error`;
+processing is never stopped by it.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 
 from common.config import StreamsConfig
 from runtime.app.internal_topics import CHANGELOG_CONFIGS, REPARTITION_CONFIGS, TopicPlan
+from runtime.group.coordinator import GroupCoordinator
 from runtime.state.adapters import RootSnapshotStorage
 from runtime.state.changelog_compaction import changelog_store, snapshot_horizons
 from runtime.storage.cleaner import CleanResult, LogCleaner
@@ -79,11 +85,14 @@ class LogManager:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.runs = 0
+        self.process_id: str | None = None
         self.last_error: BaseException | None = None
         self.totals: dict[str, int] = {}
 
-    def start(self) -> None:
-        """Start the background thread (its first runs one interval from now)."""
+    def start(self, process_id: str | None = None) -> None:
+        """Start the background thread (its first runs one interval from now); with the
+        instance's ``process_id``, it cleans its share of the topics (:meth:`mine`)."""
+        self.process_id = process_id
         if self._thread is not None:
             return
         self._thread = threading.Thread(
@@ -133,7 +142,7 @@ class LogManager:
     ) -> list[CleanResult]:
         """Run the chosen steps over every topic now; return what each topic's clean did."""
         results = []
-        for topic in sorted(set(self.topics())):
+        for topic in self.mine(sorted(set(self.topics()))):
             if self._stop.is_set():
                 break
             sink = sink_table(self.admin.root, topic)
@@ -149,6 +158,24 @@ class LogManager:
                 self._count(result)
         self.runs += 1
         return results
+
+    def mine(self, topics: list[str]) -> list[str]:
+        """The ``topics`` this instance cleans: with the group's members from several
+        processes, those whose name hashes (CRC-32) to this process's place among them,
+        sorted; all of them when it runs alone, has no process id, is not in the group
+        (yet), or the group cannot be read."""
+        if self.process_id is None:
+            return topics
+        try:
+            members = GroupCoordinator(self.admin).describe(self.application_id).members
+        except Exception as exc:  # this run cleans them all
+            log.debug("[log-manager %s] group not read: %s", self.application_id, exc)
+            return topics
+        processes = sorted({m.instance_id.rpartition("-")[0] for m in members if m.instance_id})
+        if len(processes) < 2 or self.process_id not in processes:
+            return topics
+        place = processes.index(self.process_id)
+        return [t for t in topics if zlib.crc32(t.encode()) % len(processes) == place]
 
     def _clean(
         self, topic: str, retention: bool, compaction: bool, purge: bool, now_ms: int | None
