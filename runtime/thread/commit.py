@@ -83,11 +83,27 @@ class CommitStrategy:
     def __init__(self, admin: TopicAdmin, config: StreamsConfig, transactional_id: str) -> None:
         self.admin = admin
         self.config = config
+        #: Source topic -> the sub-topology reading it (None: not known, every partition
+        #: of the group is the thread's concern).
+        self.sources: Mapping[str, int] | None = None
         self.group = config.application_id
         self.transactional_id = transactional_id
         self.offsets = OffsetsStore(admin)
         #: How the transactions the tasks may hold prepared writes of ended.
         self.outcomes: dict[Txn, bool] = {}
+
+    def task_partitions(self, tasks: list[str]) -> set[tuple[str, int]] | None:
+        """The source partitions of ``tasks`` (``<sub-topology>_<partition>``); None when
+        the sources are not known."""
+        if self.sources is None:
+            return None
+        out = set()
+        for task in tasks:
+            sub, _, partition = task.partition("_")
+            if not (sub.isdigit() and partition.isdigit()):
+                return None
+            out |= {(t, int(partition)) for t, s in self.sources.items() if s == int(sub)}
+        return out
 
     def prepare(self) -> None:
         """Begin what needs no tasks (fencing older instances) in the background, while

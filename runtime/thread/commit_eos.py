@@ -89,11 +89,9 @@ class _Transactional(CommitStrategy):
 
     def _fetch_stable(self, tasks: list[str]) -> Positions:
         """Fetch the group's positions once no transaction holds offsets of the tasks'
-        partitions (Kafka's ``require_stable``; by partition number, of any topic: a
-        superset); a transaction past its timeout (its producer gone) is aborted
-        meanwhile, as Kafka's coordinator does."""
-        numbers = [task.rpartition("_")[2] for task in tasks]
-        partitions = {int(n) for n in numbers} if all(n.isdigit() for n in numbers) else None
+        partitions (Kafka's ``require_stable``); a transaction past its timeout (its
+        producer gone) is aborted meanwhile, as Kafka's coordinator does."""
+        partitions = self.task_partitions(tasks)
         coordinator = self.offsets.coordinator
         if coordinator is None:
             return {}

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from common.config import StreamsConfig
 from runtime.storage.topics import TopicAdmin
 from runtime.thread.commit import CommitStrategy
@@ -17,12 +19,21 @@ def query_trigger_ms(config: StreamsConfig) -> int:
 
 
 def commit_strategy(
-    admin: TopicAdmin, config: StreamsConfig, transactional_id: str
+    admin: TopicAdmin,
+    config: StreamsConfig,
+    transactional_id: str,
+    sources: Mapping[str, int] | None = None,
 ) -> CommitStrategy:
-    """Return the strategy of ``processing.guarantee``."""
+    """Return the strategy of ``processing.guarantee`` (``sources``: source topic -> the
+    sub-topology reading it, the thread's own: its stable fetches wait only for
+    transactions holding offsets of its tasks' partitions)."""
     guarantee = config.processing_guarantee
+    strategy: CommitStrategy
     if guarantee == "at_least_once":
-        return AtLeastOnce(admin, config, transactional_id)
-    if guarantee == "exactly_once":
-        return ExactlyOncePerTask(admin, config, transactional_id)
-    return ExactlyOnceV2(admin, config, transactional_id)
+        strategy = AtLeastOnce(admin, config, transactional_id)
+    elif guarantee == "exactly_once":
+        strategy = ExactlyOncePerTask(admin, config, transactional_id)
+    else:
+        strategy = ExactlyOnceV2(admin, config, transactional_id)
+    strategy.sources = sources
+    return strategy

@@ -166,7 +166,7 @@ class StreamThread:
         self.failure: BaseException | None = None
         self.group = config.application_id
         #: The guarantee-specific part of every commit, chosen once.
-        self.commit: CommitStrategy = commit_strategy(admin, config, transactional_id)
+        self.commit: CommitStrategy = commit_strategy(admin, config, transactional_id, self.sources)
         self.positions: dict[tuple[str, int], int] = {}
         self.metrics: dict[str, int] = {}
         #: The latest batches' durations in seconds (bounded: a thread runs for months).

@@ -133,14 +133,15 @@ class OffsetsStore:
         group: str,
         *,
         require_stable: bool = False,
-        partitions: Collection[int] | None = None,
+        partitions: Collection[tuple[str, int]] | None = None,
     ) -> dict[tuple[str, int], int]:
         """Return the committed positions of ``group``: ``{(topic, partition): offset}``.
 
         Args:
             require_stable: wait for no transaction to hold offsets of ``group`` (of
-                ``partitions`` of any topic, when given: Kafka checks the partitions the
-                consumer asks for; a member need not wait for another's transactions).
+                ``partitions``, ``(topic, partition)``, when given: Kafka checks the
+                partitions the consumer asks for; a member need not wait for another's
+                transactions).
 
         Raises:
             UnstableOffsetCommitError: ``require_stable`` and a transaction holding offsets
@@ -152,8 +153,7 @@ class OffsetsStore:
             if partitions is None:
                 held = group in self.coordinator.groups_with_pending_offsets()
             else:
-                pending = self.coordinator.pending_offsets(group)
-                held = any(p in partitions for _, p in pending)
+                held = not self.coordinator.pending_offsets(group).isdisjoint(partitions)
             if held:
                 raise UnstableOffsetCommitError(
                     f"group {group!r} has offsets in a transaction that is not complete yet; "

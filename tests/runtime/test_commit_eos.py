@@ -122,3 +122,18 @@ def test_init_producer_id_rides_out_a_storage_failure(
     assert eos.producer is not None and eos.producer.state is ProducerState.READY
     assert eos.commit_batch(batch(10)).committed
     eos.close()
+
+
+def test_a_thread_waits_only_for_its_own_partitions(topics: TopicAdmin) -> None:
+    """A task's partitions are its sub-topology's source topics at its partition number:
+    a thread of sub-topology 1's tasks does not wait for a transaction holding offsets of
+    sub-topology 0's source partitions (which another instance runs)."""
+    eos = ExactlyOnceV2(topics, config(topics, "exactly_once_v2"), "app-p-1")
+    assert eos.task_partitions(["0_0"]) is None  # sources not known: the whole group
+    eos.sources = {"lines": 0, "app-rep-repartition": 1}
+    assert eos.task_partitions(["1_0", "1_3"]) == {
+        ("app-rep-repartition", 0),
+        ("app-rep-repartition", 3),
+    }
+    assert eos.task_partitions(["0_2"]) == {("lines", 2)}
+    assert eos.task_partitions(["global"]) is None

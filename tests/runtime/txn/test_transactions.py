@@ -167,12 +167,13 @@ def test_prepare_commit_blocks_stable_offset_fetch_until_rolled_forward(
     store = OffsetsStore(topics, coordinator=coordinator)
     with pytest.raises(UnstableOffsetCommitError, match="group-1"):
         store.fetch("group-1", require_stable=True)
-    for mine in ([0], [1], [0, 5]):  # a member owning partition 0 or 1 waits
-        with pytest.raises(UnstableOffsetCommitError, match="group-1"):
+    for mine in ([("input", 0)], [("input", 1)], [("input", 0), ("other", 5)]):
+        with pytest.raises(UnstableOffsetCommitError, match="group-1"):  # they wait
             store.fetch("group-1", require_stable=True, partitions=mine)
     # one owning neither need not wait for the transaction (Kafka checks the partitions
     # asked for): nothing of it is committed yet
-    assert store.fetch("group-1", require_stable=True, partitions=[2, 3]) == {}
+    theirs = [("input", 2), ("other", 0), ("other", 1)]
+    assert store.fetch("group-1", require_stable=True, partitions=theirs) == {}
     assert store.fetch("group-1") == {}  # not materialised yet
     TransactionalProducer(root, "tid").init_transactions()
     assert store.fetch("group-1", require_stable=True) == {("input", 0): 10, ("input", 1): 11}
