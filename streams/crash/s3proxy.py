@@ -231,6 +231,12 @@ class FaultProxy:
 
 
 class _Server(ThreadingHTTPServer):
+    #: Python's default listen backlog is 5: a burst of connections (delta-rs opens a
+    #: table with dozens at once) overflowed it, and each dropped SYN cost the client a
+    #: connect retry after 1, 3, 7 s... up to its 30 s timeout ("operation timed out" on
+    #: a GET no fault was injected into). An object store accepts them all; so does this.
+    request_queue_size = 1024
+
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that went away, or a connection reset on purpose: nothing to say."""
         log.debug("[s3-proxy] connection from %s ended abruptly", client_address)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -97,6 +99,32 @@ def test_the_proxy_counts_requests_by_kind(s3_server: S3Server, proxy: FaultProx
         "HEAD _delta_log": 1,
         "LIST _transactions": 2,
     }
+
+
+def test_a_burst_of_connections_is_accepted_at_once() -> None:
+    """Clients open dozens of connections at once (delta-rs opening a table): none waits
+    for a connect retry (Python's default backlog of 5 made 161 of 400 wait a second or
+    more, and a chaos run's table opens time out at 30 s)."""
+    with FaultProxy("http://127.0.0.1:9") as proxy:  # no request is sent: no target needed
+        assert proxy._server is not None
+        host, port = proxy._server.server_address[:2]
+        opened: list[socket.socket] = []
+        slow: list[float] = []
+
+        def connect() -> None:
+            began = time.monotonic()
+            opened.append(socket.create_connection((str(host), int(port)), timeout=5))
+            if time.monotonic() - began > 0.9:  # Linux retries a dropped SYN after 1 s
+                slow.append(time.monotonic() - began)
+
+        threads = [threading.Thread(target=connect) for _ in range(400)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for sock in opened:
+            sock.close()
+    assert len(opened) == 400 and not slow, f"{len(slow)} connects waited: {max(slow or [0]):.1f} s"
 
 
 def test_a_put_the_store_refuses_is_sent_again(s3_server: S3Server, proxy: FaultProxy) -> None:
