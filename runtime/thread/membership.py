@@ -219,6 +219,7 @@ class ThreadMembership:
 
     def batch_started(self) -> None:
         """Note that a batch runs (the heartbeat thread enforces max.poll.interval.ms)."""
+        self.cancelled = None  # of an earlier batch (one that committed all the same)
         self._batch_started = time.monotonic()
 
     def batch_finished(self) -> None:

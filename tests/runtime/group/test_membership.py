@@ -251,6 +251,9 @@ def test_a_member_out_of_the_group_cancels_its_batch_in_flight(
             time.sleep(0.05)
         assert cancels == ["batch"]
         assert first.cancelled is not None and "p1-1" in str(first.cancelled)
+        first.batch_finished()
+        first.batch_started()  # a later batch's failure is its own, not a cancel's
+        assert first.cancelled is None
     finally:
         first.batch_finished()
         first.close(leave=False)
