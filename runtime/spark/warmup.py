@@ -10,6 +10,12 @@ that batch, without the executors; so a small job runs meanwhile (started as soo
 session exists, :class:`~runtime.spark.startup.SessionStart`), one Spark task per
 executor core, that starts the daemon and the server (:func:`start_host_server`).
 
+The job is a ``mapInArrow`` over a DataFrame, as the batches are, not an RDD's
+``mapPartitions``: an executor keeps one Python daemon per worker environment, and Spark's
+SQL runners add ``SPARK_SIMPLIFIED_TRACEBACK`` to theirs. An RDD warm-up started a daemon
+that no batch used, and the first batch's first Spark task booted the other one (3.6 s of
+a restart's first batch on a loaded machine).
+
 In local mode the executor is the driver's own process, already warm; nothing runs.
 A warm-up that fails changes nothing: the first batch starts what it needs, as before.
 """
@@ -22,6 +28,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from common.config import StreamsConfig
@@ -43,7 +50,8 @@ def warm_executors(spark: SparkSession, config: StreamsConfig) -> threading.Thre
     def run() -> None:
         started = time.perf_counter()
         try:
-            executors = context.parallelize(range(slots), slots).mapPartitions(work).collect()
+            frame = spark.range(0, slots, 1, slots).mapInArrow(work, "executor string")
+            executors = [row.executor for row in frame.collect()]
         except Exception as exc:  # the first batch starts what it needs itself
             log.info("[app %s] executor warm-up skipped: %s", config.application_id, exc)
             return
@@ -60,7 +68,10 @@ def warm_executors(spark: SparkSession, config: StreamsConfig) -> threading.Thre
 
 
 def _warm(
-    state_dir: str, application_id: str, driver_host: str, _rows: Iterable[int]
-) -> Iterator[str]:
+    state_dir: str, application_id: str, driver_host: str, _batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """On an executor: start its host server; yield its id."""
-    yield start_host_server(state_dir, application_id, driver_host)
+    executor = start_host_server(state_dir, application_id, driver_host)
+    for _ in _batches:  # its one row
+        pass
+    yield pa.RecordBatch.from_pydict({"executor": [executor]})

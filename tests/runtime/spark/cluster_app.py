@@ -93,6 +93,24 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def python_daemons(executor: str) -> int:
+    """How many Python worker daemons the JVM of ``executor`` started (one per worker
+    environment)."""
+    jvm = executor_jvm(executor)
+    if jvm is None:
+        return 0
+    count = 0
+    for pid in descendants(jvm):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        count += ppid == jvm and any(a.endswith(b"daemon") for a in args)
+    return count
+
+
 def kill_when_marked(marker: str, killed: dict[str, Any]) -> None:
     """Wait for ``marker``; SIGKILL the executor it names, JVM and Python workers."""
     while not os.path.exists(marker):
@@ -152,6 +170,7 @@ def main(argv: list[str]) -> int:
         for thread in app.threads:
             for executor, tasks in thread.placement.by_executor().items():
                 executors.setdefault(executor, []).extend(tasks)
+        daemons = {executor: python_daemons(executor) for executor in executors}
         store = getattr(example, "STORE", None)
         if store is not None:  # the store as data, read on the executors: now, and as a
             # savepoint taken now holds it
@@ -169,6 +188,7 @@ def main(argv: list[str]) -> int:
             "seconds": round(time.perf_counter() - started, 1),
             "metrics": app.metrics().by_name("stream-thread-metrics"),
             "executors": executors,
+            "daemons": daemons,
             "killed": killed,
         }
         print(json.dumps(line), flush=True)

@@ -109,6 +109,8 @@ def test_word_count_and_enrichment_run_exactly_once_on_two_executors(tmp_path: P
     assert metrics["store-open-total"] == 4  # one store in each of 4 stateful tasks
     assert metrics.get("task-moved-total", 0) == 0
     assert metrics.get("task-closed-dirty-total", 0) == 0
+    # the warm-up started the daemon the batches use: one per executor, not two
+    assert run["daemons"] == {executor: 1 for executor in placed}, run["daemons"]
     for executor in placed:  # each executor's stores in its own state directory
         assert (Path(state) / f"executor-{executor}").is_dir()
     enrichment = load_example("enrichment")
