@@ -21,11 +21,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from common.errors import InvalidPartitionsError, OffsetOutOfRangeError, StorageError
+from common.pools import shared_pool
 from runtime.storage.fs import StorageRoot
 from runtime.storage.offset_index import OFFSET_COLUMN, OffsetIndex, PartitionLog, Segment
 from runtime.storage.records import FILE_SCHEMA, READ_SCHEMA, ConsumerRecord, records_from_table
 from runtime.storage.retries import retried
 from runtime.storage.topics import TopicAdmin
+
+#: How many data files of one read an object store serves at once: a restore replays a
+#: changelog of up to ``statestore.snapshot.interval`` small files, each a HEAD and a GET
+#: whose time is mostly the store's latency; one after another they were most of a
+#: restarted task's opening (each a thread's wait, not its CPU).
+REMOTE_READERS = 8
 
 #: Special timestamps of Kafka's ListOffsets: the log-end and the log-start offset.
 LATEST_TIMESTAMP = -1
@@ -219,8 +226,13 @@ class TopicReader:
 
 
 def read_slices(root: StorageRoot, topic: str, partition: int, slices: list[FileSlice]) -> pa.Table:
-    """Read planned slices of one partition as a ``READ_SCHEMA`` table, in offset order."""
-    tables = [_read_slice(root, topic, partition, piece) for piece in slices]
+    """Read planned slices of one partition as a ``READ_SCHEMA`` table, in offset order
+    (on an object store, :data:`REMOTE_READERS` files at once)."""
+    if root.is_local or len(slices) < 2:
+        tables = [_read_slice(root, topic, partition, piece) for piece in slices]
+    else:
+        pool = shared_pool("slice-reads", REMOTE_READERS)
+        tables = list(pool.map(lambda piece: _read_slice(root, topic, partition, piece), slices))
     if not tables:
         return READ_SCHEMA.empty_table()
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]

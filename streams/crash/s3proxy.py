@@ -41,6 +41,7 @@ import struct
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Literal
@@ -142,6 +143,8 @@ class FaultProxy:
     forwarded: int = 0
     #: Requests seen, by :func:`request_class` ("LIST _transactions", "GET data", ...).
     requests: Counter[str] = field(default_factory=Counter)
+    #: The most requests that were in the proxy at once (clients' concurrency).
+    peak_in_flight: int = 0
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.target)
@@ -151,6 +154,7 @@ class FaultProxy:
         self._random = random.Random(self.seed)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self._in_flight = 0
 
     @property
     def endpoint(self) -> str:
@@ -207,6 +211,18 @@ class FaultProxy:
                     return rule
         return None
 
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Count a request in flight while it is served."""
+        with self._lock:
+            self._in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
     def record(self, kind: str, method: str, path: str, status: int | None = None) -> None:
         """Note an injected fault."""
         with self._lock:
@@ -255,6 +271,10 @@ class _Handler(BaseHTTPRequestHandler):
             super().finish()
 
     def _serve(self) -> None:
+        with self.owner.serving():
+            self._serve_one()
+
+    def _serve_one(self) -> None:
         proxy = self.owner
         method, path = self.command, self.path
         body = self._body()

@@ -162,6 +162,33 @@ def test_a_data_file_the_store_refuses_to_read_is_read_again(
     assert table.column("value").to_pylist() == [f"v{n}".encode() for n in range(10)]
 
 
+def test_the_data_files_of_one_read_are_read_side_by_side(
+    s3_server: S3Server, proxy: FaultProxy
+) -> None:
+    """A read across many data files (a restore replays a changelog of one small file per
+    batch) asks the store for several at once, and still returns every record once, in
+    offset order, though some of the files are refused and read again."""
+    root = f"s3://{s3_server.new_bucket()}/root"
+    register_storage_options(root, {**s3_server.options(), "AWS_ENDPOINT_URL": proxy.endpoint})
+    admin = TopicAdmin(root)
+    admin.create("t", 1)
+    producer = Producer(admin)
+    for n in range(16):  # one file per flush
+        producer.send("t", f"k{n}".encode(), f"v{n}".encode())
+        producer.flush()
+    data = r"/topics/t/partition.*\.parquet"
+    refused = proxy.add(FaultRule("503", method="GET", path=data, count=3))
+    proxy.add(FaultRule("latency", method="GET", path=data, latency_ms=200))
+    reader = TopicReader(admin)
+    reader.index("t")  # the log read first: only the data files' requests below
+    proxy.peak_in_flight = 0
+    table = reader.read("t", 0, 0)
+    assert refused.hits == 3
+    assert table.column("offset").to_pylist() == list(range(16))
+    assert table.column("value").to_pylist() == [f"v{n}".encode() for n in range(16)]
+    assert proxy.peak_in_flight >= 4, proxy.peak_in_flight
+
+
 class WordCount:
     """The word count example on a bucket of the test server reached through the proxy:
     its topics, its input (120 lines), its configuration and what it wrote."""
