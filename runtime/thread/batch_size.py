@@ -43,7 +43,11 @@ the first commit (a measured 56 s, against batches of 5 s, on an object store). 
 first batch reads a quarter of the recalled cap (:data:`START_SHARE`): it opens the tasks
 and restores their stores, and the instance has recovered only once it commits (a
 restart's first batch of 2,500 records took 31 s of a 50 s recovery); the batch after it
-reads the whole recalled cap again.
+reads the whole recalled cap again. So does a batch that opens tasks a running thread did
+not have (a rebalance moved them to it): it reads a quarter of its kind's cap, and the cap
+is left as it was (the batch's time was the tasks' opening). While it opens them, the
+group's next rebalance waits for it: an instance that came back after a pause waited 25 s
+for the other's batch that opened four tasks and read a whole cap.
 """
 
 from __future__ import annotations
@@ -117,14 +121,21 @@ class BatchSizer:
         self.history: dict[frozenset[str], list[int]] = {}
         #: The caps recalled, resumed after each kind's first batch (see the module).
         self._recalled: dict[frozenset[str], int] = {}
+        #: The kinds whose batch in flight reads a share of the cap (it opens tasks).
+        self._shared: set[frozenset[str]] = set()
         self._recall()
 
-    def cap(self, topics: Iterable[str]) -> int:
-        """The records per partition the next batch reading ``topics`` may read."""
+    def cap(self, topics: Iterable[str], *, opening: bool = False) -> int:
+        """The records per partition the next batch reading ``topics`` may read
+        (``opening``: it opens tasks; a share of a cap already learnt, see the module)."""
         kind = frozenset(topics)
         cap = self._caps.get(kind)
         if cap is None:
             cap = self._caps[kind] = min(self.max_poll_records, FIRST_BATCH_RECORDS)
+        elif opening and kind not in self._recalled:  # a recalled cap is shared already
+            self._shared.add(kind)
+            return max(1, int(cap * START_SHARE))
+        self._shared.discard(kind)
         return cap
 
     def measured(
@@ -136,6 +147,9 @@ class BatchSizer:
         if fullest <= 0 or seconds <= 0:
             return
         kind = frozenset(topics)
+        if kind in self._shared:  # it opened tasks: on with the cap it shared, its time
+            self._shared.discard(kind)  # the tasks' opening, not the records'
+            return
         recent = self._recent.setdefault(kind, deque(maxlen=RECENT_BATCHES))
         if not opened:  # a time that was the tasks' opening tells nothing of the records
             recent.append((fullest, seconds))

@@ -57,6 +57,10 @@ class TaskPlacement:
         #: task id -> (executor id, its host server's TCP address), as last committed.
         self.placed: dict[str, tuple[str, str]] = {}
         self._noted: dict[str, tuple[str, str]] = {}
+        #: The tasks that ran a committed batch of this thread, and those of the batch
+        #: being planned.
+        self.ran: set[str] = set()
+        self._visiting: frozenset[str] = frozenset()
 
     def prepare(self, spark: SparkSession) -> None:
         """Learn what the first batch needs of the session (once)."""
@@ -91,6 +95,13 @@ class TaskPlacement:
             "driver_host": self.driver_host,
         }
 
+    def opens(self, tasks: Iterable[str]) -> bool:
+        """Whether the batch about to visit ``tasks`` opens some of them: tasks the
+        thread has not run a batch of yet (after its start, or newly assigned by a
+        rebalance), which it builds and restores before any of their records."""
+        self._visiting = frozenset(tasks)
+        return not self._visiting <= self.ran
+
     def noted(self, rows: Iterable[Any]) -> None:
         """Note where the batch's tasks ran (from its rows), until it commits."""
         self._noted = {r["task"]: (r["path"], r["topic"]) for r in rows if r["kind"] == PLACED}
@@ -98,6 +109,7 @@ class TaskPlacement:
     def committed(self, metrics: dict[str, int]) -> None:
         """The batch committed: its tasks live where it ran them (a task that lived on
         another executor before counts in ``metrics`` as ``task-moved-total``)."""
+        self.ran |= self._visiting
         placed = {t: p for t, p in self._noted.items() if self.placed.get(t) != p}
         moved = sum(1 for t in placed if t in self.placed)
         self.opened = len(placed)

@@ -360,7 +360,7 @@ class StreamThread:
         # read the new topics the trigger's pattern watch found, from now on
         self.patterns.follow(self.sources, self.reads_planner.add_sources)
         topics = self._choose_levels()
-        cap = self.liveness.plan_cap(topics)
+        cap = self.liveness.plan_cap(topics, opening=self.placement.opens(self.task_ids()))
         self.reads = self.reads_planner.plan(topics, self._owns, self.positions, cap=cap)
         # Planned after the reads: a global record committed before a stream record the
         # batch reads is then always seen by that record.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from common.config import StreamsConfig
 from runtime.thread.batch_size import (
     FIRST_BATCH_RECORDS,
     RECENT_BATCHES,
@@ -14,6 +15,7 @@ from runtime.thread.batch_size import (
     BatchSizer,
     fixed_cost,
 )
+from runtime.thread.placement import TaskPlacement
 
 TOPICS = ["words"]
 
@@ -237,3 +239,36 @@ def test_a_batch_that_opened_its_tasks_costs_half_the_cap_at_most() -> None:
     assert (61, 28.2) not in sizer._recent[frozenset(TOPICS)]
     sizer.measured(TOPICS, 61, 61, 28.2)  # the same without opening: past the deadline
     assert sizer.cap(TOPICS) < 10
+
+
+def test_a_batch_that_opens_tasks_a_rebalance_moved_reads_a_quarter() -> None:
+    """A running thread given tasks by a rebalance opens them in its next batch (restoring
+    their stores, while the group's next rebalance waits for the batch): it reads a quarter
+    of the cap it learnt, and the cap is the same after it, however long the opening took."""
+    sizer = BatchSizer(1000, 60_000, name="t")
+    run(sizer, 0.01, 5_000)
+    learnt = sizer.cap(TOPICS)
+    shared = sizer.cap(TOPICS, opening=True)
+    assert shared == int(learnt * START_SHARE)
+    sizer.measured(TOPICS, shared, shared, 40.0, opened=True)
+    assert sizer.cap(TOPICS) == learnt
+    assert (shared, 40.0) not in sizer._recent[frozenset(TOPICS)]
+    # a kind never run has nothing to share: it reads what a first batch reads
+    assert sizer.cap(["other"], opening=True) == FIRST_BATCH_RECORDS
+
+
+def test_a_thread_knows_which_batch_opens_tasks() -> None:
+    """The tasks a batch visits are new to the thread until a batch of theirs committed:
+    after its start and after a rebalance gave it more; a batch that did not commit opened
+    nothing for good."""
+    placement = TaskPlacement(
+        StreamsConfig.from_dict({"application.id": "a", "topics.root": "/tmp/x"})
+    )
+    assert placement.opens(["0_0", "0_1"])  # the start
+    placement.committed({})
+    assert not placement.opens(["0_0", "0_1"])
+    placement.committed({})
+    assert placement.opens(["0_0", "0_1", "0_2"])  # a rebalance gave it 0_2
+    assert placement.opens(["0_0", "0_1", "0_2"])  # that batch failed: planned again
+    placement.committed({})
+    assert not placement.opens(["0_1", "0_2"])  # 0_0 revoked

@@ -21,6 +21,7 @@ from runtime.storage.topics import TopicAdmin
 from runtime.tasks.contract import BatchPlan, ThreadPlan
 from runtime.tasks.protocol import socket_dir
 from runtime.thread.batch_job import _planned_job
+from runtime.thread.batch_size import FIRST_BATCH_RECORDS
 from runtime.thread.placement import TaskPlacement
 from tests.runtime.spark.helpers import eos_config
 from topology import Grouped, StreamsBuilder
@@ -166,3 +167,30 @@ def test_a_task_lives_in_the_host_of_its_number_modulo_task_hosts_max() -> None:
     )
     unbounded = dataclasses.replace(plan, thread=ThreadPlan(three_levels(), own, "/tmp/x", "o"))
     assert unbounded.host_of("2_3") == "2_3"
+
+
+def test_a_batch_of_a_level_whose_other_topic_is_empty_grows_its_cap(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A level's batches are capped by what the level's topics were sized to, and sized by
+    the same kind, though an empty topic gives them nothing (a thread owning none of a
+    source's partitions reads none of it): measured as the topics read, the cap stayed at
+    its first 1,000 records per partition through any backlog."""
+    root = str(tmp_path / "root")
+    admin = TopicAdmin(root)
+    for topic in ("a", "b", "out"):
+        admin.create(topic, 1)
+    producer = Producer(admin)
+    for i in range(6_000):
+        producer.send("a", f"k{i}".encode(), f"v{i}".encode(), timestamp=1000 + i)
+    producer.flush()
+    builder = StreamsBuilder()
+    builder.stream(["a", "b"]).map_values(str.upper).to("out")
+    config = eos_config("sized", root, str(tmp_path / "state"), **{"max.poll.records": 50_000})
+    app = StreamsApp(builder.build(), config, spark=spark)
+    app.run_until_idle()
+    thread = app.threads[0]
+    grown = thread.liveness.sizer.history.get(frozenset({"a", "b"}), [])
+    assert grown and max(grown) > FIRST_BATCH_RECORDS, thread.liveness.sizer.history
+    assert thread.batches < 6
+    assert TopicReader(root).read("out", 0, 0).num_rows == 6_000
