@@ -395,8 +395,7 @@ class StreamsApp:
             metrics=self.insight.thread_metrics(index),
         )
         self.insight.attach(thread)
-        # before the thread starts and its query's first batch plans: a record appended
-        # after this is seen by the trigger's watch
+        # before the thread starts: a record appended after this is seen by its watch
         thread.trigger = BatchTrigger(
             self.admin,
             thread.source_topics,
@@ -407,6 +406,7 @@ class StreamsApp:
             ),
         )
         thread.on_rebalancing = functools.partial(self._thread_rebalancing, index)
+        thread.trigger.prepare(lambda: self.spark)  # its query's DataFrame, meanwhile:
         thread.start()  # joins and fences (no Spark needed: the JVM may still be starting)
         assert thread.trigger is not None  # its query: a foreachBatch call per batch
         try:
