@@ -59,6 +59,8 @@ TRANSACTIONS_DIR = "_transactions"
 DEFAULT_MAX_TIMEOUT_MS = 900_000
 DEFAULT_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 COMPACT_EVERY = 64
+#: How many transaction logs a listing of them reads at once.
+LOG_READERS = 8
 #: A decided transaction (Prepare*) still not complete this long after its decision lost
 #: its producer, or its commit phase failed: the sweep completes it (Kafka's coordinator
 #: resends its markers until they land).
@@ -143,12 +145,16 @@ class TransactionCoordinator:
 
     def transactional_ids(self) -> builtins.list[str]:
         """Return every transactional id with a log under the root."""
-        ids = []
-        for info in self.root.list_subdirs(self.root.path(TRANSACTIONS_DIR)):
-            snap = self._load_dir(info.base_name)
-            if snap is not None:
-                ids.append(snap.meta.transactional_id)
-        return sorted(ids)
+        return [snap.meta.transactional_id for snap in self._snapshots()]
+
+    def _snapshots(self) -> builtins.list[Snapshot]:
+        """The newest metadata of every transactional id, in the order of the ids: each
+        log read once, several at a time (each read is a listing, a HEAD and a GET: on an
+        object store, the stable offset fetch of a restart spent 5 s here)."""
+        names = [i.base_name for i in self.root.list_subdirs(self.root.path(TRANSACTIONS_DIR))]
+        pool = shared_pool("txn-logs", LOG_READERS)
+        found = [snap for snap in pool.map(self._load_dir, names) if snap is not None]
+        return sorted(found, key=lambda snap: snap.meta.transactional_id)
 
     def _load_dir(self, name: str) -> Snapshot | None:
         latest = CasLog(self.root, (TRANSACTIONS_DIR, name)).read_latest()
@@ -160,12 +166,7 @@ class TransactionCoordinator:
 
     def list(self) -> builtins.list[TransactionMetadata]:
         """Return the metadata of every transactional id."""
-        out = []
-        for tid in self.transactional_ids():
-            snap = self.load(tid)
-            if snap is not None:
-                out.append(snap.meta)
-        return out
+        return [snap.meta for snap in self._snapshots()]
 
     def groups_with_pending_offsets(self) -> set[str]:
         """Return the groups whose offsets sit in a transaction not yet completed."""

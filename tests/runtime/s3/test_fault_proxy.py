@@ -31,6 +31,7 @@ from runtime.storage.fs import register_storage_options
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
+from runtime.txn.coordinator import TransactionCoordinator
 from streams.crash.s3proxy import FaultProxy, FaultRule
 from tests.examples.harness import load_example
 from tests.s3server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
@@ -187,6 +188,26 @@ def test_the_data_files_of_one_read_are_read_side_by_side(
     assert table.column("offset").to_pylist() == list(range(16))
     assert table.column("value").to_pylist() == [f"v{n}".encode() for n in range(16)]
     assert proxy.peak_in_flight >= 4, proxy.peak_in_flight
+
+
+def test_the_transaction_logs_are_read_once_each_when_listed(
+    s3_server: S3Server, proxy: FaultProxy
+) -> None:
+    """Listing the transactions (a stable offset fetch at every start, the campaign's
+    watch) reads each transactional id's log once: a listing and one log's read each."""
+    root = f"s3://{s3_server.new_bucket()}/root"
+    register_storage_options(root, {**s3_server.options(), "AWS_ENDPOINT_URL": proxy.endpoint})
+    coordinator = TransactionCoordinator(TopicAdmin(root))
+    ids = [f"app-p{n}-1" for n in range(4)]
+    for tid in ids:
+        coordinator.init_producer_id(tid, 60_000)
+    proxy.requests.clear()
+    assert TransactionCoordinator(TopicAdmin(root)).load(ids[0]) is not None
+    one_log = sum(proxy.requests.values())
+    proxy.requests.clear()
+    listed = TransactionCoordinator(TopicAdmin(root)).list()
+    assert [meta.transactional_id for meta in listed] == ids
+    assert sum(proxy.requests.values()) <= 2 + len(ids) * one_log, (one_log, proxy.requests)
 
 
 class WordCount:
