@@ -228,7 +228,7 @@ class TopicReader:
 def read_slices(root: StorageRoot, topic: str, partition: int, slices: list[FileSlice]) -> pa.Table:
     """Read planned slices of one partition as a ``READ_SCHEMA`` table, in offset order
     (on an object store, :data:`REMOTE_READERS` files at once)."""
-    if root.is_local or len(slices) < 2:
+    if root.is_local or len(slices) < 2 or REMOTE_READERS < 2:
         tables = [_read_slice(root, topic, partition, piece) for piece in slices]
     else:
         pool = shared_pool("slice-reads", REMOTE_READERS)
