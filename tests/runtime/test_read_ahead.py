@@ -17,6 +17,12 @@ from runtime.storage.topic_log import TopicLog
 from runtime.storage.topics import TopicAdmin
 
 
+@pytest.fixture(autouse=True)
+def _no_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The logs here are read from their first version: no index snapshot in between."""
+    monkeypatch.setattr(topic_log, "SNAPSHOT_EVERY", 1_000)
+
+
 def _commits(admin: TopicAdmin, n: int) -> None:
     admin.create("t", 3)
     producer = Producer(admin)
