@@ -44,8 +44,9 @@ first batch reads a quarter of the recalled cap (:data:`START_SHARE`): it opens 
 and restores their stores, and the instance has recovered only once it commits (a
 restart's first batch of 2,500 records took 31 s of a 50 s recovery); the batch after it
 reads the whole recalled cap again. So does a batch that opens tasks a running thread did
-not have (a rebalance moved them to it): it reads a quarter of its kind's cap, and the cap
-is left as it was (the batch's time was the tasks' opening). While it opens them, the
+not have (a rebalance moved them to it): it reads a quarter of its kind's cap (of the first
+batch's, for a kind it never ran), and the cap is left as it was (the batch's time was the
+tasks' opening). While it opens them, the
 group's next rebalance waits for it: an instance that came back after a pause waited 25 s
 for the other's batch that opened four tasks and read a whole cap.
 """
@@ -127,12 +128,14 @@ class BatchSizer:
 
     def cap(self, topics: Iterable[str], *, opening: bool = False) -> int:
         """The records per partition the next batch reading ``topics`` may read
-        (``opening``: it opens tasks; a share of a cap already learnt, see the module)."""
+        (``opening``: it opens tasks; a share, see the module, unless it is a new
+        application's first batch)."""
         kind = frozenset(topics)
         cap = self._caps.get(kind)
+        ran = bool(self._caps or self._recalled)  # not a new application's first batch
         if cap is None:
             cap = self._caps[kind] = min(self.max_poll_records, FIRST_BATCH_RECORDS)
-        elif opening and kind not in self._recalled:  # a recalled cap is shared already
+        if opening and ran and kind not in self._recalled:  # a recalled cap is shared
             self._shared.add(kind)
             return max(1, int(cap * START_SHARE))
         self._shared.discard(kind)

@@ -14,11 +14,13 @@ plan, as Spark sends its tasks' closures).
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from common.config import StreamsConfig
@@ -27,6 +29,9 @@ from runtime.tasks.contract import PLACED
 from runtime.tasks.protocol import SECRET_BYTES
 
 log = logging.getLogger(__name__)
+
+#: ``local-cluster[executors, cores each, memory]``.
+_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,")
 
 #: The metric counting tasks that moved to another executor.
 MOVED = "task-moved-total"
@@ -67,9 +72,7 @@ class TaskPlacement:
         if self.spark_partitions:
             return
         context = spark.sparkContext
-        self.spark_partitions = self.config.batch_spark_partitions or int(
-            context.defaultParallelism
-        )
+        self.spark_partitions = self.config.batch_spark_partitions or executor_slots(context)
         self.driver_host = context.getConf().get("spark.driver.host") or ""
         master = str(context.master)
         self.local = master == "local" or master.startswith("local[")  # not local-cluster
@@ -131,6 +134,18 @@ class TaskPlacement:
     def servers(self) -> set[str]:
         """The TCP addresses of the host servers of the executors the tasks live on."""
         return {address for _, address in self.placed.values() if address}
+
+
+def executor_slots(context: SparkContext) -> int:
+    """How many Spark tasks the executors run at once: the cores of a ``local-cluster``
+    master (Spark's default parallelism is never below two, and a one-core cluster ran a
+    batch's two Spark partitions one after the other: a restart's tasks were opened and
+    restored in two halves, 11 s and then 14 s, where their hosts do it side by side), else
+    Spark's default parallelism."""
+    found = _LOCAL_CLUSTER.match(str(context.master))
+    if found is not None:
+        return int(found.group(1)) * int(found.group(2))
+    return int(context.defaultParallelism)
 
 
 def shutdown_executor_hosts(placements: Iterable[TaskPlacement]) -> None:

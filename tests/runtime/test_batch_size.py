@@ -253,8 +253,10 @@ def test_a_batch_that_opens_tasks_a_rebalance_moved_reads_a_quarter() -> None:
     sizer.measured(TOPICS, shared, shared, 40.0, opened=True)
     assert sizer.cap(TOPICS) == learnt
     assert (shared, 40.0) not in sizer._recent[frozenset(TOPICS)]
-    # a kind never run has nothing to share: it reads what a first batch reads
-    assert sizer.cap(["other"], opening=True) == FIRST_BATCH_RECORDS
+    # a kind it never ran (it owned none of its partitions): a share of a first batch
+    assert sizer.cap(["other"], opening=True) == int(FIRST_BATCH_RECORDS * START_SHARE)
+    # a new application's first batch opens every task: it reads what a first batch reads
+    assert BatchSizer(1000, 60_000, name="t").cap(TOPICS, opening=True) == FIRST_BATCH_RECORDS
 
 
 def test_a_thread_knows_which_batch_opens_tasks() -> None:

@@ -8,6 +8,7 @@ import dataclasses
 import os
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -22,7 +23,7 @@ from runtime.tasks.contract import BatchPlan, ThreadPlan
 from runtime.tasks.protocol import socket_dir
 from runtime.thread.batch_job import _planned_job
 from runtime.thread.batch_size import FIRST_BATCH_RECORDS
-from runtime.thread.placement import TaskPlacement
+from runtime.thread.placement import TaskPlacement, executor_slots
 from tests.runtime.spark.helpers import eos_config
 from topology import Grouped, StreamsBuilder
 
@@ -120,6 +121,17 @@ def test_a_batch_on_a_local_master_runs_in_one_spark_partition() -> None:
     configured.spark_partitions = 3
     configured.local = True
     assert configured.for_plan()["spark_partitions"] == 3
+
+
+def test_a_batch_on_a_cluster_takes_a_spark_partition_per_executor_core(
+    spark: SparkSession,
+) -> None:
+    """Spark's default parallelism is two at least: on a one-core cluster a batch of two
+    Spark partitions ran them one after the other (its tasks opened in two halves)."""
+    assert executor_slots(spark.sparkContext) == spark.sparkContext.defaultParallelism
+    for master, slots in (("local-cluster[1,1,1024]", 1), ("local-cluster[2, 3, 512]", 6)):
+        context = SimpleNamespace(master=master, defaultParallelism=2)
+        assert executor_slots(context) == slots  # type: ignore[arg-type]
 
 
 def test_tasks_beyond_task_hosts_max_share_hosts_and_commit_the_same(
