@@ -394,10 +394,10 @@ class StreamThread:
         return draining or self.subscribed
 
     def _tasks_due(self) -> bool:
-        """Whether the tasks must run without records: their first batch (Kafka builds
-        assigned tasks at once), or a wall-clock punctuator that is due."""
+        """Whether the tasks must run without records: their first batch, if it has any
+        (Kafka builds assigned tasks at once), or a wall-clock punctuator that is due."""
         if not self._tasks_started:
-            return True
+            return bool(self.task_ids())
         due = self.liveness.next_punctuation
         return due is not None and due <= time.time_ns() // 1_000_000
 

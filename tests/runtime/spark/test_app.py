@@ -281,3 +281,30 @@ def test_spark_warnings_about_what_a_stream_thread_never_relies_on_are_quiet(
     # the names are this Spark's own: the socket source and one of the trigger's names
     found = {name.rsplit(".", 1)[1] for name in _QUIET_LOGGERS if is_class(name)}
     assert found == {"TextSocketSourceProvider", "ProcessingTimeExecutor"}
+
+
+def test_a_thread_without_tasks_runs_no_batch(
+    spark: SparkSession, admin: TopicAdmin, root: str, tmp_path: Path
+) -> None:
+    """More stream threads than tasks: the thread the group gives nothing runs no batch and
+    opens no transaction (an empty batch and its commit delayed its next rejoin by seconds
+    on an object store), as Kafka's thread without tasks only polls."""
+    example = load_example("wordcount")
+    admin.create(example.INPUT, 1)
+    admin.create(example.OUTPUT, 1)
+    lines = example.generate(60)
+    produce_lines(admin, example.INPUT, lines)
+    config: dict[str, Any] = {
+        **example.CONFIG,
+        "topics.root": root,
+        "state.dir": str(tmp_path / "state"),
+        "commit.interval.ms": 50,
+        "group.initial.rebalance.delay.ms": 0,
+        "num.stream.threads": 3,  # two tasks: 0_0 and 1_0
+    }
+    app = StreamsApp(example.build_topology(), config, spark=spark)
+    app.run_until_idle()
+    idle = [t for t in app.threads if not t.task_ids()]
+    assert idle, [t.task_ids() for t in app.threads]
+    assert [t.batches for t in idle] == [0] * len(idle)
+    assert output_counts(root, example.OUTPUT)[0] == reference_counts(example, lines)
