@@ -201,9 +201,15 @@ class Campaign(Workspace):
             for instance in self.instances:
                 mount_small_disk(instance.state_dir)
         background = self._background_faults()
-        # the input lasts as long as the faults (recoveries show as commits)
+        # the input lasts as long as the faults and their recoveries (a recovery shows as
+        # a commit: an instance that caught up with an input already all fed commits
+        # nothing, and the last fault before the end looked unrecovered)
         # (a take-out fault lasts up to its recovery limit: the input must outlast them)
-        feed_s = duration_s or (count or 0) * (interval_s + 2 * RECOVERY_LIMIT_S)
+        feed_s = (
+            (duration_s + 2 * RECOVERY_LIMIT_S)
+            if duration_s
+            else ((count or 0) * (interval_s + 2 * RECOVERY_LIMIT_S))
+        )
         feeder = threading.Thread(target=self._feed, args=(feed_s,), daemon=True)
         events: list[FaultEvent] = []
         try:
