@@ -128,10 +128,11 @@ class ConfigKeys(BaseModel):
     )
     max_poll_records: Int = _key("max.poll.records", _AT_LEAST_ONE, default=1000, ge=1)
     # the most Spark tasks a level of a batch runs: tasks beyond it share one, one after
-    # another (a Python Spark task has a fixed cost); 0: Spark's default parallelism
+    # another (a Python Spark task has a fixed cost); 0: the executors' cores (a
+    # local-cluster's; else Spark's default parallelism)
     batch_spark_partitions: Int = _key(
         "batch.spark.partitions",
-        "an integer >= 0 (0: Spark's default parallelism, its cores)",
+        "an integer >= 0 (0: the executors' cores, Spark's default parallelism)",
         default=0,
         ge=0,
     )
