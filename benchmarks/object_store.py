@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.produce_consume import machine
+from produce_consume import machine
+
 from runtime.storage import reader as reader_module
 from runtime.storage.fs import register_storage_options
 from runtime.storage.producer import Producer
