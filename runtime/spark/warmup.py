@@ -32,6 +32,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from common.config import StreamsConfig
+from runtime.spark import executors
 from runtime.tasks.client import start_host_server
 
 log = logging.getLogger(__name__)
@@ -40,25 +41,25 @@ log = logging.getLogger(__name__)
 def warm_executors(spark: SparkSession, config: StreamsConfig) -> threading.Thread | None:
     """Start the warm-up job in a thread of its own (None on a local master)."""
     context = spark.sparkContext
-    master = str(context.master)
-    if master == "local" or master.startswith("local["):
+    if executors.is_local(context):
         return None
-    slots = max(1, int(context.defaultParallelism))
     driver_host = context.getConf().get("spark.driver.host") or ""
     work = functools.partial(_warm, config.state_dir, config.application_id, driver_host)
 
     def run() -> None:
         started = time.perf_counter()
-        try:
+        try:  # one Spark task on each executor expected: wait for them as the batches do
+            executors.wait_for_expected(context, f"[app {config.application_id}] warm-up")
+            slots = max(1, executors.expected(context), executors.slots(context))
             frame = spark.range(0, slots, 1, slots).mapInArrow(work, "executor string")
-            executors = [row.executor for row in frame.collect()]
+            warmed = [row.executor for row in frame.collect()]
         except Exception as exc:  # the first batch starts what it needs itself
             log.info("[app %s] executor warm-up skipped: %s", config.application_id, exc)
             return
         log.info(
             "[app %s] executors %s warmed up in %.1f s (Python workers, task host servers)",
             config.application_id,
-            ", ".join(sorted(set(executors))),
+            ", ".join(sorted(set(warmed))),
             time.perf_counter() - started,
         )
 

@@ -14,24 +14,20 @@ plan, as Spark sends its tasks' closures).
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from common.config import StreamsConfig
+from runtime.spark import executors
 from runtime.tasks.client import shutdown_remote_hosts
 from runtime.tasks.contract import PLACED
 from runtime.tasks.protocol import SECRET_BYTES
 
 log = logging.getLogger(__name__)
-
-#: ``local-cluster[executors, cores each, memory]``.
-_LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,")
 
 #: The metric counting tasks that moved to another executor.
 MOVED = "task-moved-total"
@@ -72,10 +68,12 @@ class TaskPlacement:
         if self.spark_partitions:
             return
         context = spark.sparkContext
-        self.spark_partitions = self.config.batch_spark_partitions or executor_slots(context)
+        # the first batch places the tasks for good: on the executors expected, not on
+        # the first to register
+        executors.wait_for_expected(context, f"thread {self.config.application_id}")
+        self.spark_partitions = self.config.batch_spark_partitions or executors.slots(context)
         self.driver_host = context.getConf().get("spark.driver.host") or ""
-        master = str(context.master)
-        self.local = master == "local" or master.startswith("local[")  # not local-cluster
+        self.local = executors.is_local(context)  # not local-cluster
 
     def for_plan(self) -> dict[str, Any]:
         """The batch plan's fields of placement.
@@ -134,18 +132,6 @@ class TaskPlacement:
     def servers(self) -> set[str]:
         """The TCP addresses of the host servers of the executors the tasks live on."""
         return {address for _, address in self.placed.values() if address}
-
-
-def executor_slots(context: SparkContext) -> int:
-    """How many Spark tasks the executors run at once: the cores of a ``local-cluster``
-    master (Spark's default parallelism is never below two, and a one-core cluster ran a
-    batch's two Spark partitions one after the other: a restart's tasks were opened and
-    restored in two halves, 11 s and then 14 s, where their hosts do it side by side), else
-    Spark's default parallelism."""
-    found = _LOCAL_CLUSTER.match(str(context.master))
-    if found is not None:
-        return int(found.group(1)) * int(found.group(2))
-    return int(context.defaultParallelism)
 
 
 def shutdown_executor_hosts(placements: Iterable[TaskPlacement]) -> None:

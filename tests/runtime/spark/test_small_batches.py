@@ -11,11 +11,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 from common.config import StreamsConfig
 from common.serdes import Serdes
 from runtime.app.app import StreamsApp
+from runtime.spark import executors
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
@@ -23,7 +26,7 @@ from runtime.tasks.contract import BatchPlan, ThreadPlan
 from runtime.tasks.protocol import socket_dir
 from runtime.thread.batch_job import _planned_job
 from runtime.thread.batch_size import FIRST_BATCH_RECORDS
-from runtime.thread.placement import TaskPlacement, executor_slots
+from runtime.thread.placement import TaskPlacement
 from tests.runtime.spark.helpers import eos_config
 from topology import Grouped, StreamsBuilder
 
@@ -128,10 +131,37 @@ def test_a_batch_on_a_cluster_takes_a_spark_partition_per_executor_core(
 ) -> None:
     """Spark's default parallelism is two at least: on a one-core cluster a batch of two
     Spark partitions ran them one after the other (its tasks opened in two halves)."""
-    assert executor_slots(spark.sparkContext) == spark.sparkContext.defaultParallelism
+    assert executors.slots(spark.sparkContext) == spark.sparkContext.defaultParallelism
+    assert executors.wait_for_expected(spark.sparkContext, "test") == []  # local: no wait
     for master, slots in (("local-cluster[1,1,1024]", 1), ("local-cluster[2, 3, 512]", 6)):
         context = SimpleNamespace(master=master, defaultParallelism=2)
-        assert executor_slots(context) == slots  # type: ignore[arg-type]
+        assert executors.slots(context) == slots  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("master", "conf", "want", "wait_s"),
+    [
+        ("local-cluster[3,1,1024]", {}, 3, 30.0),
+        ("spark://m:7077", {"spark.executor.instances": "4"}, 4, 30.0),
+        (
+            "yarn",
+            {"spark.executor.instances": "4", "spark.dynamicAllocation.enabled": "true"},
+            0,
+            30.0,
+        ),
+        ("spark://m:7077", {"spark.scheduler.maxRegisteredResourcesWaitingTime": "5s"}, 0, 5.0),
+        ("k8s://h", {"spark.scheduler.maxRegisteredResourcesWaitingTime": "1500"}, 0, 1.5),
+        ("k8s://h", {"spark.scheduler.maxRegisteredResourcesWaitingTime": "2min"}, 0, 120.0),
+    ],
+)
+def test_a_first_batch_waits_for_the_executors_the_application_asked_for(
+    master: str, conf: dict[str, str], want: int, wait_s: float
+) -> None:
+    """How many executors a first batch waits for, and how long at most (Spark's
+    ``spark.scheduler.maxRegisteredResourcesWaitingTime``, milliseconds without a unit)."""
+    context = SimpleNamespace(master=master, getConf=lambda: SparkConf(False).setAll(conf.items()))
+    assert executors.expected(context) == want  # type: ignore[arg-type]
+    assert executors._wait_limit_s(context) == wait_s  # type: ignore[arg-type]
 
 
 def test_tasks_beyond_task_hosts_max_share_hosts_and_commit_the_same(
