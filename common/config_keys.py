@@ -144,6 +144,12 @@ class ConfigKeys(BaseModel):
         default=64,
         ge=0,
     )
+    # how long a batch waits for a task that restores in the background of its host before
+    # it goes on without it (the task's records wait for a later batch, once restored);
+    # 0: never waits
+    restore_wait_ms: Int = _key(
+        "restore.wait.ms", "an integer >= 0 (0: a batch never waits)", default=2000, ge=0
+    )
     metadata_max_age_ms: Int = _key("metadata.max.age.ms", _POSITIVE, default=300000, gt=0)
     # how often a stream thread looks for new records in its topics (Kafka's poll.ms: how
     # long a poll waits for input)

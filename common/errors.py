@@ -198,6 +198,12 @@ class BatchRetryError(StreamsError):
     the job again, in the same transaction, as for a lost worker."""
 
 
+class RestorationCancelledError(StreamsError):
+    """A task's restoration stopped because the task left its host (another owner, a
+    rebalance) or the host closes; nothing of it was committed, and the next owner
+    restores from the committed state."""
+
+
 class StoreIOError(StreamsError):
     """A store's local files could not be opened, read or written (disk full, permissions,
     corrupted files). Under exactly-once the task is treated as corrupted: its directory is

@@ -30,7 +30,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import StoreIOError, StreamsError, TaskCorruptedError
+from common.errors import (
+    RestorationCancelledError,
+    StoreIOError,
+    StreamsError,
+    TaskCorruptedError,
+)
 from statestores.api import ChangelogCollector, StateStore
 from statestores.bytes_layer import bottom
 from statestores.checkpoint import OffsetCheckpoint
@@ -129,6 +134,9 @@ class ProcessorStateManager:
         self.sources: dict[str, str] = {}
         self.commit_requested = False
         self._commits = 0
+        #: Whether the restoration must stop (the task left its host while it restored):
+        #: checked before each store and between changelog reads.
+        self.cancelled: Callable[[], bool] = lambda: False
 
     # -- StateStoreContext ---------------------------------------------------------------
 
@@ -271,6 +279,7 @@ class ProcessorStateManager:
 
     def _restore(self, entry: _Registered) -> None:
         name = entry.store.name
+        self._check_cancelled(name)
         reason = entry.bottom.wipe_reason if name in self.corrupted else None
         try:
             self._resolve_prepared(entry)
@@ -378,6 +387,7 @@ class ProcessorStateManager:
             self.listener.on_restore_start(name, offset, end)
         assert self.reader is not None
         while offset < end:
+            self._check_cancelled(name)
             try:
                 batch = self.reader.read(
                     topic, self._partition, offset, min(RESTORE_BATCH, end - offset)
@@ -403,6 +413,13 @@ class ProcessorStateManager:
             self.listener.on_restore_end(name, total, elapsed)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _check_cancelled(self, name: str) -> None:
+        if self.cancelled():
+            raise RestorationCancelledError(
+                f"[task {self._task_id}] the restoration of store {name} was cancelled: "
+                "the task left this host"
+            )
 
     def _corrupted(self, message: str) -> TaskCorruptedError:
         return TaskCorruptedError(f"[task {self._task_id}] {message}", task_id=self._task_id)

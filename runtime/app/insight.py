@@ -131,6 +131,7 @@ class AppInsight:
                     ),
                     "process_rate": _finite(m.total("process-rate", group, thread_id=thread_id)),
                     "tasks": thread.task_ids(),
+                    "restoring": thread.placement.restoring_of(thread.task_ids()),
                     "executors": thread.placement.by_executor(),
                     "failure": None if thread.failure is None else str(thread.failure),
                 }

@@ -2,11 +2,12 @@
 
 Every instance of an application writes ``_apps/<application.id>/instances/<process id>.json``
 when its state changes and, while it runs, at most every ``STATUS_INTERVAL_S`` seconds after
-a batch: its host and pid, state, threads (batches run, last batch and commit, tasks and the
-executors they live on), and the store sizes its tasks last measured. With the group, the
-offsets and the transaction logs, that is what ``streams-eos status`` reads: from storage
-alone, while the application runs and after it stopped (a stopped instance's last record
-says so; one whose updates stopped without a stop was killed, or lost its storage).
+a batch: its host and pid, state, threads (batches run, last batch and commit, tasks, those
+restoring, and the executors they live on), and the store sizes its tasks last measured.
+With the group, the offsets and the transaction logs, that is what ``streams-eos status``
+reads: from storage alone, while the application runs and after it stopped (a stopped
+instance's last record says so; one whose updates stopped without a stop was killed, or
+lost its storage).
 """
 
 from __future__ import annotations

@@ -44,6 +44,9 @@ FILE, POSITION, METRIC, RECORD = "file", "position", "metric", "record"
 PREPARED, WAKE, VISIT, OPEN, PLACED = "prepared", "wake", "visit", "open", "placed"
 #: A task's measurements of the batch (``value``: see :func:`encode_stats`).
 STATS = "stats"
+#: A task that restores in the background of its host and ran nothing in the batch
+#: (:mod:`runtime.tasks.opening`).
+RESTORING = "restoring"
 
 #: The metric counting visits a worker sent to a task's host on another executor.
 REMOTE_VISITS = "remote-visit-total"

@@ -2,7 +2,9 @@
 
 A task (its :class:`~topology.engine.task.StreamTask`, stores, caches, stream time, punctuation
 schedules) is built by the :class:`~topology.engine.task_creator.ActiveTaskCreator` at its first
-batch and kept. Each later batch first settles the previous one:
+batch and kept; it is built and restored in the background (:mod:`runtime.tasks.opening`), and
+a restoration that outlasts the visit leaves the task restoring: its batches run nothing of it
+until it is restored. Each later batch first settles the previous one:
 
 1. the batch comes from another owner (a new instance, another thread), or the task came
    back to its owner after a rebalance took it (its incarnation changed), or on a cluster
@@ -21,19 +23,20 @@ at_least_once). A batch that fails closes the task dirty.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from common.errors import BatchRetryError, StoreCorruptedError, StreamsError
-from runtime.state.adapters import RootSnapshotStorage, TopicChangelogReader
 from runtime.storage.committer import StagedFile
 from runtime.tasks.bundle import inline_rows
 from runtime.tasks.collector import StagingCollector
 from runtime.tasks.contract import (
     PREPARED,
+    RESTORING,
     STATS,
     WAKE,
     BatchPlan,
@@ -45,15 +48,11 @@ from runtime.tasks.contract import (
     open_row,
     position_rows,
 )
-from runtime.tasks.executor import executor_id, executor_state_dir
+from runtime.tasks.executor import executor_id
 from runtime.tasks.global_state import GlobalStores
+from runtime.tasks.opening import LiveTask, Opening, build_task, close_task
 from runtime.tasks.partition_group import Processed, process_records
 from statestores.api import StateStore
-from statestores.state_directory import StateDirectory
-from statestores.state_manager import ProcessorStateManager
-from topology.engine.task import StreamTask
-from topology.engine.task_commit import TaskCommit
-from topology.engine.task_creator import ActiveTaskCreator, TaskServices
 
 log = logging.getLogger(__name__)
 
@@ -65,39 +64,13 @@ STORE_RESTORED = "store-restore-total"
 RESTORED_RECORDS = "restore-records-total"
 
 
-@dataclass
-class LiveTask:
-    """A task kept between batches, with what the next batch must settle."""
-
-    task: StreamTask
-    collector: StagingCollector
-    owner: str
-    #: Its stay with the owner (:attr:`BatchPlan.incarnations`).
-    incarnation: int
-    directory: StateDirectory | None
-    #: How its stores commit (chosen once, from the guarantee).
-    commit: TaskCommit
-    #: The transaction whose writes the stores hold prepared, until its outcome is known.
-    prepared: tuple[str, int] | None = None
-    #: A batch visiting the task at several levels: (owner, batch) and the levels run so
-    #: far, with what was consumed and held back (reported at its last visit).
-    open_batch: tuple[str, int] | None = None
-    open_levels: list[int] = field(default_factory=list)
-    open_consumed: dict[tuple[str, int], int] = field(default_factory=dict)
-    open_held_back: int = 0
-
-    @property
-    def manager(self) -> ProcessorStateManager | None:
-        """The task's state manager (None when it has no stores)."""
-        manager = self.task.state_manager
-        return manager if manager is not None and manager.stores else None
-
-
 class TaskManager:
     """The tasks of one host process, by task id."""
 
     def __init__(self) -> None:
         self.live: dict[str, LiveTask] = {}
+        #: Tasks being built and restored in the background (:mod:`runtime.tasks.opening`).
+        self.opening: dict[str, Opening] = {}
         self.outcomes = PlanOutcomes({})
         self.counters: dict[str, int] = {}
         self._reported_counters: dict[str, int] = {}
@@ -147,7 +120,9 @@ class TaskManager:
             if live is not None and not self._settle(live, plan):
                 live = None
             if live is None:
-                live = self._build(plan, subtopology_id, partition, global_stores)
+                live = self._opened(plan, subtopology_id, partition, global_stores)
+            if live is None:  # restoring in the background: nothing runs in this batch
+                return self._restoring(plan, task_id, partition, records)
             own = plan.task_transactions.get(task_id)
             live.collector.begin(own[2] if own is not None else plan.staging_dir, plan.outputs)
         assert live is not None
@@ -342,55 +317,75 @@ class TaskManager:
         live.prepared = None
         return True
 
-    def _build(
+    def _opened(
         self,
         plan: BatchPlan,
         subtopology_id: int,
         partition: int,
         global_stores: Mapping[str, StateStore],
-    ) -> LiveTask:
-        config, topology = plan.thread.config, plan.thread.topology
+    ) -> LiveTask | None:
+        """The task built and restored for this visit, or None while it restores (for
+        the rest of the batch too, once a visit of it was told so)."""
         task_id = f"{subtopology_id}_{partition}"
-        collector = StagingCollector(plan.thread.root, plan.outputs, plan.staging_dir)
-        has_stores = bool(topology.subtopology(subtopology_id).stores)
-        directory = (
-            StateDirectory(executor_state_dir(config.state_dir), config.application_id)
-            if has_stores
-            else None
+        owner, incarnation = plan.thread.owner, plan.incarnations.get(task_id, 0)
+        opening = self.opening.get(task_id)
+        if opening is not None and opening.answered != (owner, plan.batch):
+            placed = plan.placement.get(task_id)
+            elsewhere = placed is not None and placed[0] != executor_id()
+            if (opening.owner, opening.incarnation) != (owner, incarnation) or (
+                opening.answered is not None and elsewhere
+            ):
+                log.info("[task %s] left this host while it restored: cancelled", task_id)
+                self._cancel(task_id)
+                opening = None
+        build = functools.partial(
+            build_task, plan, subtopology_id, partition, global_stores, self.outcomes
         )
-        state_dir = directory.lock(task_id, wait_ms=LOCK_WAIT_MS) if directory else None
-        creator = ActiveTaskCreator(
-            topology,
-            config,
-            services=TaskServices(
-                changelog_reader=TopicChangelogReader(plan.thread.root),
-                transaction_outcomes=self.outcomes,
-                snapshots=RootSnapshotStorage(plan.thread.root),
-                # snapshots are the driver's decision (BatchPlan.snapshot)
-                snapshot_interval=0,
-                # a batch's repartition records are counted in the same transaction
-                combine_repartitions=True,
-            ),
-        )
-        task = creator.create(
-            subtopology_id, partition, collector, state_dir=state_dir, global_stores=global_stores
-        )
-        live = LiveTask(
-            task,
-            collector,
-            plan.thread.owner,
-            plan.incarnations.get(task_id, 0),
-            directory,
-            creator.task_commit,
-        )
+        if opening is None and not plan.thread.topology.subtopology(subtopology_id).stores:
+            live = build(lambda: False)  # nothing to restore (Kafka: RUNNING at once)
+        else:
+            if opening is None:
+                opening = self.opening[task_id] = Opening(task_id, owner, incarnation, build)
+            wait_s = plan.thread.config.restore_wait_ms / 1000
+            if opening.answered == (owner, plan.batch) or not opening.wait(wait_s):
+                if opening.answered is None:
+                    log.info("[task %s] restoring in the background", task_id)
+                opening.answered = (owner, plan.batch)
+                return None
+            del self.opening[task_id]
+            live = opening.result()  # what the build raised, if it failed
         self.live[task_id] = live
+        self._count_opened(live)
+        return live
+
+    def _restoring(
+        self, plan: BatchPlan, task_id: str, partition: int, records: Mapping[str, pa.Table]
+    ) -> list[Row]:
+        """A visit of a task that restores: the records shuffled to it inside the batch
+        exist nowhere else and are spilled to their topic (the stored ones stay unconsumed);
+        the rows say it restores."""
+        collector = StagingCollector(plan.thread.root, plan.outputs, plan.staging_dir)
+        own = plan.task_transactions.get(task_id)
+        collector.begin(own[2] if own is not None else plan.staging_dir, plan.outputs)
+        for topic, rows in records.items():
+            shuffled = rows.filter(pc.less(rows.column("offset"), 0))
+            if shuffled.num_rows:
+                collector.spill(topic, partition, shuffled)
+        rows_out = [file_row(task_id, topic, f) for topic, f in collector.flush()]
+        return [*rows_out, {"kind": RESTORING, "task": task_id}]
+
+    def _cancel(self, task_id: str) -> None:
+        opening = self.opening.pop(task_id)
+        opening.cancel()
         try:
-            task.initialize()
-        except BaseException:
-            self.close(task_id, dirty=True)
-            raise
+            live = opening.result()
+        except Exception:  # cancelled, or failed: the build closed what it opened
+            return
+        self._close_live(live, dirty=True)
+
+    def _count_opened(self, live: LiveTask) -> None:
         self._count(TASK_CREATED)
-        manager = task.state_manager
+        manager = live.task.state_manager
         if manager is not None:
             self._count(STORE_OPENED, len(manager.stores))
             # an in-memory store is restored at every open; a persistent one when its
@@ -402,42 +397,30 @@ class TaskManager:
             ]
             self._count(STORE_RESTORED, len(restored))
             self._count(RESTORED_RECORDS, sum(manager.restored.values()))
-        log.info("[task %s] created for owner %s", task_id, plan.thread.owner)
-        return live
 
     def close(self, task_id: str, *, dirty: bool, wipe: bool = False) -> None:
         """Close ``task_id`` (dirty: drop what is not committed; wipe: delete its local
         state too, before the lock is released) and release its lock."""
+        if task_id in self.opening:
+            self._cancel(task_id)
         live = self.live.pop(task_id, None)
-        if live is None:
-            return
-        try:
-            manager = live.task.state_manager
-            if dirty and manager is not None:
-                manager.abort()
-            live.task.close()
-        except Exception:  # closing dirty: the committed state is what counts
-            log.warning("[task %s] error while closing", task_id, exc_info=True)
-        finally:
-            if live.directory is not None:
-                if wipe:
-                    live.directory.wipe(task_id)
-                live.directory.unlock(task_id)
+        if live is not None:
+            self._close_live(live, dirty=dirty, wipe=wipe)
+
+    def _close_live(self, live: LiveTask, *, dirty: bool, wipe: bool = False) -> None:
+        close_task(live, dirty=dirty, wipe=wipe)
         if dirty:
             self._count(TASK_CLOSED_DIRTY)
 
     def close_all(self) -> None:
         """Close every task, keeping prepared batches (their outcome settles at reopen)."""
+        for task_id in list(self.opening):
+            self._cancel(task_id)
         for task_id in list(self.live):
             self.close(task_id, dirty=False)
 
     def _count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
-
-
-#: How long a new host waits for the previous holder of a task directory (a host being
-#: shut down, or killed with its executor) to release it.
-LOCK_WAIT_MS = 30_000
 
 
 def corruption_of(error: BaseException) -> StoreCorruptedError | None:

@@ -130,10 +130,9 @@ class ThreadLiveness:
 
     def measured(self, reads: BatchReads, seconds: float, placement: TaskPlacement) -> None:
         """A batch that read ``reads`` took ``seconds`` (and opened ``placement.opened``
-        tasks): size the next one."""
-        self.sizer.measured(
-            self.kind, self.cap, reads.fullest, seconds, opened=placement.opened > 0
-        )
+        tasks, or waited for tasks that restore): size the next one."""
+        opened = placement.opened > 0 or bool(placement.restoring)
+        self.sizer.measured(self.kind, self.cap, reads.fullest, seconds, opened=opened)
 
     def schedule_alarm(self) -> None:
         """Have the trigger run a batch when the next wall-clock punctuator or the next

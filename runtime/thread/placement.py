@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from common.config import StreamsConfig
 from runtime.spark import executors
 from runtime.tasks.client import shutdown_remote_hosts
-from runtime.tasks.contract import PLACED
+from runtime.tasks.contract import PLACED, RESTORING
 from runtime.tasks.protocol import SECRET_BYTES
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,11 @@ class TaskPlacement:
         #: being planned.
         self.ran: set[str] = set()
         self._visiting: frozenset[str] = frozenset()
+        #: The tasks that restore in the background of their hosts (Kafka's RESTORING
+        #: tasks, :mod:`runtime.tasks.opening`), as the last committed batch found them:
+        #: the batches read nothing for them, and run until they are restored.
+        self.restoring: frozenset[str] = frozenset()
+        self._restoring_noted: frozenset[str] = frozenset()
 
     def prepare(self, spark: SparkSession) -> None:
         """Learn what the first batch needs of the session (once)."""
@@ -106,11 +111,21 @@ class TaskPlacement:
     def noted(self, rows: Iterable[Any]) -> None:
         """Note where the batch's tasks ran (from its rows), until it commits."""
         self._noted = {r["task"]: (r["path"], r["topic"]) for r in rows if r["kind"] == PLACED}
+        self._restoring_noted = frozenset(r["task"] for r in rows if r["kind"] == RESTORING)
 
     def committed(self, metrics: dict[str, int]) -> None:
         """The batch committed: its tasks live where it ran them (a task that lived on
         another executor before counts in ``metrics`` as ``task-moved-total``)."""
         self.ran |= self._visiting
+        restoring = self._restoring_noted & self._visiting
+        if restoring != self.restoring:
+            done = sorted(self.restoring - restoring)
+            log.info(
+                "tasks restoring in the background: %s%s",
+                ", ".join(sorted(restoring)) or "none",
+                f" (restored: {', '.join(done)})" if done else "",
+            )
+        self.restoring = restoring
         placed = {t: p for t, p in self._noted.items() if self.placed.get(t) != p}
         moved = sum(1 for t in placed if t in self.placed)
         self.opened = len(placed)
@@ -120,6 +135,17 @@ class TaskPlacement:
             metrics[MOVED] = metrics.get(MOVED, 0) + moved
         if placed:
             log.info("tasks placed on executors: %s", _by_executor(placed))
+
+    def restoring_of(self, tasks: Iterable[str]) -> list[str]:
+        """Those of ``tasks`` that restore in the background."""
+        return sorted(self.restoring.intersection(tasks))
+
+    def running(self, owns: Callable[[str, int], bool]) -> Callable[[str, int], bool]:
+        """``owns`` (task id, partition -> whether the thread runs it) without the tasks
+        that restore: a batch reads nothing for those."""
+        if not self.restoring:
+            return owns
+        return lambda task, partition: task not in self.restoring and owns(task, partition)
 
     def by_executor(self) -> dict[str, list[str]]:
         """Executor id -> the tasks that live there."""

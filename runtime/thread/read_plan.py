@@ -59,6 +59,10 @@ class BatchReads:
         """The topics the batch reads."""
         return frozenset(i.topic for items in self.inputs.values() for i in items)
 
+    def ranges(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic, partition) -> the offsets the batch reads there, from and to."""
+        return {(i.topic, i.partition): (i.start, i.end) for r in self.inputs.values() for i in r}
+
     def files(self, also: Iterable[TopicSlices] = ()) -> set[str]:
         """The files the batch reads (and those of ``also``: the global topics')."""
         items = [*(i for r in self.inputs.values() for i in r), *also]

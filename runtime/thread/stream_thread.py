@@ -361,20 +361,13 @@ class StreamThread:
         self.patterns.follow(self.sources, self.reads_planner.add_sources)
         topics = self._choose_levels()
         cap = self.liveness.plan_cap(topics, opening=self.placement.opens(self.task_ids()))
-        self.reads = self.reads_planner.plan(topics, self._owns, self.positions, cap=cap)
+        owns = self.placement.running(self._owns)  # nothing read for restoring tasks
+        self.reads = self.reads_planner.plan(topics, owns, self.positions, cap=cap)
         # Planned after the reads: a global record committed before a stream record the
         # batch reads is then always seen by that record.
         self.globals = plan_globals(self.reader, self.global_topics)
-        log.debug(
-            "[thread %s] %s batch reads %s",
-            self.transactional_id,
-            "shuffling" if self.levels is self.shuffle_levels else "topic",
-            {
-                (i.topic, i.partition): (i.start, i.end)
-                for r in self.reads.inputs.values()
-                for i in r
-            },
-        )
+        kind = "shuffling" if self.levels is self.shuffle_levels else "topic"
+        log.debug("[thread %s] %s batch reads %s", self.transactional_id, kind, self.reads.ranges())
         return bool(self.reads.inputs)
 
     def _choose_levels(self) -> list[str]:
@@ -395,8 +388,9 @@ class StreamThread:
 
     def _tasks_due(self) -> bool:
         """Whether the tasks must run without records: their first batch, if it has any
-        (Kafka builds assigned tasks at once), or a wall-clock punctuator that is due."""
-        if not self._tasks_started:
+        (Kafka builds assigned tasks at once), tasks restoring, or a wall-clock punctuator
+        that is due."""
+        if not self._tasks_started or self.placement.restoring_of(self.task_ids()):
             return bool(self.task_ids())
         due = self.liveness.next_punctuation
         return due is not None and due <= time.time_ns() // 1_000_000
@@ -406,13 +400,16 @@ class StreamThread:
         back), or wrote records its own tasks read (a cycle of repartition topics, e.g. a
         foreign-key join's), wake the trigger so Spark runs the next batch without new
         data: the cycle drains without waiting for new input."""
-        if self.reads.behind(self.positions) or self._draining or self._fed_back:
+        restoring = self.placement.restoring_of(self.task_ids())
+        if self.reads.behind(self.positions) or self._draining or self._fed_back or restoring:
             self.wake_now("behind")
 
     def caught_up(self) -> bool:
-        """Whether the thread has no rejoin pending and has read every record of its tasks'
-        input partitions that exists now."""
+        """Whether the thread has no rejoin pending, no task restoring, and has read every
+        record of its tasks' input partitions that exists now."""
         if self.membership is not None and self.membership.rejoin_pending:
+            return False
+        if self.placement.restoring_of(self.task_ids()):
             return False
         return self.reads_planner.caught_up(self.source_topics, self._owns, self.positions)
 

@@ -202,6 +202,8 @@ def render(status: dict[str, Any]) -> str:
         for t in r.get("threads", []):
             executors = t.get("executors") or {}
             where = ",".join(sorted(executors)) if executors else "driver"
+            restoring = set(t.get("restoring") or ())
+            tasks = [f"{x} (restoring)" if x in restoring else x for x in t.get("tasks", [])]
             rows.append(
                 [
                     t["thread.id"],
@@ -209,7 +211,7 @@ def render(status: dict[str, Any]) -> str:
                     str(t.get("batches", 0)),
                     _clock(t.get("last_batch_ms")),
                     _num(t.get("commit_latency_avg_ms")),
-                    ",".join(t.get("tasks", [])) or NONE,
+                    ",".join(tasks) or NONE,
                     where,
                 ]
             )

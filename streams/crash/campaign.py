@@ -333,12 +333,12 @@ class Campaign(Workspace):
         exits_before = len(self.exits)
         event = self._events[index - 1]
         event.kind = kind
+        avoid = [] if kind in TAKE_OUT_KINDS else [self._taken_out or ""]
+        event.target = nemesis.pick(kind, avoid)
         if kind in TAKE_OUT_KINDS:
-            self._taken_out = event.target = nemesis.pick(kind)
-        else:
-            event.target = nemesis.pick(kind, avoid=[self._taken_out or ""])
-        applied = nemesis.apply(kind, event.target)
-        event.detail, event.healed_s = applied.detail, self._now()
+            self._taken_out = event.target
+        applied = nemesis.apply(kind, event.target, avoid)
+        event.target, event.detail, event.healed_s = applied.target, applied.detail, self._now()
         event.exits = [
             f"{e.instance} ended (code {e.code}): {e.reason}" for e in self.exits[exits_before:]
         ]

@@ -38,6 +38,8 @@ from streams.crash.inputs import CrashTestError
 from streams.crash.instances import Instance
 from streams.crash.s3proxy import FaultProxy, FaultRule
 
+#: What the command lines of an instance's Python workers and task hosts name.
+WORKER_DAEMON = "runtime.spark.worker_daemon"
 INSTANCE_KINDS = ("kill", "fault-point", "pause", "executor", "python-worker", "disk-full")
 STORAGE_KINDS = ("storage-errors", "storage-resets", "lost-answers", "storage-latency")
 FAULT_KINDS = INSTANCE_KINDS + STORAGE_KINDS
@@ -117,14 +119,29 @@ class Nemesis:
         running = [i for i in self.instances if i.alive()] or self.instances
         return self.rng.choice([i for i in running if i.name not in avoid] or running).name
 
-    def apply(self, kind: str, target: str | None = None) -> Applied:
+    def apply(self, kind: str, target: str | None = None, avoid: Sequence[str] = ()) -> Applied:
         """Apply one fault of ``kind`` to ``target`` (default: :meth:`pick`) and heal it
-        (blocking for its span)."""
-        target = target or self.pick(kind)
+        (blocking for its span). A Python worker fault goes to another running instance
+        (not in ``avoid``) when ``target`` has no worker now (it restarted moments ago)."""
+        target = target or self.pick(kind, avoid)
         if kind in STORAGE_KINDS:
             return Applied("storage", self._storage(kind))
         instance = next(i for i in self.instances if i.name == target)
-        return Applied(target, getattr(self, "_" + kind.replace("-", "_"))(instance))
+        if kind == "python-worker":
+            instance = self._with_workers(instance, avoid)
+        return Applied(instance.name, getattr(self, "_" + kind.replace("-", "_"))(instance))
+
+    def _with_workers(self, preferred: Instance, avoid: Sequence[str]) -> Instance:
+        """``preferred`` if it runs Python workers, else another running instance that
+        does, waiting for one at most a minute (then ``preferred``)."""
+        others = [i for i in self.instances if i is not preferred and i.name not in avoid]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for instance in (preferred, *others):
+                if instance.alive() and instance.pids("python", WORKER_DAEMON):
+                    return instance
+            self._wait(0.5)
+        return preferred
 
     # -- instance faults -------------------------------------------------------------------
 
@@ -167,11 +184,7 @@ class Nemesis:
         return self._kill_one(target.pids("java", executor), "executor JVM")
 
     def _python_worker(self, target: Instance) -> str:
-        deadline = time.monotonic() + 60  # a restarted instance starts its workers late
-        while not (workers := target.pids("python", "runtime.spark.worker_daemon")):
-            if time.monotonic() > deadline:
-                break
-            self._wait(0.5)
+        workers = target.pids("python", WORKER_DAEMON)
         return self._kill_one(workers, "Python worker or task host")
 
     def _kill_one(self, pids: list[int], what: str) -> str:

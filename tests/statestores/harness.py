@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from common.serdes import Serdes
@@ -43,6 +44,7 @@ class Task:
         outcomes: bool = True,
         snapshots: bool = True,
         config: dict[str, Any] | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> None:
         self.admin = TopicAdmin(root)
         create_changelog_topics(self.admin, APP, {STORE: {"cleanup.policy": "compact"}}, 1)
@@ -74,8 +76,14 @@ class Task:
         self.store: Any = Stores.key_value_store_builder(
             factory(STORE), Serdes.String(), Serdes.String()
         ).build()
-        self.store.init(self.manager)
+        if cancelled is not None:  # the restoration stops when this says so
+            self.manager.cancelled = cancelled
         self.eos = eos
+        try:
+            self.store.init(self.manager)
+        except BaseException:  # as a task host closes a task whose build failed
+            self.close()
+            raise
 
     def begin(self) -> None:
         self.producer.begin_transaction()

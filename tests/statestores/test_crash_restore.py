@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from common.errors import StoreCorruptedError
+from common.errors import RestorationCancelledError, StoreCorruptedError
 from statestores.bytes_layer import bottom
+from statestores.state_manager import RESTORE_BATCH
 from statestores.transactional import OFFSET_KEY
 from tests.statestores.harness import APP, STORE, Task
 
@@ -243,3 +244,30 @@ def test_a_damaged_snapshot_is_skipped_for_an_older_one(
     end = rebuilt.reader.offsets(f"{APP}-{STORE}-changelog", 0)
     assert end is not None and rebuilt.manager.restored[STORE] == end[1] - older.offset
     rebuilt.close()
+
+
+def test_a_restoration_stops_between_changelog_reads_when_cancelled(
+    root: str, tmp_path: Path
+) -> None:
+    """A task that leaves its host while it restores (Kafka's state updater removing it)
+    stops between two changelog reads; its next restoration, wherever it happens, starts
+    from what is committed and restores it all."""
+    task = Task(root, str(tmp_path / "first"), snapshots=False)
+    expected = {f"key-{i:06d}": f"value-{i}" for i in range(3 * RESTORE_BATCH)}
+    task.write(expected)
+    task.close()
+
+    checks = 0
+
+    def cancelled() -> bool:  # cancelled once the second read of the changelog is done
+        nonlocal checks
+        checks += 1
+        return checks > 3  # the store's check, then one before each read
+
+    state_dir = str(tmp_path / "second")
+    with pytest.raises(RestorationCancelledError, match="task left this host"):
+        Task(root, state_dir, snapshots=False, cancelled=cancelled)
+    assert checks == 4
+    again = Task(root, state_dir, snapshots=False)
+    assert again.state() == expected
+    again.close()

@@ -82,6 +82,7 @@ def test_minimal_config_has_the_documented_defaults() -> None:
         "max.poll.records": "1000",
         "batch.spark.partitions": "0",
         "task.hosts.max": "64",
+        "restore.wait.ms": "2000",
         "metadata.max.age.ms": "300000",
         "poll.ms": "100",
         "stall.timeout.ms": "0",
