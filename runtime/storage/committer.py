@@ -173,8 +173,12 @@ class TopicCommitter:
         self._refreshing: Future[None] | None = None
 
     def table(self) -> DeltaTable:
-        """Return the topic's Delta table, brought up to date."""
+        """Return the topic's Delta table, brought up to date (a read: retried on a
+        transient error, inside the caller's batch, before the batch fails)."""
         self._await_refresh()
+        return retried(self._open, what=f"open topic {self.topic}")
+
+    def _open(self) -> DeltaTable:
         try:
             if self._table is None:
                 uri = self.admin.table_uri(self.topic)
@@ -182,6 +186,7 @@ class TopicCommitter:
             else:
                 self._table.update_incremental()
         except (DeltaError, OSError) as exc:
+            self._table = None  # opened anew by the next attempt
             raise StorageError(f"cannot open topic {self.topic}: {storage_message(exc)}") from exc
         return self._table
 

@@ -33,6 +33,7 @@ from runtime.storage.leases import FileLeases
 from runtime.storage.names import collides, validate_topic_name
 from runtime.storage.offset_index import OffsetIndex
 from runtime.storage.records import TABLE_SCHEMA
+from runtime.storage.retries import retried
 from runtime.storage.topic_log import TopicLog
 
 log = logging.getLogger(__name__)
@@ -373,15 +374,20 @@ class TopicAdmin:
             )
         uri = self.table_uri(topic)
         table = self.kept(topic, "table", _Handle)
-        try:
-            if table.handle is None:
-                table.handle = DeltaTable(uri, storage_options=storage_options(uri))
-            else:
-                table.handle.update_incremental()
-            return table.handle
-        except (DeltaError, OSError) as exc:
-            table.handle = None  # opened anew next time
-            raise StorageError(f"cannot open topic {topic!r}: {storage_message(exc)}") from exc
+
+        def opened() -> DeltaTable:
+            try:
+                if table.handle is None:
+                    table.handle = DeltaTable(uri, storage_options=storage_options(uri))
+                else:
+                    table.handle.update_incremental()
+                return table.handle
+            except (DeltaError, OSError) as exc:
+                table.handle = None  # opened anew by the next attempt
+                message = f"cannot open topic {topic!r}: {storage_message(exc)}"
+                raise StorageError(message) from exc
+
+        return retried(opened, what=f"open topic {topic}")
 
     def _set_properties(self, topic: str, properties: Mapping[str, str]) -> None:
         table = self._table(topic)

@@ -27,6 +27,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from runtime.app.app import StreamsApp
+from runtime.storage.committer import TopicCommitter
 from runtime.storage.fs import register_storage_options
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
@@ -161,6 +162,26 @@ def test_a_data_file_the_store_refuses_to_read_is_read_again(
     table = TopicReader(admin).read("t", 0, 0)
     assert refused.hits == 6
     assert table.column("value").to_pylist() == [f"v{n}".encode() for n in range(10)]
+
+
+def test_a_topic_the_store_refuses_to_open_is_opened_again(
+    s3_server: S3Server, proxy: FaultProxy
+) -> None:
+    """Opening a topic's table for a commit (its log read) answered 503 more often than the
+    SDK tries: the open is a read, retried with backoff inside the commit, which lands
+    (it failed its batch, and the thread waited out the store, before)."""
+    root = f"s3://{s3_server.new_bucket()}/root"
+    register_storage_options(root, {**s3_server.options(), "AWS_ENDPOINT_URL": proxy.endpoint})
+    admin = TopicAdmin(root)
+    admin.create("t", 1)
+    refused = proxy.add(FaultRule("503", method="GET", path=r"/topics/t/_delta_log/", count=12))
+    committer = TopicCommitter(admin, "t")
+    assert committer.table().version() >= 0
+    assert refused.hits == 12
+    producer = Producer(admin)
+    producer.send("t", b"k", b"v")
+    producer.flush()
+    assert TopicReader(admin).read("t", 0, 0).column("value").to_pylist() == [b"v"]
 
 
 def test_the_data_files_of_one_read_are_read_side_by_side(
