@@ -42,6 +42,8 @@ class AppInsight:
         self.queries: dict[tuple[str, bool], QueryableStore] = {}
         self._server: MetricsServer | None = None
         self._status: InstanceStatus | None = None
+        #: The tasks restoring in each thread, as the instance record last told them.
+        self._restoring: list[frozenset[str]] = []
 
     def started(self) -> None:
         """The application got its process id: keep its record and store catalog under the
@@ -96,7 +98,10 @@ class AppInsight:
         self._write_status(force=True)
 
     def _after_batch(self, progress: BatchProgress) -> None:
-        self._write_status(force=False)
+        # tasks that start or stop restoring are told at once (those watching wait for it)
+        restoring = [t.placement.restoring for t in list(self.app.threads)]
+        changed, self._restoring = restoring != self._restoring, restoring
+        self._write_status(force=changed)
 
     def _stall_changed(self, stalled: bool) -> None:
         self._write_status(force=True)  # no batch runs while stalled: say so now

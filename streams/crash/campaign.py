@@ -17,10 +17,12 @@ exactly once at the end (Jepsen's nemesis, on one machine).
    noted with the fault that caused it.
 3. Faults are applied (:mod:`streams.crash.nemesis`; the kinds in turn, from a shuffled
    deck) and healed in two lanes at once: those that take an instance out (kill, fault
-   point, pause, executor, full disk) one at a time, each once the last recovered; the
-   others (object store, Python workers) every ``interval_s`` or so over them. A fault's
+   point, pause, executor, full disk) one at a time, each once the last recovered and on
+   an instance no other fault's recovery waits for; the others (object store, Python
+   workers) every ``interval_s`` or so over them. A fault's
    **recovery** is the time from its healing until every instance it hit has committed a
-   transaction again (a storage fault hits every instance no take-out fault holds).
+   transaction again and runs all its tasks (its record names none restoring; a storage
+   fault hits every instance no take-out fault holds).
 4. Once the faults are over and the input is all fed, the instances catch up, are stopped,
    and the outputs and stores are compared with the TopologyTestDriver's reference (as the
    crash test does: :mod:`streams.crash.check`).
@@ -36,13 +38,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from runtime.storage.fs import register_storage_options
-from runtime.txn.coordinator import TransactionCoordinator
-from runtime.txn.state import TransactionState
 from streams.crash.campaign_report import RECOVERY_LIMIT_S, CampaignReport, FaultEvent
 from streams.crash.check import offsets_lag
 from streams.crash.inputs import CrashTestError, InputRecord
 from streams.crash.instances import Exit, Instance, wait_until
 from streams.crash.nemesis import TAKE_OUT_KINDS, Nemesis, mount_small_disk, unmount
+from streams.crash.progress import InstanceProgress
 from streams.crash.s3proxy import FaultProxy, FaultRule
 from streams.crash.s3server import start_server
 from streams.crash.workspace import Workspace
@@ -166,8 +167,7 @@ class Campaign(Workspace):
         self._lane_error: BaseException | None = None
         self._watched = 0.0
         self._on_fault: Callable[[FaultEvent], None] | None = None
-        #: The newest committed transaction seen of each transactional id (monotonic).
-        self._seen: dict[str, int] = {}
+        self._progress: InstanceProgress | None = None
 
     def run(
         self,
@@ -333,7 +333,12 @@ class Campaign(Workspace):
         exits_before = len(self.exits)
         event = self._events[index - 1]
         event.kind = kind
-        avoid = [] if kind in TAKE_OUT_KINDS else [self._taken_out or ""]
+        avoid = [self._taken_out or ""]
+        if kind in TAKE_OUT_KINDS:
+            # not an instance still recovering from another fault: that recovery would
+            # take this one's time too (a pause right after a storage fault doubled it)
+            wait_until(lambda: len(self._recovering()) < len(self.instances), RECOVERY_LIMIT_S)
+            avoid = sorted(self._recovering())
         event.target = nemesis.pick(kind, avoid)
         if kind in TAKE_OUT_KINDS:
             self._taken_out = event.target
@@ -347,7 +352,7 @@ class Campaign(Workspace):
         else:
             hit = [i.name for i in self.instances if i.name != self._taken_out]
         with self._lock:
-            self._watching[event.index] = (event, self._decided(), hit)
+            self._watching[event.index] = (event, self.progress.decided(), hit)
         return event
 
     def _watch(self) -> None:
@@ -356,10 +361,14 @@ class Campaign(Workspace):
         if not self._watching or time.monotonic() - self._watched < 2.0:
             return
         self._watched = time.monotonic()
-        now, at = self._decided(), self._now()
+        now, at = self.progress.decided(), self._now()
+        restoring = self.progress.restoring(self.instances)
         for index, (event, base, hit) in list(self._watching.items()):
             instances = [i for i in self.instances if i.name in hit]
-            if all(self._committed_since(i, base, now) for i in instances):
+            if all(
+                self.progress.committed_since(i, base, now) and i.process_id() not in restoring
+                for i in instances
+            ):
                 event.recovery_s = round(at - event.healed_s, 1)
             elif at - event.healed_s <= 2 * RECOVERY_LIMIT_S:
                 continue
@@ -367,34 +376,24 @@ class Campaign(Workspace):
             if self._on_fault is not None:
                 self._on_fault(event)
 
-    def _decided(self) -> dict[str, int]:
-        """The newest transaction of each transactional id known to be committed: in
-        PrepareCommit (decided) or CompleteCommit now, or seen so before. Polled every
-        few seconds, a thread whose batches run back to back is mostly seen Ongoing; its
-        seconds-long commit phase on an object store, or the moment after, is what shows."""
-        coordinator = TransactionCoordinator(self.admin)
-        for meta in coordinator.list():
-            if meta.state in (TransactionState.PREPARE_COMMIT, TransactionState.COMPLETE_COMMIT):
-                tid = meta.transactional_id
-                self._seen[tid] = max(meta.txn_sequence, self._seen.get(tid, -1))
-        return dict(self._seen)
+    def _recovering(self) -> set[str]:
+        """The instances a fault hit that have not recovered from it yet."""
+        return {name for _, _, hit in list(self._watching.values()) for name in hit}
 
-    def _committed_since(
-        self, instance: Instance, base: Mapping[str, int], now: Mapping[str, int]
-    ) -> bool:
-        pid = instance.process_id()
-        prefix = f"{self.application_id}-{pid}-"
-        return pid is not None and any(
-            tid.startswith(prefix) and seq > base.get(tid, -1) for tid, seq in now.items()
-        )
+    @property
+    def progress(self) -> InstanceProgress:
+        """What the instances committed, and whether they restore."""
+        if self._progress is None:
+            self._progress = InstanceProgress(self.admin, self.application_id)
+        return self._progress
 
     def _wait_committing(self, timeout_s: float) -> float | None:
         """Wait until every instance committed a transaction; return when."""
 
         def committed() -> bool:
             self._supervise()
-            now = self._decided()
-            return all(self._committed_since(i, {}, now) for i in self.instances)
+            now = self.progress.decided()
+            return all(self.progress.committed_since(i, {}, now) for i in self.instances)
 
         return wait_until(committed, timeout_s, step_s=1.0)
 
