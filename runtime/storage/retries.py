@@ -47,8 +47,10 @@ def retried(
     attempts: int = ATTEMPTS,
 ) -> T:
     """``fn()``, run again on a transient error (at most ``attempts`` times in all, about
-    6 s of waits, and not past :data:`BUDGET_S` since the first); an error of ``never`` or
-    :class:`CommitOutcomeUnknownError` is raised at once."""
+    6 s of waits, and not past :data:`BUDGET_S` since the first, though always once: a
+    first attempt that hung past the budget, its process paused or its request timed
+    out, is tried again); an error of ``never`` or :class:`CommitOutcomeUnknownError` is
+    raised at once."""
     fatal: tuple[type[BaseException], ...] = (CommitOutcomeUnknownError, *never)
     started = time.monotonic()
     for attempt in range(attempts):
@@ -58,7 +60,8 @@ def retried(
             raise
         except TRANSIENT as exc:
             delay = min(MAX_S, FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)
-            if attempt == attempts - 1 or time.monotonic() + delay - started > BUDGET_S:
+            spent = attempt > 0 and time.monotonic() + delay - started > BUDGET_S
+            if attempt == attempts - 1 or spent:
                 raise
             log.info("[storage] %s failed (%s); again in %.2f s", what, _first_line(exc), delay)
             time.sleep(delay)

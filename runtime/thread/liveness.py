@@ -134,11 +134,18 @@ class ThreadLiveness:
         opened = placement.opened > 0 or bool(placement.restoring)
         self.sizer.measured(self.kind, self.cap, reads.fullest, seconds, opened=opened)
 
-    def schedule_alarm(self) -> None:
+    def schedule_alarm(self, *, restoring: bool = False) -> None:
         """Have the trigger run a batch when the next wall-clock punctuator or the next
-        commit of waiting positions is due, even when no record arrives."""
-        if self.trigger is not None:
-            self.trigger.wake_at(self.next_due())
+        commit of waiting positions is due, even when no record arrives; with tasks
+        ``restoring``, at the latest one ``poll.ms`` from now (Kafka's loop polls as its
+        state updater restores: a restored task runs at the next batch)."""
+        if self.trigger is None:
+            return
+        due = self.next_due()
+        if restoring:
+            soon = time.time_ns() // 1_000_000 + self.config.poll_ms
+            due = soon if due is None else min(due, soon)
+        self.trigger.wake_at(due)
 
     def next_due(self) -> int | None:
         """When (epoch ms) the tasks' next wall-clock punctuator or the next commit is due."""

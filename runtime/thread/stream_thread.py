@@ -299,7 +299,7 @@ class StreamThread:
         if done is not None:
             self.disk_full.committed(batch_id)
             self._batch_done(batch_id, time.perf_counter() - started, done)
-        self.liveness.schedule_alarm()
+        self.liveness.schedule_alarm(restoring=bool(self.placement.restoring_of(self.task_ids())))
         trigger_faults.delay()
 
     def _run_batch(self, df: DataFrame, batch_id: int, started: float) -> BatchCommit | None:
@@ -400,8 +400,7 @@ class StreamThread:
         back), or wrote records its own tasks read (a cycle of repartition topics, e.g. a
         foreign-key join's), wake the trigger so Spark runs the next batch without new
         data: the cycle drains without waiting for new input."""
-        restoring = self.placement.restoring_of(self.task_ids())
-        if self.reads.behind(self.positions) or self._draining or self._fed_back or restoring:
+        if self.reads.behind(self.positions) or self._draining or self._fed_back:
             self.wake_now("behind")
 
     def caught_up(self) -> bool:

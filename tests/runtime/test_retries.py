@@ -51,3 +51,23 @@ def test_a_passing_error_is_retried_and_an_unknown_outcome_never() -> None:
     with pytest.raises(CommitOutcomeUnknownError):
         retried(ambiguous, what="append z")
     assert calls == 1
+
+
+def test_a_first_attempt_that_hung_past_the_budget_is_tried_once_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The process was paused (or the request timed out) in its first attempt, longer
+    than the whole budget: the read is tried once more, and answers, rather than leaving
+    a commit's outcome unknown."""
+    monkeypatch.setattr(retries, "BUDGET_S", 0.2)
+    calls = []
+
+    def read_back() -> str:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            time.sleep(0.3)  # past the budget
+            raise OSError("operation timed out")
+        return "landed"
+
+    assert retried(read_back, what="read back") == "landed"
+    assert len(calls) == 2

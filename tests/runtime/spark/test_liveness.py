@@ -86,7 +86,9 @@ def test_kafkas_default_commit_interval_drains_a_backlog_as_fast_and_commits_at_
     close)."""
     lines = 20_000
     runs: dict[int | None, tuple[float, dict[tuple[str, int], list[float]]]] = {}
+    lived: dict[int | None, float] = {}  # seconds from the app's making to its close
     for interval in (None, 100):  # Kafka's default first: the JVM is no warmer for it
+        made = time.monotonic()
         admin = TopicAdmin(str(tmp_path / f"root-{interval}"))
         extra: dict[str, Any] = {"processing.guarantee": guarantee, "max.poll.records": 200}
         if interval is not None:
@@ -97,6 +99,7 @@ def test_kafkas_default_commit_interval_drains_a_backlog_as_fast_and_commits_at_
             runs[interval] = runs[None]
             break
         runs[interval] = drain(app, admin)
+        lived[interval] = time.monotonic() - made
     (seconds, commits), (reference, _) = runs[None], runs[100]
     rate, reference_rate = lines / seconds, lines / reference
     assert rate >= 0.8 * reference_rate, (rate, reference_rate)
@@ -106,8 +109,10 @@ def test_kafkas_default_commit_interval_drains_a_backlog_as_fast_and_commits_at_
         span = times[-1] - times[0]
         assert len(times) <= span / interval_s + 2, (partition, len(times), span)
         if guarantee == "at_least_once":
-            # the backlog drains in far less than 30 s: the only commit is the one at close
-            assert len(times) == 1, (partition, times)
+            # positions wait 30 s from the thread's start: the backlog drains in less on a
+            # quiet machine (the one commit is at close); a loaded one may take longer, and
+            # commit once per 30 s of its life before the one at close
+            assert len(times) <= 1 + lived[None] // interval_s, (partition, times, lived)
 
 
 def gaps_while_lagging(progress: list[tuple[float, BatchProgress]]) -> list[float]:
