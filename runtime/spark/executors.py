@@ -65,15 +65,16 @@ def slots(context: SparkContext) -> int:
     """How many Spark tasks the executors run at once: the cores of those registered
     (Spark's default parallelism is never below two, and a one-core cluster ran a batch's
     two Spark partitions one after the other: a restart's tasks were opened and restored
-    in two halves, 11 s and then 14 s, where their hosts do it side by side). A local
-    master, or a cluster whose cores are not known yet: Spark's default parallelism."""
+    in two halves, 11 s and then 14 s, where their hosts do it side by side); before any
+    registered, a ``local-cluster`` master's own count. A local master, or a cluster
+    whose cores are not known: Spark's default parallelism."""
     if not is_local(context):
-        found = _LOCAL_CLUSTER.match(str(context.master))
-        if found is not None:
-            return int(found.group(1)) * int(found.group(2))
         cores = _registered_cores(context)
         if cores > 0:
             return cores
+        found = _LOCAL_CLUSTER.match(str(context.master))  # none registered yet
+        if found is not None:
+            return int(found.group(1)) * int(found.group(2))
     return int(context.defaultParallelism)
 
 

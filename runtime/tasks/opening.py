@@ -158,9 +158,14 @@ def build_task(  # noqa: PLR0917 - what the background build is given
             combine_repartitions=True,
         ),
     )
-    task = creator.create(
-        subtopology_id, partition, collector, state_dir=state_dir, global_stores=global_stores
-    )
+    try:
+        task = creator.create(
+            subtopology_id, partition, collector, state_dir=state_dir, global_stores=global_stores
+        )
+    except BaseException:  # nothing opened yet but the directory's lock
+        if directory is not None:
+            directory.unlock(task_id)
+        raise
     live = LiveTask(
         task,
         collector,

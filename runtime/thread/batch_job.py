@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType, _parse_datatype_string
 
 from common.errors import CombinedRecordsLateError, StreamsError
+from runtime.spark import executors
 from runtime.spark.locality import executor_hosts, group_partitions, located_rows
 from runtime.tasks.bundle import BUNDLE
 from runtime.tasks.contract import METRIC, RECORD, ROW_DDL, WAKE, BatchPlan
@@ -117,7 +118,7 @@ def _job(df: DataFrame, plan: BatchPlan, depth: int, partitions: Mapping[int, in
     """The batch's levels over ``df``, as one DataFrame of metadata rows."""
     schema = row_schema()
     rows = _source_rows(df, plan, partitions)
-    if plan.fused and rows is not df and _is_local(df.sparkSession):
+    if plan.fused and rows is not df and executors.is_local(df.sparkSession.sparkContext):
         # one Spark task on this machine: the same job at every batch, the plan in a file
         path = plan_path(plan.thread)
         write_plan(path, plan)
@@ -139,12 +140,6 @@ def _planned_job(rows: DataFrame, path: str, depth: int) -> DataFrame:
     Spark task reading its batch's plan at ``path`` (:mod:`runtime.tasks.plan_files`):
     built once per shape and thread, so Spark plans it once."""
     return rows.mapInArrow(functools.partial(_planned_levels, path, depth), row_schema())
-
-
-def _is_local(spark: SparkSession) -> bool:
-    """Whether ``spark`` runs on a local master (its Spark tasks run on this machine)."""
-    master = str(spark.sparkContext.master)
-    return master == "local" or master.startswith("local[")
 
 
 @functools.cache
