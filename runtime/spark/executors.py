@@ -13,15 +13,26 @@ default 30 s) has passed; after that it runs on those there are.
 Expected executors are known from the master (``local-cluster[N, ...]``) or from
 ``spark.executor.instances`` when dynamic allocation is off; otherwise (a standalone master
 offering what its workers have, dynamic allocation) nothing is waited for.
+
+Where the Spark tasks of that first batch ran still decided nothing for sure: Spark runs
+a stage's tasks on the cores free when it offers them, and a core still busy (the warm-up's
+task of a slow executor) left both of a batch's Spark tasks to the other executor. So the
+driver places new tasks itself: the warm-up (:mod:`runtime.spark.warmup`) learns each
+executor's host server (:class:`HostServers`), and :class:`~runtime.thread.placement.TaskPlacement`
+spreads the tasks over those, whichever executor runs their Spark task.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import secrets
+import threading
 import time
 
 from pyspark import SparkContext
+
+from runtime.tasks.protocol import SECRET_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +41,45 @@ _LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,")
 #: Spark's default of ``spark.scheduler.maxRegisteredResourcesWaitingTime``.
 DEFAULT_WAIT_S = 30.0
 _POLL_S = 0.2
+
+#: Opens the task hosts' TCP connections of the applications this driver process runs
+#: (it travels with each plan, as Spark sends its tasks' closures).
+HOST_SECRET = secrets.token_hex(SECRET_BYTES)
+
+
+class HostServers:
+    """The task host servers an application's warm-up found: executor id -> the TCP
+    address of its server (which knows :data:`HOST_SECRET`)."""
+
+    def __init__(self) -> None:
+        self.servers: dict[str, str] = {}
+        self.done = threading.Event()
+
+    def found(self, servers: dict[str, str]) -> None:
+        self.servers = dict(servers)
+        self.done.set()
+
+    def wait(self, timeout_s: float) -> dict[str, str]:
+        """Those found, once the warm-up ended or ``timeout_s`` passed (then: none)."""
+        self.done.wait(timeout_s)
+        return dict(self.servers)
+
+
+_warmed: dict[str, HostServers] = {}
+_warmed_lock = threading.Lock()
+
+
+def warming(application_id: str) -> HostServers:
+    """A new record of ``application_id``'s host servers, for its warm-up to fill."""
+    with _warmed_lock:
+        _warmed[application_id] = record = HostServers()
+    return record
+
+
+def warmed(application_id: str) -> HostServers | None:
+    """The record of ``application_id``'s last warm-up (None: none ran)."""
+    with _warmed_lock:
+        return _warmed.get(application_id)
 
 
 def is_local(context: SparkContext) -> bool:
@@ -53,12 +103,18 @@ def expected(context: SparkContext) -> int:
     if found is not None:
         return int(found.group(1))
     conf = context.getConf()
-    if (conf.get("spark.dynamicAllocation.enabled") or "false").lower() == "true":
+    if dynamic_allocation(context):
         return 0
     try:
         return max(0, int(conf.get("spark.executor.instances") or 0))
     except ValueError:
         return 0
+
+
+def dynamic_allocation(context: SparkContext) -> bool:
+    """Whether Spark adds and removes executors as the load goes."""
+    raw = context.getConf().get("spark.dynamicAllocation.enabled") or "false"
+    return raw.strip().lower() == "true"
 
 
 def slots(context: SparkContext) -> int:
@@ -88,7 +144,7 @@ def wait_for_expected(context: SparkContext, what: str) -> list[str]:
     have = registered(context)
     if len(have) >= want:
         return have
-    limit = _wait_limit_s(context)
+    limit = wait_limit_s(context)
     log.info(
         "%s: waiting up to %.0f s for %d executors to register (%d have: %s)",
         what, limit, want, len(have), ", ".join(have) or "none",
@@ -114,7 +170,8 @@ def _registered_cores(context: SparkContext) -> int:
         return 0
 
 
-def _wait_limit_s(context: SparkContext) -> float:
+def wait_limit_s(context: SparkContext) -> float:
+    """``spark.scheduler.maxRegisteredResourcesWaitingTime`` in seconds."""
     raw = context.getConf().get("spark.scheduler.maxRegisteredResourcesWaitingTime")
     if not raw:
         return DEFAULT_WAIT_S

@@ -8,7 +8,9 @@ tasks one after another, it was 8-10 s of every restart's first batch. The drive
 about as long joining the group, fencing its producers and starting the query before
 that batch, without the executors; so a small job runs meanwhile (started as soon as the
 session exists, :class:`~runtime.spark.startup.SessionStart`), one Spark task per
-executor core, that starts the daemon and the server (:func:`start_host_server`).
+executor core, that starts the daemon and the server (:func:`start_host_server`). Its
+answers (each executor's server address) let the first batch place the tasks itself
+(:class:`~runtime.spark.executors.HostServers`).
 
 The job is a ``mapInArrow`` over a DataFrame, as the batches are, not an RDD's
 ``mapPartitions``: an executor keeps one Python daemon per worker environment, and Spark's
@@ -44,22 +46,32 @@ def warm_executors(spark: SparkSession, config: StreamsConfig) -> threading.Thre
     if executors.is_local(context):
         return None
     driver_host = context.getConf().get("spark.driver.host") or ""
-    work = functools.partial(_warm, config.state_dir, config.application_id, driver_host)
+    work = functools.partial(
+        _warm, config.state_dir, config.application_id, driver_host, executors.HOST_SECRET
+    )
+    record = executors.warming(config.application_id)
 
     def run() -> None:
         started = time.perf_counter()
+        servers: dict[str, str] = {}
         try:  # one Spark task on each executor expected: wait for them as the batches do
             executors.wait_for_expected(context, f"[app {config.application_id}] warm-up")
-            slots = max(1, executors.expected(context), executors.slots(context))
-            frame = spark.range(0, slots, 1, slots).mapInArrow(work, "executor string")
-            warmed = [row.executor for row in frame.collect()]
+            slots = max(1, executors.slots(context))
+            frame = spark.range(0, slots, 1, slots)
+            # a barrier stage runs its tasks all at once, one per core: every executor
+            # runs one (Spark refuses barrier stages under dynamic allocation)
+            barrier = not executors.dynamic_allocation(context)
+            found = frame.mapInArrow(work, "executor string, server string", barrier=barrier)
+            servers = {row.executor: row.server for row in found.collect() if row.server}
         except Exception as exc:  # the first batch starts what it needs itself
             log.info("[app %s] executor warm-up skipped: %s", config.application_id, exc)
             return
+        finally:
+            record.found(servers)
         log.info(
             "[app %s] executors %s warmed up in %.1f s (Python workers, task host servers)",
             config.application_id,
-            ", ".join(sorted(set(warmed))),
+            ", ".join(sorted(servers)),
             time.perf_counter() - started,
         )
 
@@ -69,10 +81,15 @@ def warm_executors(spark: SparkSession, config: StreamsConfig) -> threading.Thre
 
 
 def _warm(
-    state_dir: str, application_id: str, driver_host: str, _batches: Iterable[pa.RecordBatch]
+    state_dir: str,
+    application_id: str,
+    driver_host: str,
+    secret: str,
+    _batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """On an executor: start its host server; yield its id."""
-    executor = start_host_server(state_dir, application_id, driver_host)
+    """On an executor: start its host server and give it the driver's secret; yield the
+    executor's id and the server's TCP address."""
+    executor, server = start_host_server(state_dir, application_id, driver_host, secret)
     for _ in _batches:  # its one row
         pass
-    yield pa.RecordBatch.from_pydict({"executor": [executor]})
+    yield pa.RecordBatch.from_pydict({"executor": [executor], "server": [server]})

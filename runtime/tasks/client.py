@@ -412,6 +412,17 @@ def _dynamic(plan: BatchPlan) -> bytes:
 def _ensure_host(directory: str, host: str, plan: BatchPlan, executor: str) -> None:
     """Have the server fork the host ``host`` if it is not alive (starting the server when
     there is none)."""
+    header = {"op": "host", "task": host, "secret": plan.host_secret}
+    answer = _ask_server(directory, header, executor, plan.driver_host, f"[host {host}]")
+    if not answer.get("ok"):
+        raise TaskHostError(f"[host {host}] host server: {answer.get('message')}")
+
+
+def _ask_server(
+    directory: str, header: dict[str, Any], executor: str, driver_host: str, who: str
+) -> dict[str, Any]:
+    """Send ``header`` to the host server of ``directory`` (starting one when none
+    answers); return its answer."""
     deadline = time.monotonic() + SERVER_START_S
     started = False
     while True:
@@ -419,40 +430,36 @@ def _ensure_host(directory: str, host: str, plan: BatchPlan, executor: str) -> N
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(SERVER_START_S)
                 sock.connect(os.path.join(directory, SERVER_SOCKET))
-                send_frame(sock, {"op": "host", "task": host, "secret": plan.host_secret})
+                send_frame(sock, header)
                 answer, _ = recv_frame(sock)
-            if answer.get("ok"):
-                return
-            raise TaskHostError(f"[host {host}] host server: {answer.get('message')}")
+            return answer
         except (FileNotFoundError, ConnectionRefusedError, PeerGoneError) as exc:
             if time.monotonic() > deadline:
                 raise TaskHostError(
-                    f"[host {host}] no host server answered at {directory} within "
+                    f"{who} no host server answered at {directory} within "
                     f"{SERVER_START_S:.0f} s ({exc})"
                 ) from exc
             if not started:
-                ip = advertised_address(plan.driver_host) if executor != DRIVER else ""
+                ip = advertised_address(driver_host) if executor != DRIVER else ""
                 _start_server(directory, executor, ip)
                 started = True
             time.sleep(0.05)
 
 
-def start_host_server(state_dir: str, application_id: str, driver_host: str) -> str:
+def start_host_server(
+    state_dir: str, application_id: str, driver_host: str, secret: str
+) -> tuple[str, str]:
     """Start this executor's host server for ``application_id`` unless one answers (the
-    warm-up of :mod:`runtime.spark.warmup`, before the first batch needs it); return the
-    executor's id."""
+    warm-up of :mod:`runtime.spark.warmup`, before the first batch needs it), and give it
+    the driver's ``secret`` (its TCP connections open with it); return the executor's id
+    and the server's TCP address ("" on the driver)."""
     executor = executor_id()
     directory = socket_dir(executor_state_dir(state_dir), application_id)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(os.path.join(directory, SERVER_SOCKET))
-            return executor
-        except OSError:
-            pass
-    _start_server(
-        directory, executor, advertised_address(driver_host) if executor != DRIVER else ""
-    )
-    return executor
+    header = {"op": "hello", "secret": secret}
+    answer = _ask_server(directory, header, executor, driver_host, f"[executor {executor}]")
+    if not answer.get("ok"):
+        raise TaskHostError(f"[executor {executor}] host server: {answer.get('message')}")
+    return executor, str(answer.get("server", ""))
 
 
 def _start_server(directory: str, executor: str, ip: str) -> None:

@@ -11,7 +11,8 @@ imports the engine first.)
 
 It answers ``{"op": "host", "task": name}`` with the path of the socket of the host
 ``name`` (a task's id, or the host it shares: :meth:`~runtime.tasks.contract.BatchPlan.host_of`),
-forking that host if it is not alive, and ``{"op": "shutdown"}`` (the application closed) by
+forking that host if it is not alive, ``{"op": "hello", "secret": s}`` (the warm-up) with
+the TCP address it listens on, and ``{"op": "shutdown"}`` (the application closed) by
 stopping every host. On a cluster (an executor id other than ``driver``) the server and
 each host also listen on TCP at the executor's address, so that a worker of another
 executor reaches the host of a task that lives here (see :mod:`runtime.tasks.client`):
@@ -127,12 +128,16 @@ class HostServer:
             with contextlib.suppress(OSError):
                 send_frame(conn, {"ok": True})
             return False
-        if op != "host":
+        if op not in ("host", "hello"):
             send_frame(conn, {"ok": False, "message": f"unknown request {op!r}"})
             return True
         secret = header.get("secret")
         if secret and conn.family == socket.AF_UNIX and secret not in self.secrets:
             self.secrets = [*self.secrets, secret][-KEPT_SECRETS:]  # from this executor
+        if op == "hello":  # the warm-up: the secret, and where the server listens
+            with contextlib.suppress(OSError):
+                send_frame(conn, {"ok": True, "server": self.address})
+            return True
         host = str(header["task"])
         self._reap()
         if host not in self.hosts:

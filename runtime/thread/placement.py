@@ -7,14 +7,21 @@ task's visit there (:mod:`runtime.tasks.client`). What a batch's rows say of whe
 tasks ran (:data:`~runtime.tasks.contract.PLACED`) counts only once the batch has
 committed: a batch that did not commit leaves the tasks where the last one put them.
 
-One secret per driver process opens the executors' TCP connections (it travels with each
-plan, as Spark sends its tasks' closures).
+The driver places the tasks no executor holds (a start, a rebalance's new tasks, those of
+a lost executor) on the executors whose host servers the warm-up found
+(:class:`~runtime.spark.executors.HostServers`) and which are registered still: partition
+by partition, on the one with fewest tasks of the thread. Before, where a first batch's
+Spark tasks happened to run decided, and a core still busy with a slow executor's warm-up
+left every task to the other executor for good. Without a warm-up's answers (it failed,
+or a local master) a task lives where its first visit ran.
+
+One secret per driver process opens the executors' TCP connections
+(:data:`~runtime.spark.executors.HOST_SECRET`).
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -25,16 +32,13 @@ from common.config import StreamsConfig
 from runtime.spark import executors
 from runtime.tasks.client import shutdown_remote_hosts
 from runtime.tasks.contract import PLACED, RESTORING
-from runtime.tasks.protocol import SECRET_BYTES
 
 log = logging.getLogger(__name__)
 
 #: The metric counting tasks that moved to another executor.
 MOVED = "task-moved-total"
-
-
-#: Opens the task hosts' TCP connections of the applications this driver process runs.
-HOST_SECRET = secrets.token_hex(SECRET_BYTES)
+#: How long a first batch waits for the warm-up's answers beyond the executors' own wait.
+WARM_UP_WAIT_S = 60.0
 
 
 class TaskPlacement:
@@ -67,6 +71,11 @@ class TaskPlacement:
         #: the batches read nothing for them, and run until they are restored.
         self.restoring: frozenset[str] = frozenset()
         self._restoring_noted: frozenset[str] = frozenset()
+        #: Executor id -> its host server's address, as the warm-up found them.
+        self.warmed: dict[str, str] = {}
+        #: Where the driver puts the batch's tasks that no executor holds.
+        self._assigned: dict[str, tuple[str, str]] = {}
+        self._context: Any = None
 
     def prepare(self, spark: SparkSession) -> None:
         """Learn what the first batch needs of the session (once)."""
@@ -79,6 +88,39 @@ class TaskPlacement:
         self.spark_partitions = self.config.batch_spark_partitions or executors.slots(context)
         self.driver_host = context.getConf().get("spark.driver.host") or ""
         self.local = executors.is_local(context)  # not local-cluster
+        warm_up = None if self.local else executors.warmed(self.config.application_id)
+        if warm_up is not None:
+            self._context = context
+            self.warmed = warm_up.wait(executors.wait_limit_s(context) + WARM_UP_WAIT_S)
+            if not self.warmed:
+                log.info("no executor warm-up answered: tasks live where they are first run")
+
+    def assign(self, tasks: Iterable[str]) -> None:
+        """Place those of the batch's ``tasks`` that no live executor holds on the live
+        executors with host servers: partition by partition, a partition's tasks on the executor
+        with fewest of the thread's tasks."""
+        self._assigned = {}
+        if not self.warmed:
+            return
+        live = set(executors.registered(self._context))
+        servers = {e: a for e, a in self.warmed.items() if e in live}
+        for executor, address in self.placed.values():  # committed there: live if registered
+            if executor in live and address:
+                servers[executor] = address
+        if not servers:
+            return
+        homeless = [t for t in sorted(tasks) if self.placed.get(t, ("", ""))[0] not in live]
+        if not homeless:
+            return
+        load = Counter({e: 0 for e in servers})
+        load.update(e for t, (e, _) in self.placed.items() if e in servers and t not in homeless)
+        by_partition: dict[int, list[str]] = {}
+        for task in homeless:  # a partition's tasks together, as a Spark partition has them
+            by_partition.setdefault(int(task.partition("_")[2]), []).append(task)
+        for _, group in sorted(by_partition.items()):
+            executor = min(load, key=lambda e: (load[e], _number(e)))
+            load[executor] += len(group)
+            self._assigned.update((task, (executor, servers[executor])) for task in group)
 
     def for_plan(self) -> dict[str, Any]:
         """The batch plan's fields of placement.
@@ -96,8 +138,8 @@ class TaskPlacement:
         fused = self.local and not self.config.batch_spark_partitions
         return {
             "spark_partitions": 1 if fused else self.spark_partitions,
-            "placement": dict(self.placed),
-            "host_secret": HOST_SECRET,
+            "placement": {**self.placed, **self._assigned},
+            "host_secret": executors.HOST_SECRET,
             "driver_host": self.driver_host,
         }
 
@@ -164,7 +206,11 @@ def shutdown_executor_hosts(placements: Iterable[TaskPlacement]) -> None:
     """Stop the task hosts on the executors of ``placements`` (the application closes)."""
     servers = set().union(*(p.servers() for p in placements))
     if servers:
-        shutdown_remote_hosts(servers, HOST_SECRET)
+        shutdown_remote_hosts(servers, executors.HOST_SECRET)
+
+
+def _number(executor: str) -> tuple[int, str]:
+    return (int(executor), "") if executor.isdigit() else (1 << 30, executor)
 
 
 def _by_executor(placed: Mapping[str, tuple[str, str]]) -> dict[str, list[str]]:

@@ -490,6 +490,7 @@ class StreamThread:
     ) -> list[Any]:
         """Run the batch's job for the commit strategy; return its rows."""
         self.placement.prepare(df.sparkSession)
+        self.placement.assign(self.task_ids())
         rows = self._collect_rows(df, self._plan(staging, txn, task_txns))
         self.placement.noted(rows)
         self._fed_back |= any(r["kind"] == FILE and r["topic"] in self.sources for r in rows)

@@ -163,7 +163,7 @@ def test_a_first_batch_waits_for_the_executors_the_application_asked_for(
     ``spark.scheduler.maxRegisteredResourcesWaitingTime``, milliseconds without a unit)."""
     context = SimpleNamespace(master=master, getConf=lambda: SparkConf(False).setAll(conf.items()))
     assert executors.expected(context) == want  # type: ignore[arg-type]
-    assert executors._wait_limit_s(context) == wait_s  # type: ignore[arg-type]
+    assert executors.wait_limit_s(context) == wait_s  # type: ignore[arg-type]
 
 
 def test_tasks_beyond_task_hosts_max_share_hosts_and_commit_the_same(
