@@ -145,8 +145,9 @@ class ConfigKeys(BaseModel):
         ge=0,
     )
     # how long a batch waits for a task that restores in the background of its host before
-    # it goes on without it (the task's records wait for a later batch, once restored);
-    # 0: never waits
+    # it goes on without it (the task's records wait for a later batch, once restored),
+    # from the host's first visit of the batch; while no task of the thread runs or the
+    # batch reads nothing, up to the batch's target time instead; 0: never waits
     restore_wait_ms: Int = _key(
         "restore.wait.ms", "an integer >= 0 (0: a batch never waits)", default=2000, ge=0
     )

@@ -184,6 +184,9 @@ class BatchPlan:
     ``host_secret`` (hex), which opens those connections. ``driver_host`` is the driver's
     address (an executor listens on the interface that reaches it).
 
+    ``restore_wait_ms``: how long, from its first visit of the batch, a host waits for the
+    tasks that restore in its background (-1: ``restore.wait.ms``).
+
     ``bundles``: the worker visiting the tasks runs every level itself (a fused batch), so
     a visit hands its repartitioned records on as bundles (:mod:`runtime.tasks.bundle`).
     """
@@ -213,6 +216,7 @@ class BatchPlan:
     host_secret: str = ""
     driver_host: str = ""
     bundles: bool = False
+    restore_wait_ms: int = -1
 
     def spark_partitions_of(self, tasks: int) -> int:
         """How many Spark partitions run a level of ``tasks`` tasks: at most

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Mapping
 
 import pyarrow as pa
@@ -72,6 +73,8 @@ class TaskManager:
         #: Tasks being built and restored in the background (:mod:`runtime.tasks.opening`).
         self.opening: dict[str, Opening] = {}
         self.outcomes = PlanOutcomes({})
+        #: (owner, batch) -> when (monotonic) its visits stop waiting for restorations.
+        self._restore_deadline: tuple[tuple[str, int], float] = (("", -1), 0.0)
         self.counters: dict[str, int] = {}
         self._reported_counters: dict[str, int] = {}
 
@@ -346,8 +349,7 @@ class TaskManager:
         else:
             if opening is None:
                 opening = self.opening[task_id] = Opening(task_id, owner, incarnation, build)
-            wait_s = plan.thread.config.restore_wait_ms / 1000
-            if opening.answered == (owner, plan.batch) or not opening.wait(wait_s):
+            if opening.answered == (owner, plan.batch) or not opening.wait(self._wait_s(plan)):
                 if opening.answered is None:
                     log.info("[task %s] restoring in the background", task_id)
                 opening.answered = (owner, plan.batch)
@@ -357,6 +359,18 @@ class TaskManager:
         self.live[task_id] = live
         self._count_opened(live)
         return live
+
+    def _wait_s(self, plan: BatchPlan) -> float:
+        """How long a visit may still wait for its task's restoration: the batch's wait
+        counts from its first visit here (restorations run side by side; one visit after
+        another each waiting in full would add up)."""
+        key = (plan.thread.owner, plan.batch)
+        if self._restore_deadline[0] != key:
+            wait_ms = plan.restore_wait_ms
+            if wait_ms < 0:
+                wait_ms = plan.thread.config.restore_wait_ms
+            self._restore_deadline = (key, time.monotonic() + wait_ms / 1000)
+        return max(0.0, self._restore_deadline[1] - time.monotonic())
 
     def _restoring(
         self, plan: BatchPlan, task_id: str, partition: int, records: Mapping[str, pa.Table]

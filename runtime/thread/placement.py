@@ -122,8 +122,9 @@ class TaskPlacement:
             load[executor] += len(group)
             self._assigned.update((task, (executor, servers[executor])) for task in group)
 
-    def for_plan(self) -> dict[str, Any]:
-        """The batch plan's fields of placement.
+    def for_plan(self, *, reading: bool = True, target_s: float = 0.0) -> dict[str, Any]:
+        """The batch plan's fields of placement (the batch ``reading`` records of running
+        tasks; ``target_s``: the time a batch is sized to take).
 
         On a local master (one executor: every task lives there whatever Spark task visits
         it), a batch runs in one Spark partition when ``batch.spark.partitions`` is left to
@@ -137,11 +138,32 @@ class TaskPlacement:
         """
         fused = self.local and not self.config.batch_spark_partitions
         return {
+            "restore_wait_ms": self._restore_wait_ms(reading, target_s),
             "spark_partitions": 1 if fused else self.spark_partitions,
             "placement": {**self.placed, **self._assigned},
             "host_secret": executors.HOST_SECRET,
             "driver_host": self.driver_host,
         }
+
+    def _restore_wait_ms(self, reading: bool, target_s: float) -> int:
+        """How long a visit waits for its task's restoration (-1: ``restore.wait.ms``).
+
+        While no task of the thread runs (they all open, after a start or a lost executor)
+        or the batch is there only for tasks that restore (it reads nothing), no other
+        task could use the batch: its visits wait up to the batch's target time, and a
+        restoration done meanwhile runs its task in this batch. A batch told "restoring"
+        after two seconds, then the alarm's batches every ``poll.ms`` asking again,
+        competed with the restoration for a one-core executor and found it done a batch
+        late (a kill's tasks ran again 28 s after the restart, 13 s of it the first
+        batch's). With running tasks, a batch waits ``restore.wait.ms`` at most: theirs
+        go on."""
+        configured = self.config.restore_wait_ms
+        if configured <= 0 or not self._visiting:
+            return -1
+        nothing_runs = not (self._visiting & self.ran)
+        if nothing_runs or (not reading and self._visiting & self.restoring):
+            return max(configured, int(target_s * 1000))
+        return -1
 
     def opens(self, tasks: Iterable[str]) -> bool:
         """Whether the batch about to visit ``tasks`` opens some of them: tasks the

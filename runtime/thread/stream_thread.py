@@ -467,7 +467,9 @@ class StreamThread:
             incarnations=self.membership.incarnations if self.membership else {},
             globals=self.globals,
             combine_windows=self.window_combining.topics(self.levels, self.batches),
-            **self.placement.for_plan(),
+            **self.placement.for_plan(
+                reading=bool(self.reads.inputs), target_s=self.liveness.sizer.target_s
+            ),
         )
 
     def _collect_rows(self, df: DataFrame, plan: BatchPlan) -> list[Any]:

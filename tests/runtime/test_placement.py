@@ -86,3 +86,21 @@ def test_a_first_batch_waits_for_the_warm_ups_answers_and_no_longer() -> None:
     assert time.monotonic() - started >= 0.2
     threading.Timer(0.1, record.found, [{"0": "h:1"}]).start()
     assert record.wait(30.0) == {"0": "h:1"}
+
+
+def test_a_batch_waits_for_restorations_up_to_its_target_only_when_no_other_task_could_run() -> (
+    None
+):
+    def wait(restore_wait_ms: int, ran: set[str], restoring: set[str], reading: bool) -> int:
+        config = {"application.id": "a", "topics.root": "/x", "restore.wait.ms": restore_wait_ms}
+        placed = TaskPlacement(StreamsConfig.from_dict(config))
+        placed.ran, placed.restoring = ran, frozenset(restoring)
+        placed.opens(["0_0", "1_0"])
+        return int(placed.for_plan(reading=reading, target_s=12.0)["restore_wait_ms"])
+
+    assert wait(2000, set(), set(), reading=True) == 12_000  # a start: every task opens
+    assert wait(2000, {"0_0", "1_0"}, {"1_0"}, reading=False) == 12_000  # only restorations
+    assert wait(20_000, {"0_0", "1_0"}, {"1_0"}, reading=False) == 20_000  # never below
+    assert wait(2000, {"0_0", "1_0"}, {"1_0"}, reading=True) == -1  # 0_0 has records
+    assert wait(2000, {"0_0"}, set(), reading=True) == -1  # a new task beside a running one
+    assert wait(0, set(), set(), reading=True) == -1  # 0: never waits
