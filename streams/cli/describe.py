@@ -2,7 +2,9 @@
 
 FILE is a topology file as for ``streams-eos run`` (see :mod:`streams.cli.run`); nothing
 runs: the topology is printed in Kafka's ``TopologyDescription`` format, then which of its
-sources and nodes take batches and which take one record at a time.
+sources and nodes take batches and which take one record at a time. ``--format
+mermaid|dot|svg`` draws it instead (:mod:`topology.graph.picture`): sub-topologies,
+sources, processors, stores, sinks and the topics between them, the columnar nodes green.
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from typing import Any
 from runtime.app.topology_file import build_config, build_topology_of, load_topology_file
 from streams.cli import COMMANDS
 from topology.engine.processing import describe_processing
+from topology.graph.picture import picture, to_dot, to_mermaid
+from topology.graph.picture_svg import to_svg
+
+#: The formats of ``--format``.
+FORMATS = ("text", "mermaid", "dot", "svg")
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -24,10 +31,18 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         description=(
             "Print FILE's topology in Kafka's TopologyDescription format, then how its "
             "records run under FILE's CONFIG: which sources and nodes take batches "
-            "(processing.engine=columnar) and which take one record at a time."
+            "(processing.engine=columnar) and which take one record at a time. "
+            "--format mermaid, dot or svg draws it instead."
         ),
     )
     desc.add_argument("file", metavar="FILE")
+    desc.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text (Kafka's TopologyDescription, the default), or a picture: mermaid "
+        "(GitHub, GitLab and MkDocs draw it), dot (Graphviz) or svg (an image, drawn here)",
+    )
     desc.add_argument(
         "--config",
         action="append",
@@ -41,7 +56,16 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 def _describe(args: argparse.Namespace) -> int:
     module = load_topology_file(args.file)
     topology = build_topology_of(module, args.file)
-    print(topology.describe(), end="")
     config = build_config(module, root="memory://describe", properties=None, overrides=args.config)
-    print(describe_processing(topology, config), end="")
+    processing = describe_processing(topology, config)
+    if args.format == "text":
+        print(topology.describe(), end="")
+        print(processing, end="")
+        return 0
+    batched = processing.columnar_nodes() | {s.source for s in processing.sources if s.columnar}
+    drawn = picture(topology, batched)
+    if args.format == "svg":
+        print(to_svg(drawn, title=config.application_id), end="")
+    else:
+        print((to_mermaid if args.format == "mermaid" else to_dot)(drawn), end="")
     return 0
