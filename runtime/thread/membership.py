@@ -218,8 +218,24 @@ class ThreadMembership:
         return holder is not None and holder != self.member.member_id
 
     def batch_started(self) -> None:
-        """Note that a batch runs (the heartbeat thread enforces max.poll.interval.ms)."""
+        """Note that a batch runs (the heartbeat thread enforces max.poll.interval.ms).
+
+        Raises:
+            GenerationFencedError: the member left the group since the thread last polled
+                it (a pause past the session timeout: the heartbeat after it found the
+                member gone while the batch was planned); the batch could never commit.
+                Run, it failed only at its commit, 22 s later in a campaign's pause.
+            FencedInstanceIdError: another process took this member's instance id.
+        """
         self.cancelled = None  # of an earlier batch (one that committed all the same)
+        lost = self._lost
+        if isinstance(lost, FencedInstanceIdError):
+            raise lost
+        if lost is not None:
+            raise GenerationFencedError(
+                f"member {self.member.member_id} of group {self.group!r} is out of the group "
+                f"({lost}): the batch cannot commit; the thread rejoins"
+            ) from lost
         self._batch_started = time.monotonic()
 
     def batch_finished(self) -> None:

@@ -10,8 +10,13 @@ from pathlib import Path
 import pytest
 
 from common.config import StreamsConfig
+from common.errors import GenerationFencedError
 from runtime.group.coordinator import GroupState
-from runtime.group.errors import GroupJoinTimeoutError, TopologyMismatchError
+from runtime.group.errors import (
+    FencedInstanceIdError,
+    GroupJoinTimeoutError,
+    TopologyMismatchError,
+)
 from runtime.storage.topics import TopicAdmin
 from runtime.thread.membership import ThreadMembership, topology_fingerprint
 
@@ -252,8 +257,9 @@ def test_a_member_out_of_the_group_cancels_its_batch_in_flight(
         assert cancels == ["batch"]
         assert first.cancelled is not None and "p1-1" in str(first.cancelled)
         first.batch_finished()
-        first.batch_started()  # a later batch's failure is its own, not a cancel's
-        assert first.cancelled is None
+        with pytest.raises(FencedInstanceIdError):  # no later batch starts out of the group
+            first.batch_started()
+        assert first.cancelled is None  # a later batch's failure is its own, not a cancel's
     finally:
         first.batch_finished()
         first.close(leave=False)
@@ -269,3 +275,28 @@ def test_a_member_out_of_the_group_cancels_its_batch_in_flight(
         twin_of_idle.close()
     finally:
         idle.close(leave=False)
+
+
+def test_a_batch_of_a_member_found_out_of_the_group_before_it_started_does_not_run(
+    admin: TopicAdmin, tmp_path: Path
+) -> None:
+    """A pause past the session timeout: the heartbeat after it finds the member gone
+    while the thread plans its next batch (nothing in flight to cancel). That batch could
+    never commit: it does not start (it ran to its commit before, 22 s in a campaign)."""
+    admin.create("lines", 2)
+    first = membership(admin, tmp_path, "p1", "T", extra=SHORT_POLL)
+    first.join()
+    try:
+        member = first.member
+        first.coordinator.leave_group("app", member.member_id or "", instance_id=member.instance_id)
+        deadline = time.monotonic() + 20
+        while not first.rejoin_pending and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert first.rejoin_pending  # a heartbeat found it out of the group
+        with pytest.raises(GenerationFencedError, match="out of the group"):
+            first.batch_started()
+        assert first.poll() is not None  # the thread rejoins, its tasks new
+        first.batch_started()  # and runs its batches again
+        first.batch_finished()
+    finally:
+        first.close(leave=False)
