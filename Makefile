@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo cluster-demo test lint unit slow bench chaos clean
+.PHONY: demo cluster-demo test lint unit slow bench chaos docs clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed")'
@@ -57,5 +57,9 @@ chaos: $(STAMP)
 		--object-store --duration $(CHAOS_SECONDS) --interval 3 \
 		--workdir .chaos/run-$$(date +%Y%m%d-%H%M%S) --report .chaos/report.json
 
+# the documentation site (docs/, mkdocs.yml) into site/, with MkDocs' strict checks
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .demo .cluster-demo .chaos .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .demo .cluster-demo .chaos site .pytest_cache .mypy_cache .ruff_cache *.egg-info

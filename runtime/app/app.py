@@ -214,7 +214,7 @@ class StreamsApp:
         """Process everything available now (and what that produces), then close.
 
         Raises:
-            the error of a stream thread the uncaught exception handler did not replace.
+            StreamsError: a stream thread's error the uncaught exception handler let stand.
         """
         if self.state is AppState.CREATED:
             self.start()
@@ -262,7 +262,7 @@ class StreamsApp:
         seconds (None: wait for ever).
 
         Raises:
-            the error of a stream thread the uncaught exception handler did not replace.
+            StreamsError: a stream thread's error the uncaught exception handler let stand.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.queries and not self.state.is_terminal():

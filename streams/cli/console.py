@@ -50,7 +50,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             "visible all at once; a bad line aborts its transaction."
         ),
     )
-    prod.add_argument("--topic", required=True)
+    prod.add_argument("--topic", required=True, help="the topic to write the lines to")
     prod.add_argument(
         "--force",
         action="store_true",
@@ -98,7 +98,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help=COMMANDS["console-consume"][1],
         description="Print records, in offset order per partition.",
     )
-    cons.add_argument("--topic", required=True)
+    cons.add_argument("--topic", required=True, help="the topic to print")
     cons.add_argument(
         "--from-beginning",
         action="store_true",

@@ -65,7 +65,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--generate", type=int, metavar="N", help="use FILE's generate(N) as input")
     p.add_argument("--kills", type=int, default=5, metavar="N", help="kills (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the kill plan (default 0)")
-    p.add_argument("--guarantee", choices=GUARANTEES, default="exactly_once_v2")
+    p.add_argument(
+        "--guarantee",
+        choices=GUARANTEES,
+        default="exactly_once_v2",
+        help="the processing.guarantee the instances run under (default exactly_once_v2)",
+    )
     p.add_argument(
         "--kind",
         action="append",

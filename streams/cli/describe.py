@@ -10,6 +10,7 @@ sources, processors, stores, sinks and the topics between them, the columnar nod
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
 from runtime.app.topology_file import build_config, build_topology_of, load_topology_file
@@ -35,7 +36,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             "--format mermaid, dot or svg draws it instead."
         ),
     )
-    desc.add_argument("file", metavar="FILE")
+    desc.add_argument(
+        "file", metavar="FILE", help="a topology file (a Python file defining build_topology())"
+    )
     desc.add_argument(
         "--format",
         choices=FORMATS,
@@ -54,18 +57,21 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    module = load_topology_file(args.file)
-    topology = build_topology_of(module, args.file)
-    config = build_config(module, root="memory://describe", properties=None, overrides=args.config)
+    print(describe_file(args.file, args.format, args.config), end="")
+    return 0
+
+
+def describe_file(path: str, fmt: str = "text", overrides: Sequence[str] = ()) -> str:
+    """The description of the topology file at ``path`` in ``fmt`` (one of
+    :data:`FORMATS`), under its CONFIG and ``overrides`` (``KEY=VALUE``)."""
+    module = load_topology_file(path)
+    topology = build_topology_of(module, path)
+    config = build_config(module, root="memory://describe", properties=None, overrides=overrides)
     processing = describe_processing(topology, config)
-    if args.format == "text":
-        print(topology.describe(), end="")
-        print(processing, end="")
-        return 0
+    if fmt == "text":
+        return f"{topology.describe()}{processing}"
     batched = processing.columnar_nodes() | {s.source for s in processing.sources if s.columnar}
     drawn = picture(topology, batched)
-    if args.format == "svg":
-        print(to_svg(drawn, title=config.application_id), end="")
-    else:
-        print((to_mermaid if args.format == "mermaid" else to_dot)(drawn), end="")
-    return 0
+    if fmt == "svg":
+        return to_svg(drawn, title=config.application_id)
+    return (to_mermaid if fmt == "mermaid" else to_dot)(drawn)

@@ -52,7 +52,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             "later replay unless --skip-unselected moves past them for good."
         ),
     )
-    p.add_argument("action", nargs="?", choices=("show", "replay"), default="show")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("show", "replay"),
+        default="show",
+        help="show: summarize the dead letters (the default); replay: send them back",
+    )
     p.add_argument("--topic", required=True, help="the dead-letter topic")
     p.add_argument(
         "--filter",

@@ -47,8 +47,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             "apart from retention until deleted."
         ),
     )
-    p.add_argument("action", choices=["create", "list", "describe", "delete"])
-    p.add_argument("--application-id", required=True, metavar="ID")
+    p.add_argument(
+        "action",
+        choices=["create", "list", "describe", "delete"],
+        help="take a savepoint, list them, describe one, or delete one",
+    )
+    p.add_argument(
+        "--application-id", required=True, metavar="ID", help="the application of the savepoints"
+    )
     p.add_argument("--name", metavar="N", help="the savepoint (create, describe, delete)")
     p.add_argument("--json", action="store_true", help="print JSON (list, describe)")
     p.add_argument(
@@ -70,7 +76,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             "outputs past the cut are named, and the rewind refuses unless --force."
         ),
     )
-    r.add_argument("--application-id", required=True, metavar="ID")
+    r.add_argument(
+        "--application-id", required=True, metavar="ID", help="the stopped application to rewind"
+    )
     to = r.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-savepoint", metavar="N", help="the savepoint")
     to.add_argument(

@@ -39,8 +39,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             "while the application runs or after it stopped."
         ),
     )
-    parser.add_argument("--application-id", required=True, metavar="ID")
-    parser.add_argument("--store", required=True, metavar="NAME")
+    parser.add_argument(
+        "--application-id", required=True, metavar="ID", help="the application of the store"
+    )
+    parser.add_argument("--store", required=True, metavar="NAME", help="the store to read")
     parser.add_argument("--key", metavar="K", help="the key to look up")
     parser.add_argument("--from", dest="from_key", metavar="K", help="first key (range)")
     parser.add_argument("--to", dest="to_key", metavar="K", help="last key (range)")

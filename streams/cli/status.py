@@ -43,7 +43,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
             "and open transactions, store sizes. Works while it runs and after it stopped."
         ),
     )
-    parser.add_argument("--application-id", required=True, metavar="ID")
+    parser.add_argument(
+        "--application-id", required=True, metavar="ID", help="the application to show"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(handler=run)
 
