@@ -2,8 +2,9 @@
 
 A page names what goes where with an HTML comment on a line of its own:
 
-* ``<!-- reference: config -->``, ``<!-- reference: cli -->``, ``<!-- reference: errors -->``:
-  the references :mod:`streams.reference` generates from the code;
+* ``<!-- reference: config -->``, ``<!-- reference: cli -->``, ``<!-- reference: errors -->``,
+  ``<!-- reference: api -->``: the references :mod:`streams.reference` generates from the
+  code;
 * ``<!-- picture: examples/wordcount.py -->``: the picture of a topology file's topology
   (``streams-eos describe FILE --format svg``), drawn into the page; a name that a block
   of the page was given (``<!-- file: NAME -->`` before its fence) is that block.
@@ -40,6 +41,7 @@ def generated(kind: str, name: str, page_files: Path) -> str:
             "config": reference.config_markdown,
             "cli": reference.cli_markdown,
             "errors": reference.errors_markdown,
+            "api": reference.api_markdown,
         }
         if name not in makers:
             raise ValueError(f"no reference named {name!r} (one of {', '.join(makers)})")

@@ -188,3 +188,24 @@ def _import_all(package: str) -> None:
 def errors_markdown() -> str:
     """The troubleshooting reference: each error and its meaning."""
     return "\n".join(f"### `{name}`\n\n{text}\n" for name, text in errors())
+
+
+def public_names() -> dict[str, str]:
+    """Every public name of the ``streams`` facade -> the module that defines it."""
+    import streams  # noqa: PLC0415 - the facade itself, whose names this lists
+
+    exports: dict[str, str] = dict(streams._EXPORTS)
+    return {name: exports[name] for name in sorted(streams.__all__) if name in exports}
+
+
+def api_markdown() -> str:
+    """The API reference: every public name, from its docstring (mkdocstrings' ``:::``
+    directives), in the modules' order of the layers."""
+    by_module: dict[str, list[str]] = {}
+    for name, module in public_names().items():
+        by_module.setdefault(module, []).append(name)
+    out = []
+    for module in sorted(by_module):
+        out.append(f"## `{module}`\n")
+        out.extend(f"::: {module}.{name}\n" for name in by_module[module])
+    return "\n".join(out)

@@ -75,6 +75,15 @@ def test_every_command_and_option_has_help_in_the_reference() -> None:
     assert all(f"### `streams-eos {c.name}`" in text for c in commands)
 
 
+def test_every_public_name_is_in_the_api_reference() -> None:
+    import streams  # noqa: PLC0415 - the facade, whose names are checked
+
+    names = reference.public_names()
+    assert set(names) == set(streams.__all__)
+    text = reference.api_markdown()
+    assert all(f"::: {module}.{name}" in text for name, module in names.items())
+
+
 def test_every_error_says_what_it_means() -> None:
     errors = reference.errors()
     assert len(errors) >= 20
