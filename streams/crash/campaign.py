@@ -22,7 +22,10 @@ exactly once at the end (Jepsen's nemesis, on one machine).
    workers) every ``interval_s`` or so over them. A fault's
    **recovery** is the time from its healing until every instance it hit has committed a
    transaction again and runs all its tasks (its record names none restoring; a storage
-   fault hits every instance no take-out fault holds).
+   fault hits every instance no take-out fault holds); an instance a storage or Python
+   worker fault hit has recovered too once nothing waits for it (its committed positions
+   are at the end of each of its partitions: its input may come from an instance a pause
+   holds, and then it has nothing to commit).
 4. Once the faults are over and the input is all fed, the instances catch up, are stopped,
    and the outputs and stores are compared with the TopologyTestDriver's reference (as the
    crash test does: :mod:`streams.crash.check`).
@@ -363,10 +366,17 @@ class Campaign(Workspace):
         self._watched = time.monotonic()
         now, at = self.progress.decided(), self._now()
         restoring = self.progress.restoring(self.instances)
+        idle: set[str] | None = None  # read once, when a fault that allows it waits
         for index, (event, base, hit) in list(self._watching.items()):
             instances = [i for i in self.instances if i.name in hit]
+            if event.kind not in TAKE_OUT_KINDS and idle is None:
+                idle = self.progress.caught_up(self.instances)
+            # an instance a fault did not take out has recovered once it committed again,
+            # or once nothing waits for it (its input comes from an instance a pause holds)
+            caught_up = idle if event.kind not in TAKE_OUT_KINDS and idle else set()
             if all(
-                self.progress.committed_since(i, base, now) and i.process_id() not in restoring
+                (self.progress.committed_since(i, base, now) or i.process_id() in caught_up)
+                and i.process_id() not in restoring
                 for i in instances
             ):
                 event.recovery_s = round(at - event.healed_s, 1)

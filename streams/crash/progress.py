@@ -1,7 +1,8 @@
 """What a fault campaign's instances did since a fault: the transactions each committed
 (from the transaction logs, and from the offsets topic, where each committed transaction
-that consumed positions leaves its ``txn`` action), and whether a task still restores
-(from the instances' own records)."""
+that consumed positions leaves its ``txn`` action), whether a task still restores (from
+the instances' own records), and which are caught up (nothing of their partitions waits
+for them)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from collections.abc import Mapping, Sequence
 
 from common.errors import StreamsError
 from runtime.app.instance_status import read_instances
+from runtime.group.coordinator import GroupCoordinator
+from runtime.group.state import GroupState
 from runtime.storage.committer import TopicCommitter
+from runtime.storage.reader import TopicReader
 from runtime.storage.topics import TopicAdmin
 from runtime.txn.coordinator import TransactionCoordinator
-from runtime.txn.offsets import OFFSETS_TOPIC
+from runtime.txn.offsets import OFFSETS_TOPIC, OffsetsStore
 from runtime.txn.state import TransactionState
 from streams.crash.instances import Instance
 
@@ -80,3 +84,34 @@ class InstanceProgress:
         return pid is not None and any(
             tid.startswith(prefix) and seq > base.get(tid, -1) for tid, seq in now.items()
         )
+
+    def caught_up(self, instances: Sequence[Instance]) -> set[str]:
+        """The process ids of the instances that own partitions in the stable group and
+        whose committed positions are at the end of every one of them: nothing waits for
+        them (one whose input another instance writes has nothing to commit while a pause
+        holds that one). None when the group or the positions cannot be read now."""
+        try:
+            group = GroupCoordinator(self.admin).describe(self.application_id)
+            if group.state is not GroupState.STABLE:
+                return set()
+            committed = OffsetsStore(self.admin).fetch(self.application_id)
+            reader = TopicReader(self.admin)
+            ends: dict[str, dict[int, int]] = {}
+            done = set()
+            for instance in instances:
+                pid = instance.process_id()
+                owned = [
+                    tp
+                    for m in group.members
+                    if pid is not None and m.member_id.startswith(f"{pid}-")
+                    for tp in m.assignment.partitions
+                ]
+                for topic, _ in owned:
+                    if topic not in ends:
+                        ends[topic] = reader.end_offsets(topic)
+                behind = [(t, p) for t, p in owned if committed.get((t, p), 0) < ends[t][p]]
+                if owned and not behind and pid is not None:
+                    done.add(pid)
+            return done
+        except (StreamsError, OSError):
+            return set()
