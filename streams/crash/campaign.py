@@ -167,6 +167,9 @@ class Campaign(Workspace):
         self._lock = threading.RLock()
         #: The instance a take-out fault holds until it recovered.
         self._taken_out: str | None = None
+        #: The instances a Python worker fault being applied may hit (it waits for a
+        #: worker to kill): index -> their names.
+        self._applying: dict[int, set[str]] = {}
         self._lane_error: BaseException | None = None
         self._watched = 0.0
         self._on_fault: Callable[[FaultEvent], None] | None = None
@@ -345,7 +348,12 @@ class Campaign(Workspace):
         event.target = nemesis.pick(kind, avoid)
         if kind in TAKE_OUT_KINDS:
             self._taken_out = event.target
-        applied = nemesis.apply(kind, event.target, avoid)
+        elif kind == "python-worker":  # a take-out fault waits for it: it may wait itself
+            self._applying[index] = {i.name for i in self.instances if i.name not in avoid}
+        try:
+            applied = nemesis.apply(kind, event.target, avoid)
+        finally:
+            self._applying.pop(index, None)
         event.target, event.detail, event.healed_s = applied.target, applied.detail, self._now()
         event.exits = [
             f"{e.instance} ended (code {e.code}): {e.reason}" for e in self.exits[exits_before:]
@@ -387,8 +395,11 @@ class Campaign(Workspace):
                 self._on_fault(event)
 
     def _recovering(self) -> set[str]:
-        """The instances a fault hit that have not recovered from it yet."""
-        return {name for _, _, hit in list(self._watching.values()) for name in hit}
+        """The instances a fault hit that have not recovered from it yet, and those a
+        Python worker fault being applied may hit (a pause on an instance whose Python
+        worker fault waited for a worker took that fault's recovery: 75.5 s)."""
+        applying = {name for names in list(self._applying.values()) for name in names}
+        return applying | {name for _, _, hit in list(self._watching.values()) for name in hit}
 
     @property
     def progress(self) -> InstanceProgress:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from streams.crash.campaign import Campaign
 from streams.crash.campaign_report import RECOVERY_LIMIT_S, CampaignReport, FaultEvent, kinds_of
 from streams.crash.inputs import CrashTestError
 from streams.crash.instances import Exit
@@ -76,6 +77,22 @@ def test_a_short_campaign_of_kills_pauses_and_worker_losses_stays_exactly_once(
     assert report["ok"] and report["check"]["exactly_once"]
     assert len(report["faults"]) == 5
     assert all(f["recovery_s"] < RECOVERY_LIMIT_S for f in report["faults"])
+
+
+def test_a_take_out_fault_avoids_the_instances_a_python_worker_fault_may_still_hit(
+    tmp_path: Path,
+) -> None:
+    """A Python worker fault waits for a worker to kill; a pause of the same instance
+    meanwhile took that fault's recovery (75.5 s in an hour's campaign). While it is
+    applied, its instances count as recovering: a take-out fault waits or goes elsewhere."""
+    campaign = Campaign(
+        example("wordcount"), faults=["pause", "python-worker"], generate=10, workdir=tmp_path
+    )
+    assert campaign._recovering() == set()
+    campaign._applying[7] = {"a", "b"}
+    assert campaign._recovering() == {"a", "b"}
+    del campaign._applying[7]
+    assert campaign._recovering() == set()
 
 
 def test_a_fault_that_cannot_apply_here_says_what_it_needs(tmp_path: Path) -> None:
