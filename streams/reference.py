@@ -27,16 +27,100 @@ from streams.cli import build_parser
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "conf" / "streams-defaults.properties"
 
 
+#: Where each key comes from in Kafka (the same name there), or ``None``: this project's
+#: own. A new key must be placed here (the suite checks it).
+KAFKA_ORIGIN: dict[str, str | None] = {
+    **dict.fromkeys(
+        [
+            "application.id",
+            "processing.guarantee",
+            "commit.interval.ms",
+            "num.stream.threads",
+            "state.dir",
+            "default.key.serde",
+            "default.value.serde",
+            "statestore.uncommitted.max.bytes",
+            "poll.ms",
+            "max.task.idle.ms",
+            "default.dsl.store",
+            "default.timestamp.extractor",
+            "statestore.cache.max.bytes",
+            "state.cleanup.delay.ms",
+            "rocksdb.config.setter",
+            "repartition.purge.interval.ms",
+            "metrics.recording.level",
+            "metrics.sample.window.ms",
+            "metrics.num.samples",
+            "deserialization.exception.handler",
+            "processing.exception.handler",
+            "production.exception.handler",
+            "errors.dead.letter.queue.topic.name",
+            "ensure.explicit.internal.resource.naming",
+        ],
+        "Kafka Streams",
+    ),
+    **dict.fromkeys(
+        [
+            "max.poll.records",
+            "metadata.max.age.ms",
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "max.poll.interval.ms",
+            "auto.offset.reset",
+        ],
+        "consumer",
+    ),
+    **dict.fromkeys(
+        [
+            "transaction.max.timeout.ms",
+            "num.partitions",
+            "group.initial.rebalance.delay.ms",
+            "log.cleaner.enable",
+            "log.retention.check.interval.ms",
+            "log.cleaner.backoff.ms",
+            "log.retention.ms",
+            "log.retention.bytes",
+            "log.segment.bytes",
+            "log.roll.ms",
+            "log.segment.delete.delay.ms",
+            "log.cleaner.min.compaction.lag.ms",
+        ],
+        "broker",
+    ),
+    **dict.fromkeys(
+        [
+            "topics.root",
+            "storage.options",
+            "checkpoint.location",
+            "batch.spark.partitions",
+            "task.hosts.max",
+            "restore.wait.ms",
+            "stall.timeout.ms",
+            "processing.engine",
+            "statestore.snapshot.interval",
+            "statestore.verify.on.open",
+            "statestore.snapshots.kept",
+            "log.delta.retention.ms",
+            "metrics.port",
+        ],
+        None,
+    ),
+    "transaction.timeout.ms": "producer",
+    "delete.retention.ms": "topic",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class KeyDoc:
-    """One configuration key: its name, type, default, what values it allows, and what it
-    means."""
+    """One configuration key: its name, type, default, what values it allows, what it
+    means, and where Kafka has it (None: this project's own)."""
 
     name: str
     type: str
     default: str
     allowed: str
     meaning: str
+    kafka: str | None = None
 
 
 def config_keys(defaults_file: Path = DEFAULTS_FILE) -> list[KeyDoc]:
@@ -53,6 +137,7 @@ def config_keys(defaults_file: Path = DEFAULTS_FILE) -> list[KeyDoc]:
             default,
             str(field.description or ""),
             meanings.get(key, ""),
+            KAFKA_ORIGIN.get(key),
         )
     ordered = [docs[k] for k in order if k in docs]
     return ordered + [d for k, d in sorted(docs.items()) if k not in meanings]
@@ -107,7 +192,8 @@ def config_markdown() -> str:
     for doc in config_keys():
         out.append(f"### `{doc.name}`\n")
         shown = f"`{doc.default}`" if doc.default else "none"
-        out.append(f"*{doc.type}*, default {shown}. Allowed: {doc.allowed}.\n")
+        origin = f"Kafka's name ({doc.kafka})" if doc.kafka else "this project's own"
+        out.append(f"*{doc.type}*, default {shown}; {origin}. Allowed: {doc.allowed}.\n")
         out.append(f"{doc.meaning}\n")
     return "\n".join(out)
 

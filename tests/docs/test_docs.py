@@ -59,6 +59,9 @@ def test_the_python_examples_of_a_page_run_as_pasted(
 def test_every_configuration_key_has_its_meaning_in_the_reference() -> None:
     keys = reference.config_keys()
     assert len(keys) >= 50
+    unplaced = [k.name for k in keys if k.name not in reference.KAFKA_ORIGIN]
+    assert not unplaced, f"keys not placed in streams.reference.KAFKA_ORIGIN: {unplaced}"
+    assert not set(reference.KAFKA_ORIGIN) - {k.name for k in keys}  # no stale entry
     missing = [k.name for k in keys if not k.meaning or not k.allowed]
     assert not missing, f"keys without a meaning in conf/streams-defaults.properties: {missing}"
     text = reference.config_markdown()
