@@ -152,9 +152,13 @@ class TopicReader:
     def _sparse_slice(
         self, topic: str, segment: Segment, full: str, lo: int, hi: int
     ) -> FileSlice | None:
-        """Plan the rows of a compacted file holding offsets ``[lo, hi)`` (None: none)."""
-        pfile = _open_file(self.root, topic, segment, full)
-        (start, first), (stop, _) = _rows_at(pfile, [lo, hi])
+        """Plan the rows of a compacted file holding offsets ``[lo, hi)`` (None: none); its
+        reads are tried again on a transient storage error, as a slice's are (a thread's
+        start, fetching its group's positions, ended its instance on one)."""
+        (start, first), (stop, _) = retried(
+            lambda: _rows_at(_open_file(self.root, topic, segment, full), [lo, hi]),
+            what=f"read {full}",
+        )
         if stop <= start:
             return None
         return FileSlice(segment, start, stop - start, full, first)

@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 
 from runtime.app.app import StreamsApp
 from runtime.storage.committer import TopicCommitter
+from runtime.storage.compaction import ChangelogCompactor
 from runtime.storage.fs import register_storage_options
 from runtime.storage.producer import Producer
 from runtime.storage.reader import TopicReader
@@ -366,3 +367,36 @@ def test_the_command_runs_a_proxy_until_interrupted(s3_server: S3Server) -> None
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
     assert json.loads(err.strip().splitlines()[-1]) == {"forwarded": 0, "injected": {"503": 1}}
+
+
+def test_a_compacted_file_refused_while_a_read_is_planned_is_read_again(
+    s3_server: S3Server, proxy: FaultProxy
+) -> None:
+    """Planning a read from inside a compacted range reads the file's offset column (the
+    offsets have gaps); refused by the store, that read is tried again, as a slice's is
+    (a thread's start, fetching its group's positions from the compacted offsets topic,
+    ended its instance on one such error)."""
+    root = f"s3://{s3_server.new_bucket()}/root"
+    register_storage_options(root, {**s3_server.options(), "AWS_ENDPOINT_URL": proxy.endpoint})
+    admin = TopicAdmin(root)
+    admin.create("c", 1, configs={"cleanup.policy": "compact"})
+    producer = Producer(admin)
+    for n, key in enumerate("abacabacadae"):  # a file per flush
+        producer.send("c", key.encode(), f"v{n}".encode())
+        producer.flush()
+    done = ChangelogCompactor(admin, "c").compact(
+        0, horizon=9, delete_retention_ms=0, now_ms=int(time.time() * 1000)
+    )
+    assert done.removed > 0
+    reader = TopicReader(admin)
+    reader.index("c")  # the log read first: only the data files' requests below
+    refused = proxy.add(
+        FaultRule("503", method="GET", path=r"/topics/c/partition.*\.parquet", count=12)
+    )
+    start = reader.beginning_offsets("c")[0]
+
+    table = reader.read("c", 0, start + 1)  # from inside the compacted range
+    assert refused.hits == 12  # more than the SDK retries itself
+    offsets = table.column("offset").to_pylist()
+    assert offsets[0] > start and offsets[-3:] == [9, 10, 11]
+    assert table.column("value").to_pylist()[-3:] == [b"v9", b"v10", b"v11"]
