@@ -6,14 +6,20 @@ whose answer is lost it cannot retry, and neither can we blindly: the write may 
 landed. :func:`retried` retries an operation that is safe to run again (a read, or a
 write that a read-back showed did not land) with jittered exponential backoff, and lets
 through at once an error saying the outcome is unknown.
+
+A caller that learns meanwhile that the work cannot be used any more (a stream thread out
+of its group, whose batch can never commit) stops the retries of its own thread:
+:func:`abort_when` names a check that :func:`retried` asks after each failed attempt.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from deltalake.exceptions import DeltaError
@@ -33,6 +39,22 @@ MAX_S = 2.0
 #: batch, which is aborted and tried again later (a batch held open for minutes outlives
 #: its transaction's timeout).
 BUDGET_S = 20.0
+
+
+#: Per thread: what :func:`retried` asks before trying again (see :func:`abort_when`).
+_abort = threading.local()
+
+
+@contextlib.contextmanager
+def abort_when(check: Callable[[], BaseException | None]) -> Iterator[None]:
+    """Within the block, this thread's retries stop once ``check()`` returns an error:
+    that error is raised (from the failed attempt's) instead of trying again."""
+    previous = getattr(_abort, "check", None)
+    _abort.check = check
+    try:
+        yield
+    finally:
+        _abort.check = previous
 
 
 class WriteNotLandedError(StorageError):
@@ -59,6 +81,10 @@ def retried(
         except fatal:
             raise
         except TRANSIENT as exc:
+            check = getattr(_abort, "check", None)
+            reason = check() if check is not None else None
+            if reason is not None:
+                raise reason from exc
             delay = min(MAX_S, FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)
             spent = attempt > 0 and time.monotonic() + delay - started > BUDGET_S
             if attempt == attempts - 1 or spent:

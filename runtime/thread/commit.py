@@ -63,12 +63,16 @@ class Batch:
             transactions)`` and returns its result rows.
         validate_generation: raises GenerationFencedError when the thread's group
             generation is stale (KIP-447: checked before PrepareCommit).
+        cancelled: why the batch can never commit (the heartbeat found the member out of
+            the group), or None: until the PrepareCommit, the commit's storage retries
+            stop on it.
     """
 
     batch_id: int
     written: list[str]
     run_tasks: Callable[[str, Txn | None, Mapping[str, tuple[str, int, str]]], list[ResultRow]]
     validate_generation: Callable[[], None]
+    cancelled: Callable[[], BaseException | None] = lambda: None
 
 
 class CommitStrategy:

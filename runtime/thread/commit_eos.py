@@ -24,6 +24,7 @@ from common.errors import (
 )
 from common.pools import shared_pool
 from runtime.storage.committer import StagedFile
+from runtime.storage.retries import abort_when
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.contract import Positions, TaskResults, task_results, task_results_by_task
 from runtime.thread.commit import Batch, BatchCommit, CommitStrategy
@@ -192,30 +193,37 @@ class ExactlyOnceV2(_Transactional):
         assert producer is not None, "start() first"
         producer.begin_transaction()
         txn: tuple[str, int] | None = None
+        undecided = _Undecided(batch)
         try:  # registering the participants is a write of the store's: it may fail too
-            staging = producer.staging_dir_for(batch.written)
-            txn = (self.transactional_id, producer.transaction_sequence)
-            results = task_results(batch.run_tasks(staging, txn, {}))
-            if results.empty():
-                producer.abort_transaction()
-                self.outcomes[txn] = False
-                return BatchCommit({}, False)
-            join_extracted(producer, results.files, batch.written, staging)
-            for topic, staged in results.files.items():
-                producer.add_staged_files(topic, staged)
-            if results.positions:
-                producer.send_offsets_to_transaction(results.positions, self.group)
+            with abort_when(undecided.fenced):
+                staging = producer.staging_dir_for(batch.written)
+                txn = (self.transactional_id, producer.transaction_sequence)
+                results = task_results(batch.run_tasks(staging, txn, {}))
+                if not results.empty():
+                    join_extracted(producer, results.files, batch.written, staging)
+                    for topic, staged in results.files.items():
+                        producer.add_staged_files(topic, staged)
+                    if results.positions:
+                        producer.send_offsets_to_transaction(results.positions, self.group)
         except ProducerFencedError:
             raise
-        except BaseException:
-            producer.abort_transaction()
+        except BaseException as exc:
+            if isinstance(exc, GenerationFencedError):  # the fencing is what must show
+                abort_undecided(producer)  # (else the next producer's init aborts it)
+            else:
+                producer.abort_transaction()
             if txn is not None:
                 self.outcomes[txn] = False
             raise
+        if results.empty():
+            producer.abort_transaction()
+            self.outcomes[txn] = False
+            return BatchCommit({}, False)
         try:
-            producer.commit_transaction(before_prepare=batch.validate_generation)
+            with abort_when(undecided.fenced):
+                producer.commit_transaction(before_prepare=undecided.validate)
         except GenerationFencedError:
-            producer.abort_transaction()  # releases the offsets a new owner waits for
+            abort_undecided(producer)  # releases the offsets a new owner waits for
             self.outcomes[txn] = False
             raise
         except BaseException:
@@ -372,3 +380,26 @@ def abort_undecided(producer: TransactionalProducer) -> bool:
         log.warning("[txn %s] could not abort: %s", producer.transactional_id, exc)
         return False
     return True
+
+
+class _Undecided:
+    """A batch's transaction until its PrepareCommit: the storage retries of its commit
+    stop as soon as the batch is cancelled (its member is out of the group: it can never
+    commit; a paused instance's batch retried its writes for 16 s under a storage fault
+    before the generation check refused it). From the PrepareCommit on nothing stops them:
+    the outcome is being decided."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+        self.deciding = False
+
+    def fenced(self) -> BaseException | None:
+        reason = None if self.deciding else self.batch.cancelled()
+        if reason is None:
+            return None
+        return GenerationFencedError(f"batch {self.batch.batch_id} cannot commit: {reason}")
+
+    def validate(self) -> None:
+        """The generation check before the PrepareCommit; from here on, no stop."""
+        self.deciding = True
+        self.batch.validate_generation()

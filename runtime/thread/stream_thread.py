@@ -322,9 +322,9 @@ class StreamThread:
             return None
         if self.membership is not None:
             self.membership.batch_started()
-        batch = Batch(
-            batch_id, self.written, functools.partial(self._run_job, df), self._validate_generation
-        )
+        run, member = functools.partial(self._run_job, df), self.membership
+        cancelled = (lambda: member.cancelled) if member is not None else (lambda: None)
+        batch = Batch(batch_id, self.written, run, self._validate_generation, cancelled)
         self.reporter.committing()
         committing = time.perf_counter()
         done = self.commit.commit_batch(batch)

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from common.config import StreamsConfig
-from common.errors import StorageError
+from common.errors import GenerationFencedError, StorageError
+from runtime.group.errors import UnknownMemberIdError
 from runtime.storage.topics import TopicAdmin
 from runtime.tasks.contract import POSITION
 from runtime.thread.commit import Batch
-from runtime.thread.commit_eos import ExactlyOncePerTask, ExactlyOnceV2
+from runtime.thread.commit_eos import ExactlyOncePerTask, ExactlyOnceV2, _Undecided
 from runtime.txn.coordinator import TransactionCoordinator
 from runtime.txn.offsets import OffsetsStore
 from runtime.txn.producer import ProducerState
@@ -137,3 +138,24 @@ def test_a_thread_waits_only_for_its_own_partitions(topics: TopicAdmin) -> None:
     }
     assert eos.task_partitions(["0_2"]) == {("lines", 2)}
     assert eos.task_partitions(["global"]) is None
+
+
+def test_a_cancelled_batch_is_fenced_until_its_prepare_commit_and_never_after(
+    topics: TopicAdmin,
+) -> None:
+    """The commit's storage retries of a batch whose member left the group stop with
+    GenerationFencedError (it can never commit); from the PrepareCommit on (its
+    generation check called) nothing stops them: the outcome is being decided."""
+    out: list[BaseException | None] = [None]
+    cancelled = Batch(20, ["out"], lambda *_: [], lambda: None, lambda: out[0])
+    undecided = _Undecided(cancelled)
+    assert undecided.fenced() is None
+    out[0] = UnknownMemberIdError("group 'app' has no member 'm'")
+    fenced = undecided.fenced()
+    assert isinstance(fenced, GenerationFencedError) and "no member 'm'" in str(fenced)
+    undecided.validate()
+    assert undecided.fenced() is None
+    eos = ExactlyOnceV2(topics, config(topics, "exactly_once_v2"), "app-p-1")
+    eos.start(["0_0"])
+    assert eos.commit_batch(batch(10)).committed  # not cancelled: commits as before
+    eos.close()

@@ -71,3 +71,29 @@ def test_a_first_attempt_that_hung_past_the_budget_is_tried_once_more(
 
     assert retried(read_back, what="read back") == "landed"
     assert len(calls) == 2
+
+
+def test_a_thread_whose_work_cannot_be_used_any_more_stops_retrying_at_once() -> None:
+    """Within ``abort_when``, a failed attempt is not tried again once the check names a
+    reason (a batch whose member left the group can never commit): the reason is raised,
+    from the failure. Outside the block, and once the check names none, retries go on."""
+    calls: list[int] = []
+    reason: list[BaseException | None] = [None]
+
+    def write() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise StorageError("503 SlowDown")
+        return "written"
+
+    with retries.abort_when(lambda: reason[0]):
+        assert retried(write, what="write x") == "written"  # no reason: retried
+        assert len(calls) == 3
+        calls.clear()
+        reason[0] = RuntimeError("out of the group")
+        with pytest.raises(RuntimeError, match="out of the group") as raised:
+            retried(write, what="write x")
+        assert len(calls) == 1 and isinstance(raised.value.__cause__, StorageError)
+    calls.clear()
+    assert retried(write, what="write x") == "written"  # the block is over
+    assert len(calls) == 3

@@ -18,8 +18,9 @@ import pytest
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from common.errors import CoordinatorError
+from common.errors import CoordinatorError, GenerationFencedError
 from runtime.storage.fs import StorageRoot
+from runtime.storage.retries import WriteNotLandedError, abort_when
 from runtime.txn import cas_file
 from runtime.txn.cas_delta import DOCUMENT_KEY, NONCE_KEY, TARGET_KEY
 from runtime.txn.cas_log import Backend, CasLog
@@ -464,3 +465,25 @@ def test_an_append_waiting_for_an_exclusive_holder_says_so(
     appending.join(10)
     assert done == [True]
     assert f"for the lock {lock}" in caplog.text and "fuser" in caplog.text
+
+
+def test_an_append_stops_retrying_when_its_thread_says_the_work_is_void(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction log append that did not land is tried again, unless the thread says
+    its batch can never commit (out of its group): then the reason comes out unchanged,
+    not as a storage error, after the first attempt."""
+    log = CasLog(StorageRoot(tmp_path), ("void",), backend="delta")
+    calls: list[int] = []
+
+    def not_landed(*_: Any) -> bool:
+        calls.append(1)
+        raise WriteNotLandedError("append of version 0 did not land: 503 SlowDown")
+
+    monkeypatch.setattr(log._log, "append", not_landed)
+    out = GenerationFencedError("member m is out of the group")
+    with abort_when(lambda: out), pytest.raises(GenerationFencedError, match="out of the group"):
+        log.append(-1, {"state": "Ongoing"})
+    assert calls == [1]
+    monkeypatch.undo()
+    assert log.append(-1, {"state": "Ongoing"})  # the log is fine: nothing was written
