@@ -209,7 +209,7 @@ class ExactlyOnceV2(_Transactional):
             raise
         except BaseException as exc:
             if isinstance(exc, GenerationFencedError):  # the fencing is what must show
-                abort_undecided(producer)  # (else the next producer's init aborts it)
+                abort_fenced(producer)  # (else the next producer's init aborts it)
             else:
                 producer.abort_transaction()
             if txn is not None:
@@ -223,7 +223,7 @@ class ExactlyOnceV2(_Transactional):
             with abort_when(undecided.fenced):
                 producer.commit_transaction(before_prepare=undecided.validate)
         except GenerationFencedError:
-            abort_undecided(producer)  # releases the offsets a new owner waits for
+            abort_fenced(producer)  # releases the offsets a new owner waits for
             self.outcomes[txn] = False
             raise
         except BaseException:
@@ -380,6 +380,19 @@ def abort_undecided(producer: TransactionalProducer) -> bool:
         log.warning("[txn %s] could not abort: %s", producer.transactional_id, exc)
         return False
     return True
+
+
+def abort_fenced(producer: TransactionalProducer) -> None:
+    """Abort the transaction of a batch whose member is out of the group. An abort the
+    store refuses is logged, not raised: the fencing is what the thread must see (its
+    next producer's initialisation aborts the transaction); a producer fenced by a newer
+    instance is, though: that is the stronger news (a zombie)."""
+    try:
+        producer.abort_transaction()
+    except ProducerFencedError:
+        raise
+    except StreamsError as exc:
+        log.warning("[txn %s] could not abort: %s", producer.transactional_id, exc)
 
 
 class _Undecided:

@@ -43,8 +43,13 @@ def test_the_pages_have_examples_and_each_skipped_one_says_why() -> None:
 
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)])
 def test_the_python_examples_of_a_page_run_as_pasted(
-    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
+    if any("StreamsApp(" in code for kind, _, code in blocks(page) if kind != "not run"):
+        # the session's Spark first, started from the project's directory: its Python
+        # workers (and the task hosts they fork) keep the directory Spark started in, and
+        # later tests' topologies are imported there by module
+        request.getfixturevalue("spark")
     monkeypatch.chdir(tmp_path)  # what an example writes goes there
     monkeypatch.syspath_prepend(str(tmp_path))
     for i, (kind, arg, code) in enumerate(blocks(page), 1):
