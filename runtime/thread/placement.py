@@ -7,13 +7,13 @@ task's visit there (:mod:`runtime.tasks.client`). What a batch's rows say of whe
 tasks ran (:data:`~runtime.tasks.contract.PLACED`) counts only once the batch has
 committed: a batch that did not commit leaves the tasks where the last one put them.
 
-The driver places the tasks no executor holds (a start, a rebalance's new tasks, those of
-a lost executor) on the executors whose host servers the warm-up found
-(:class:`~runtime.spark.executors.HostServers`) and which are registered still: partition
-by partition, on the one with fewest tasks of the thread. Before, where a first batch's
-Spark tasks happened to run decided, and a core still busy with a slow executor's warm-up
-left every task to the other executor for good. Without a warm-up's answers (it failed,
-or a local master) a task lives where its first visit ran.
+The driver places the tasks no executor holds (a start, a rebalance's new tasks; with
+them, those of an executor no longer registered) on the executors whose host servers the
+warm-up found (:class:`~runtime.spark.executors.HostServers`) and which are registered
+still: partition by partition, on the one with fewest tasks of the thread. Before, where
+a first batch's Spark tasks happened to run decided, and a core still busy with a slow
+executor's warm-up left every task to the other executor for good. Without a warm-up's
+answers (it failed, or a local master) a task lives where its first visit ran.
 
 One secret per driver process opens the executors' TCP connections
 (:data:`~runtime.spark.executors.HOST_SECRET`).
@@ -97,11 +97,13 @@ class TaskPlacement:
 
     def assign(self, tasks: Iterable[str]) -> None:
         """Place those of the batch's ``tasks`` that no live executor holds on the live
-        executors with host servers: partition by partition, a partition's tasks on the executor
-        with fewest of the thread's tasks."""
+        executors with host servers (when some task has no place yet): partition by
+        partition, a partition's tasks on the executor with fewest of the thread's tasks."""
         self._assigned = {}
-        if not self.warmed:
-            return
+        tasks = list(tasks)
+        if not self.warmed or all(t in self.placed for t in tasks):
+            return  # (no JVM call at every batch: a lost executor's tasks are moved by
+            # the first visit that cannot reach it, :mod:`runtime.tasks.client`)
         live = set(executors.registered(self._context))
         servers = {e: a for e, a in self.warmed.items() if e in live}
         for executor, address in self.placed.values():  # committed there: live if registered

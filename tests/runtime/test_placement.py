@@ -104,3 +104,20 @@ def test_a_batch_waits_for_restorations_up_to_its_target_only_when_no_other_task
     assert wait(2000, {"0_0", "1_0"}, {"1_0"}, reading=True) == -1  # 0_0 has records
     assert wait(2000, {"0_0"}, set(), reading=True) == -1  # a new task beside a running one
     assert wait(0, set(), set(), reading=True) == -1  # 0: never waits
+
+
+def test_a_batch_whose_tasks_all_have_a_place_asks_the_cluster_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No JVM call at every batch: the registered executors are asked only when a task has
+    no place yet (a lost executor's tasks move at the first visit that cannot reach it)."""
+    asked: list[int] = []
+    placed = placement(monkeypatch, ["0", "1"])
+    monkeypatch.setattr(executors, "registered", lambda _c: asked.append(1) or ["1"])
+    placed.placed = {t: ("0", "10.0.0.1:7000") for t in TASKS}  # executor 0 since lost
+    placed.assign(TASKS)
+    assert asked == [] and placed.for_plan()["placement"] == placed.placed
+    del placed.placed["1_3"]
+    placed.assign(TASKS)  # a task without a place: asked, and executor 0's tasks move too
+    assert asked == [1]
+    assert {e for e, _ in placed.for_plan()["placement"].values()} == {"1"}
